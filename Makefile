@@ -1,0 +1,37 @@
+# quorumlog: the two commands a newcomer needs are `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest
+WORKERS ?= 2
+
+.PHONY: install system-deps test test-fast run bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[spark,dev]'
+	touch $(STAMP)
+
+# System packages the tests and benchmarks use; idempotent, installs only what is missing (needs root).
+system-deps:
+	@bash scripts/system-deps.sh
+
+test: install system-deps
+	$(PYTEST) -n $(WORKERS) --durations=15
+
+test-fast: install
+	$(PYTEST) -n $(WORKERS) -m "not slow and not e2e and not spark"
+
+run: install
+	$(BIN)/python -m quorumlog.demo
+
+bench: install system-deps
+	$(BIN)/python bench/store.py
+	$(BIN)/python bench/core.py
+
+clean:
+	rm -rf $(VENV) out build *.egg-info

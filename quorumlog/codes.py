@@ -1,0 +1,58 @@
+"""Response codes: DLedger's names and numbers (DLedgerResponseCode), ours above 1000."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ResponseCode(IntEnum):
+    # DLedger's codes, same names and numbers.
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+
+    # quorumlog's own codes.
+    ENTRY_TOO_LARGE = 1001
+    BAD_REQUEST = 1002
+    UNAUTHORIZED = 1003
+    CORRUPT_ENTRY = 1004
+    PROTOCOL_ERROR = 1005
+    DUPLICATE_SEQUENCE_TOO_OLD = 1006  # an idempotent retry older than the dedup window
+
+    @classmethod
+    def of(cls, value: int) -> "ResponseCode":
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN

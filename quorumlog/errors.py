@@ -1,0 +1,55 @@
+"""Errors carry a ResponseCode and say whether a retry may succeed (aiokafka's shape)."""
+
+from __future__ import annotations
+
+from .codes import ResponseCode
+
+
+class QuorumLogError(Exception):
+    code: ResponseCode = ResponseCode.UNKNOWN
+    retriable: bool = False
+
+    def __init__(self, message: str = "", *, leader_id: str | None = None) -> None:
+        super().__init__(message or self.code.name)
+        self.leader_id = leader_id
+
+    @staticmethod
+    def for_code(code: int, message: str = "", *, leader_id: str | None = None) -> "QuorumLogError":
+        cls = _BY_CODE.get(ResponseCode.of(code), QuorumLogError)
+        err = cls(message or ResponseCode.of(code).name, leader_id=leader_id)
+        if cls is QuorumLogError:
+            err.code = ResponseCode.of(code)
+        return err
+
+
+def _error(name: str, code: ResponseCode, retriable: bool) -> type[QuorumLogError]:
+    return type(name, (QuorumLogError,), {"code": code, "retriable": retriable})
+
+
+NotLeader = _error("NotLeader", ResponseCode.NOT_LEADER, True)
+UnknownGroup = _error("UnknownGroup", ResponseCode.UNKNOWN_GROUP, False)
+UnknownMember = _error("UnknownMember", ResponseCode.UNKNOWN_MEMBER, False)
+DiskFull = _error("DiskFull", ResponseCode.DISK_FULL, False)
+DiskError = _error("DiskError", ResponseCode.DISK_ERROR, False)
+TermChanged = _error("TermChanged", ResponseCode.TERM_CHANGED, True)
+WaitQuorumAckTimeout = _error("WaitQuorumAckTimeout", ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, True)
+LeaderPendingFull = _error("LeaderPendingFull", ResponseCode.LEADER_PENDING_FULL, True)
+LeaderTransferring = _error("LeaderTransferring", ResponseCode.LEADER_TRANSFERRING, True)
+EmptyBatch = _error("EmptyBatch", ResponseCode.REQUEST_WITH_EMPTY_BODYS, False)
+IndexOutOfRange = _error("IndexOutOfRange", ResponseCode.INDEX_OUT_OF_RANGE, False)
+EntryTooLarge = _error("EntryTooLarge", ResponseCode.ENTRY_TOO_LARGE, False)
+BadRequest = _error("BadRequest", ResponseCode.BAD_REQUEST, False)
+CorruptEntry = _error("CorruptEntry", ResponseCode.CORRUPT_ENTRY, False)
+ProtocolError = _error("ProtocolError", ResponseCode.PROTOCOL_ERROR, False)
+NetworkError = _error("NetworkError", ResponseCode.NETWORK_ERROR, True)
+Timeout = _error("Timeout", ResponseCode.TIMEOUT, True)
+DuplicateSequenceTooOld = _error("DuplicateSequenceTooOld", ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, False)
+
+_BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
+    cls.code: cls
+    for cls in (
+        NotLeader, UnknownGroup, UnknownMember, DiskFull, DiskError, TermChanged, WaitQuorumAckTimeout,
+        LeaderPendingFull, LeaderTransferring, EmptyBatch, IndexOutOfRange, EntryTooLarge, BadRequest,
+        CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld,
+    )
+}

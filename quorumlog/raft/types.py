@@ -1,0 +1,192 @@
+"""The raft core's contract: events in, one Ready out (etcd raft's shape, DLedger's names).
+
+    ready = core.step(event)
+
+The caller executes a Ready's fields in their order, and must not reorder them:
+  1. hard_state       — persist term/vote durably (fsync) BEFORE anything below is sent: a vote granted
+                        over the wire must survive a crash.
+  2. truncate_after   — drop the local suffix after this index.
+  3. appends          — write these entries to the store, then call core.step(Stored(end_index)).
+                        Writes need not be durable yet; the runtime flushes (group commit) and then calls
+                        core.step(Durable(index)). A follower only acknowledges durable entries, and the
+                        leader counts itself in the quorum only up to its own durable index.
+  4. messages         — send to peers (they never depend on anything not yet done in 1–3).
+  5. completions      — answer client requests.
+  6. committed_index  — the new commit point: tell the store (checkpoint) and wake readers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Sequence
+
+from ..codes import ResponseCode
+from ..wire.messages import Message
+
+# Defaults: failover well under a second on a LAN. DLedger's are heartbeat 2000 ms and an election after
+# 3 missed heartbeats ("leaks"), i.e. ~6 s; a LAN round trip is < 1 ms, so 100/500–1000 ms is ample.
+HEARTBEAT_INTERVAL_MS = 100
+ELECTION_TIMEOUT_MIN_MS = 500
+ELECTION_TIMEOUT_MAX_MS = 1000
+assert HEARTBEAT_INTERVAL_MS * 3 <= ELECTION_TIMEOUT_MIN_MS < ELECTION_TIMEOUT_MAX_MS
+
+
+class Role(str, Enum):
+    FOLLOWER = "follower"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    node_id: str
+    peers: tuple[str, ...]  # every member id, self included
+    group: str = "default"
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+    election_timeout_min_ms: int = ELECTION_TIMEOUT_MIN_MS
+    election_timeout_max_ms: int = ELECTION_TIMEOUT_MAX_MS
+    pre_vote: bool = True
+    check_quorum: bool = True
+    max_pending_requests: int = 10_000  # DLedger maxPendingRequestsNum
+    max_wait_ack_ms: int = 2_500  # DLedger maxWaitAckTimeMs
+    max_push_timeout_ms: int = 1_000  # DLedger maxPushTimeOutMs
+    max_push_batch_bytes: int = 1024 * 1024  # one APPEND push carries at most this many record bytes
+    max_pending_pushes: int = 64  # pushes in flight per follower (DLedger's pending window)
+    peer_push_throttle_point: int = 300 * 1024 * 1024  # DLedger: lag in bytes beyond which the quota applies
+    peer_push_quota: int = 20 * 1024 * 1024  # DLedger: bytes per second per lagging follower
+    preferred_leader_id: str | None = None
+    max_leadership_transfer_wait_index: int = 1_000  # DLedger: transferee must be this close to start
+    # Test-only: plant a known bug so the simulator can prove its checker fails. Names:
+    # "commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum".
+    planted_bugs: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        assert self.node_id in self.peers, f"{self.node_id} not in peers {self.peers}"
+        assert len(set(self.peers)) == len(self.peers)
+        assert self.heartbeat_interval_ms * 3 <= self.election_timeout_min_ms <= self.election_timeout_max_ms
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    term: int = 0
+    voted_for: str | None = None
+
+
+# -- events ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time advanced to now_ms (monotonic, caller's clock)."""
+
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAppend:
+    """A client's batch: one log write. client_id/seq make it idempotent (client_id 0 = not idempotent)."""
+
+    request_id: int
+    bodies: Sequence[bytes]
+    client_id: int = 0
+    seq: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The runtime wrote the Ready's appends; the store's end_index is now end_index (not yet durable)."""
+
+    end_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Durable:
+    """The store made everything ≤ index durable (after fdatasync, or after write() in flush mode async)."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFailed:
+    """A write or fsync failed (DISK_FULL, DISK_ERROR): a leader fails its pending requests and, for
+    DISK_ERROR, gives up leadership rather than heart-beating on while unable to store anything."""
+
+    code: ResponseCode
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TransferLeadership:
+    request_id: int
+    to: str
+
+
+Event = Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership
+
+
+# -- actions ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """Leader: encode and write bodies as entries first_index.. (store.append_batch)."""
+
+    first_index: int
+    term: int
+    bodies: Sequence[bytes]
+    timestamp_ms: int
+    producer: tuple[int, int] | None = None  # (client_id, seq)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRecords:
+    """Follower: write the leader's raw records first_index..last_index (store.append_records)."""
+
+    first_index: int
+    last_index: int
+    data: bytes | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """Answer to a ClientAppend or TransferLeadership. On SUCCESS for an append: entries
+    first_index..last_index of `term` are committed."""
+
+    request_id: int
+    code: ResponseCode
+    first_index: int = -1
+    last_index: int = -1
+    term: int = -1
+    leader_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    hard_state: HardState | None = None
+    truncate_after: int | None = None
+    appends: tuple[AppendBatch | AppendRecords, ...] = ()
+    messages: tuple[Message, ...] = ()
+    completions: tuple[Completion, ...] = ()
+    committed_index: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.hard_state or self.truncate_after is not None or self.appends or self.messages
+                    or self.completions or self.committed_index is not None)
+
+
+EMPTY_READY = Ready()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    node_id: str
+    role: Role
+    term: int
+    leader_id: str | None
+    begin_index: int
+    end_index: int
+    committed_index: int
+    watermarks: dict[str, int] = field(default_factory=dict)  # leader only: per-peer durable index
+    transferring_to: str | None = None

@@ -1,0 +1,114 @@
+"""The log store's interface, shared by FileStore (disk) and MemoryStore (tests, simulator).
+
+Indexes are 0-based. An empty store has begin_index 0 and end_index -1 (DLedger's ledgerEndIndex).
+The raft core only *reads* a store (LogView); the runtime or the simulator performs the writes the core
+asks for, in the order the core's Ready gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from .codec import Entry
+
+DEFAULT_MAX_ENTRY_BYTES = 4 * 1024 * 1024  # DLedger's 4 MiB entry buffer
+PRODUCER_WINDOW_BATCHES = 256  # idempotent batches remembered per client
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """Raw stored records first_index..last_index, as buffers to send or decode without re-encoding.
+
+    `chunks` are contiguous runs of records (one per data segment touched); padding is never included.
+    An empty read has last_index == first_index - 1 and no chunks.
+    """
+
+    first_index: int
+    last_index: int
+    chunks: tuple[bytes | memoryview, ...]
+    size_bytes: int
+
+    @property
+    def count(self) -> int:
+        return self.last_index - self.first_index + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    client_id: int
+    seq: int
+    first_index: int
+    last_index: int
+
+
+class LogView(Protocol):
+    """What the raft core may read."""
+
+    @property
+    def begin_index(self) -> int: ...
+    @property
+    def end_index(self) -> int: ...
+    @property
+    def end_term(self) -> int: ...
+    @property
+    def committed_index(self) -> int: ...
+
+    def term_at(self, index: int) -> int:
+        """Term of entry `index`; raises IndexOutOfRange outside [begin_index, end_index]."""
+
+    def end_for_bytes(self, start: int, max_bytes: int, max_count: int) -> int:
+        """Last index L ≥ start so that records start..L fit in max_bytes (at least one record)."""
+
+    def bytes_between(self, start: int, end: int) -> int:
+        """Stored size in bytes of records start..end inclusive (0 if end < start)."""
+
+    def find_producer_batch(self, client_id: int, seq: int) -> ProducerBatch | None: ...
+
+    def producer_last_seq(self, client_id: int) -> int | None: ...
+
+    def producer_window_floor(self, client_id: int) -> int | None:
+        """Oldest seq still remembered for this client (None if none)."""
+
+
+class LogStore(LogView, Protocol):
+    """The full store: reads for anyone, writes for the runtime/simulator."""
+
+    def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
+                     producer: tuple[int, int] | None = None) -> int:
+        """Leader path: encode and write entries end_index+1.. in one write; returns the new end_index.
+
+        Raises EmptyBatch, EntryTooLarge, DiskFull, DiskError. Not durable until flush().
+        """
+
+    def append_records(self, data: bytes | memoryview) -> int:
+        """Follower path: store the leader's raw records (contiguous, starting at end_index+1).
+
+        Validates every record (magic, sizes, body CRC, index continuity, chain CRC) and rewrites `pos`
+        for this node's layout; returns the new end_index. Raises CorruptEntry, DiskFull, DiskError.
+        """
+
+    def truncate_after(self, index: int) -> None:
+        """Drop every entry after `index` (index ≥ committed_index; index may be begin_index - 1)."""
+
+    def flush(self) -> int:
+        """Make everything written so far durable (fdatasync); returns the highest durable index."""
+
+    @property
+    def durable_index(self) -> int: ...
+
+    def set_committed_index(self, index: int) -> None:
+        """Record the commit point; persisted by the next checkpoint()."""
+
+    def checkpoint(self) -> None:
+        """Persist end and committed index atomically (write, fsync, rename, fsync dir)."""
+
+    def get(self, index: int) -> Entry:
+        """One entry, producer tag stripped; raises IndexOutOfRange or CorruptEntry."""
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
+        """Raw records from `start` (≤ end if given), at most max_bytes but at least one record."""
+
+    def chain_crc_at(self, index: int) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,167 @@
+"""The entry record and index unit on disk (INTERFACES.md "Entry on disk").
+
+DLedger's layout extended with a store timestamp, big-endian like DLedger's ByteBuffer:
+
+    magic i32 | total_size i32 | index i64 | term i64 | pos i64 | channel i32 |
+    chain_crc u32 | body_crc u32 | timestamp_ms i64 | body_size i32 | body
+
+`chain_crc` is CRC32C over (index, term, channel, body_crc, timestamp_ms, body_size) seeded with the
+previous entry's chain_crc, so a record's header is covered too and entry i's chain_crc names the whole
+prefix up to i. `pos` is left out of the chain on purpose: it is the record's offset in *this* node's data
+segments, which a follower rewrites in place when it stores the leader's bytes.
+
+Channel bit 0 (CHANNEL_PRODUCER_TAG): the stored body ends with a 20-byte producer tag
+(client_id u64, seq u64, batch_count u32) on the *last* entry of an idempotent batch, so any node that
+holds the batch can rebuild the dedup table from its log. `decode_*` strip the tag; users never see it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import crc32c as _crc32c
+
+ENTRY_MAGIC = 0x514C4531  # "QLE1"
+BLANK_MAGIC = 0x514C4230  # "QLB0": padding at a segment's end
+INDEX_MAGIC = 0x514C4931  # "QLI1"
+
+HEADER = struct.Struct(">iiqqqiIIqi")
+HEADER_SIZE = HEADER.size  # 56
+assert HEADER_SIZE == 56
+CHAIN = struct.Struct(">qqiIqi")  # index, term, channel, body_crc, timestamp_ms, body_size
+INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
+INDEX_UNIT_SIZE = INDEX_UNIT.size
+assert INDEX_UNIT_SIZE == 32
+BLANK = struct.Struct(">ii")  # magic, total_size
+MIN_BLANK_SIZE = BLANK.size
+
+POS_OFFSET = 24  # byte offset of `pos` inside the header
+POS = struct.Struct(">q")
+
+CHANNEL_PRODUCER_TAG = 1
+PRODUCER_TAG = struct.Struct(">QQI")  # client_id, seq, batch_count
+PRODUCER_TAG_SIZE = PRODUCER_TAG.size
+
+crc32c = _crc32c.crc32c
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry as users see it: the body without any producer tag."""
+
+    index: int
+    term: int
+    timestamp_ms: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RecordHeader:
+    magic: int
+    total_size: int
+    index: int
+    term: int
+    pos: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    timestamp_ms: int
+    body_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerTag:
+    client_id: int
+    seq: int
+    batch_count: int
+
+
+def chain_crc_of(prev_chain_crc: int, index: int, term: int, channel: int, body_crc: int,
+                 timestamp_ms: int, body_size: int) -> int:
+    return crc32c(CHAIN.pack(index, term, channel, body_crc, timestamp_ms, body_size), prev_chain_crc)
+
+
+def encode_batch(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int, first_pos: int,
+                 prev_chain_crc: int, producer: tuple[int, int] | None = None) -> tuple[bytearray, list[int], int]:
+    """Encode consecutive entries into one buffer: (buffer, each record's size, last chain_crc).
+
+    `first_pos` is the data-segment offset the first record will land at; records are assumed contiguous
+    (the caller splits a batch at segment ends). With `producer` = (client_id, seq) the last entry carries
+    the producer tag.
+    """
+    out = bytearray()
+    sizes: list[int] = []
+    chain = prev_chain_crc
+    pos = first_pos
+    last = len(bodies) - 1
+    pack_header = HEADER.pack
+    for i, body in enumerate(bodies):
+        channel = 0
+        if producer is not None and i == last:
+            body = bytes(body) + PRODUCER_TAG.pack(producer[0], producer[1], len(bodies))
+            channel = CHANNEL_PRODUCER_TAG
+        body_size = len(body)
+        body_crc = crc32c(body)
+        index = first_index + i
+        chain = crc32c(CHAIN.pack(index, term, channel, body_crc, timestamp_ms, body_size), chain)
+        total = HEADER_SIZE + body_size
+        out += pack_header(ENTRY_MAGIC, total, index, term, pos, channel, chain, body_crc, timestamp_ms, body_size)
+        out += body
+        sizes.append(total)
+        pos += total
+    return out, sizes, chain
+
+
+def read_header(buf, offset: int = 0) -> RecordHeader:
+    return RecordHeader(*HEADER.unpack_from(buf, offset))
+
+
+def iter_records(buf) -> Iterator[tuple[RecordHeader, memoryview]]:
+    """Walk contiguous records in `buf`, yielding (header, stored body). Raises CorruptEntry on a bad record.
+
+    Checks magic, sizes and body CRC; chain CRC is the store's job (it knows the previous entry).
+    """
+    from ..errors import CorruptEntry
+
+    view = memoryview(buf)
+    offset, end = 0, len(view)
+    while offset < end:
+        if end - offset < HEADER_SIZE:
+            raise CorruptEntry(f"truncated record header at offset {offset}")
+        h = RecordHeader(*HEADER.unpack_from(view, offset))
+        if h.magic != ENTRY_MAGIC:
+            raise CorruptEntry(f"bad magic {h.magic:#x} at offset {offset}")
+        if h.body_size < 0 or h.total_size != HEADER_SIZE + h.body_size or offset + h.total_size > end:
+            raise CorruptEntry(f"bad sizes total={h.total_size} body={h.body_size} at offset {offset}")
+        body = view[offset + HEADER_SIZE: offset + h.total_size]
+        if crc32c(body) != h.body_crc:
+            raise CorruptEntry(f"body crc mismatch for index {h.index} at offset {offset}")
+        yield h, body
+        offset += h.total_size
+
+
+def split_producer_tag(channel: int, body) -> tuple[bytes, ProducerTag | None]:
+    if channel & CHANNEL_PRODUCER_TAG:
+        cut = len(body) - PRODUCER_TAG_SIZE
+        return bytes(body[:cut]), ProducerTag(*PRODUCER_TAG.unpack_from(body, cut))
+    return bytes(body), None
+
+
+def decode_records(buf) -> list[Entry]:
+    """Raw stored records (as read() returns them) → user-visible entries."""
+    out = []
+    for h, body in iter_records(buf):
+        user_body, _ = split_producer_tag(h.channel, body)
+        out.append(Entry(h.index, h.term, h.timestamp_ms, user_body))
+    return out
+
+
+def encode_index_unit(pos: int, size: int, index: int, term: int) -> bytes:
+    return INDEX_UNIT.pack(INDEX_MAGIC, pos, size, index, term)
+
+
+def encode_blank(size: int) -> bytes:
+    assert size >= MIN_BLANK_SIZE
+    return BLANK.pack(BLANK_MAGIC, size) + bytes(size - MIN_BLANK_SIZE)

@@ -1,0 +1,208 @@
+"""MemoryStore: the LogStore interface in memory, for the raft core's tests and the simulator.
+
+It keeps the same record bytes a FileStore would (so pushes carry real records), and models durability:
+`crash()` loses whatever was not flushed, as a kill -9 before fdatasync would.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+from ..errors import CorruptEntry, EmptyBatch, EntryTooLarge, IndexOutOfRange
+from . import codec
+from .base import DEFAULT_MAX_ENTRY_BYTES, PRODUCER_WINDOW_BATCHES, ProducerBatch, Records
+from .codec import Entry
+
+
+class MemoryStore:
+    def __init__(self, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
+        self.max_entry_bytes = max_entry_bytes
+        self._begin = 0
+        self._records: list[bytes] = []
+        self._terms: list[int] = []
+        self._chains: list[int] = []
+        self._offsets: list[int] = [0]  # prefix sums of record sizes; len == len(records) + 1
+        self._durable = -1
+        self._committed = -1
+        self._checkpoint_committed = -1
+        self._producers: dict[int, OrderedDict[int, tuple[int, int]]] = {}
+
+    # -- reads -------------------------------------------------------------------------------------
+    @property
+    def begin_index(self) -> int:
+        return self._begin
+
+    @property
+    def end_index(self) -> int:
+        return self._begin + len(self._records) - 1
+
+    @property
+    def end_term(self) -> int:
+        return self._terms[-1] if self._terms else -1
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    @property
+    def durable_index(self) -> int:
+        return self._durable
+
+    def _slot(self, index: int) -> int:
+        if not self._begin <= index <= self.end_index:
+            raise IndexOutOfRange(f"index {index} outside [{self._begin}, {self.end_index}]")
+        return index - self._begin
+
+    def term_at(self, index: int) -> int:
+        return self._terms[self._slot(index)]
+
+    def chain_crc_at(self, index: int) -> int:
+        return self._chains[self._slot(index)]
+
+    def bytes_between(self, start: int, end: int) -> int:
+        if end < start:
+            return 0
+        return self._offsets[self._slot(end) + 1] - self._offsets[self._slot(start)]
+
+    def end_for_bytes(self, start: int, max_bytes: int, max_count: int) -> int:
+        s = self._slot(start)
+        last = min(len(self._records) - 1, s + max(1, max_count) - 1)
+        limit = self._offsets[s] + max_bytes
+        lo, hi = s, last  # largest slot j in [s, last] with offsets[j+1] <= limit, at least s
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._offsets[mid + 1] <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        return self._begin + lo
+
+    def get(self, index: int) -> Entry:
+        (entry,) = codec.decode_records(self._records[self._slot(index)])
+        return entry
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
+        last = self.end_index if end is None else min(end, self.end_index)
+        if start > last:
+            return Records(start, start - 1, (), 0)
+        stop = self.end_for_bytes(start, max_bytes, last - start + 1)
+        data = b"".join(self._records[self._slot(start): self._slot(stop) + 1])
+        return Records(start, stop, (data,), len(data))
+
+    def find_producer_batch(self, client_id: int, seq: int) -> ProducerBatch | None:
+        hit = self._producers.get(client_id, {}).get(seq)
+        return ProducerBatch(client_id, seq, *hit) if hit else None
+
+    def producer_last_seq(self, client_id: int) -> int | None:
+        window = self._producers.get(client_id)
+        return max(window) if window else None
+
+    def producer_window_floor(self, client_id: int) -> int | None:
+        window = self._producers.get(client_id)
+        return min(window) if window else None
+
+    # -- writes ------------------------------------------------------------------------------------
+    def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
+                     producer: tuple[int, int] | None = None) -> int:
+        if not bodies:
+            raise EmptyBatch("empty batch")
+        for body in bodies:
+            if len(body) > self.max_entry_bytes:
+                raise EntryTooLarge(f"entry of {len(body)} bytes > max_entry_bytes {self.max_entry_bytes}")
+        first = self.end_index + 1
+        prev_chain = self._chains[-1] if self._chains else 0
+        buf, sizes, _ = codec.encode_batch(first, term, bodies, timestamp_ms, self._offsets[-1], prev_chain, producer)
+        self._append_encoded(bytes(buf), sizes)
+        return self.end_index
+
+    def append_records(self, data: bytes | memoryview) -> int:
+        prev_chain = self._chains[-1] if self._chains else 0
+        expected = self.end_index + 1
+        recs, sizes = [], []
+        for h, _body in codec.iter_records(data):
+            if h.index != expected:
+                raise CorruptEntry(f"record index {h.index}, expected {expected}")
+            chain = codec.chain_crc_of(prev_chain, h.index, h.term, h.channel, h.body_crc, h.timestamp_ms, h.body_size)
+            if chain != h.chain_crc and (self._records or self._begin == 0):
+                raise CorruptEntry(f"chain crc mismatch at index {h.index}")
+            prev_chain = h.chain_crc
+            expected += 1
+            sizes.append(h.total_size)
+        if not sizes:
+            raise EmptyBatch("no records")
+        view = memoryview(data)
+        off = 0
+        pos = self._offsets[-1]
+        for size in sizes:
+            rec = bytearray(view[off: off + size])
+            codec.POS.pack_into(rec, codec.POS_OFFSET, pos)  # this node's layout
+            recs.append(bytes(rec))
+            off += size
+            pos += size
+        self._append_encoded(b"".join(recs), sizes)
+        return self.end_index
+
+    def _append_encoded(self, buf: bytes, sizes: list[int]) -> None:
+        off = 0
+        for size in sizes:
+            rec = buf[off: off + size]
+            off += size
+            h = codec.read_header(rec)
+            self._records.append(rec)
+            self._terms.append(h.term)
+            self._chains.append(h.chain_crc)
+            self._offsets.append(self._offsets[-1] + size)
+            if h.channel & codec.CHANNEL_PRODUCER_TAG:
+                tag = codec.PRODUCER_TAG.unpack_from(rec, size - codec.PRODUCER_TAG_SIZE)
+                self._remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
+
+    def _remember(self, client_id: int, seq: int, first: int, last: int) -> None:
+        window = self._producers.setdefault(client_id, OrderedDict())
+        window[seq] = (first, last)
+        window.move_to_end(seq)
+        while len(window) > PRODUCER_WINDOW_BATCHES:
+            window.popitem(last=False)
+
+    def truncate_after(self, index: int) -> None:
+        assert index >= self._committed, f"truncate_after({index}) below committed {self._committed}"
+        assert index >= self._begin - 1
+        keep = index - self._begin + 1
+        if keep >= len(self._records):
+            return
+        del self._records[keep:], self._terms[keep:], self._chains[keep:], self._offsets[keep + 1:]
+        self._durable = min(self._durable, index)
+        self._rebuild_producers()
+
+    def _rebuild_producers(self) -> None:
+        self._producers.clear()
+        for rec in self._records:
+            h = codec.read_header(rec)
+            if h.channel & codec.CHANNEL_PRODUCER_TAG:
+                tag = codec.PRODUCER_TAG.unpack_from(rec, h.total_size - codec.PRODUCER_TAG_SIZE)
+                self._remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
+
+    def flush(self) -> int:
+        self._durable = self.end_index
+        return self._durable
+
+    def set_committed_index(self, index: int) -> None:
+        assert index <= self.end_index, f"commit {index} beyond end {self.end_index}"
+        self._committed = max(self._committed, index)
+
+    def checkpoint(self) -> None:
+        self._checkpoint_committed = min(self._committed, self._durable)
+
+    def close(self) -> None:
+        pass
+
+    # -- simulation --------------------------------------------------------------------------------
+    def crash(self, keep_unflushed: int = 0) -> None:
+        """Lose what was not flushed, except the first `keep_unflushed` unflushed entries (the OS may have
+        written some of them back before the crash)."""
+        keep_to = min(self.end_index, self._durable + max(0, keep_unflushed))
+        keep = keep_to - self._begin + 1
+        del self._records[keep:], self._terms[keep:], self._chains[keep:], self._offsets[keep + 1:]
+        self._durable = self.end_index
+        self._committed = min(self._checkpoint_committed, self.end_index)
+        self._rebuild_producers()

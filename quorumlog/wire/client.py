@@ -1,0 +1,86 @@
+"""Client requests and responses (client ↔ any node). Pure data; the transport packs them.
+
+Every request carries a request_id chosen by the client, echoed in its response, so many requests can be
+in flight on one connection (pipelining).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..codes import ResponseCode
+from ..store.base import Records
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    request_id: int
+    bodies: tuple[bytes, ...]
+    client_id: int = 0  # 0: not idempotent
+    seq: int = -1  # per-client batch sequence, increasing
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None  # set with NOT_LEADER when known
+    first_index: int = -1
+    last_index: int = -1
+    term: int = -1
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Committed entries from `start` (≤ end when end ≥ 0), at most max_bytes (at least one entry).
+
+    wait_ms > 0: if nothing is committed at `start` yet, hold the request up to wait_ms and answer as soon
+    as something commits (long-poll for `read --follow`), never by sleeping in a loop.
+    """
+
+    request_id: int
+    start: int
+    end: int = -1
+    max_bytes: int = 1024 * 1024
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    request_id: int
+    code: ResponseCode
+    begin_index: int = 0
+    committed_index: int = -1
+    records: Records | None = None  # raw stored records, as the store holds them
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusResponse:
+    request_id: int
+    code: ResponseCode
+    status_json: bytes = b"{}"  # the same document as HTTP /status
+
+
+@dataclass(frozen=True, slots=True)
+class TransferLeaderRequest:
+    request_id: int
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransferLeaderResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None
+    message: str = ""
+
+
+ClientRequest = AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest
+ClientResponse = AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse

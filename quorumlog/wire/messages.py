@@ -1,0 +1,132 @@
+"""Peer messages of the replication protocol (DLedger's requests, in our shape).
+
+Pure data: no encoding here (the transport packs them), no behaviour (the raft core makes and reads them).
+Every peer message names its sender (`frm`), its receiver (`to`) and the sender's `term`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from ..codes import ResponseCode
+from ..store.base import Records
+
+
+class PushType(IntEnum):
+    """DLedger's PushEntryRequest.Type."""
+
+    APPEND = 0
+    COMMIT = 1
+    COMPARE = 2
+    TRUNCATE = 3
+
+
+class VoteResult(IntEnum):
+    """DLedger's VoteResponse.RESULT."""
+
+    UNKNOWN = 0
+    ACCEPT = 1
+    REJECT_UNKNOWN_LEADER = 2
+    REJECT_UNEXPECTED_LEADER = 3
+    REJECT_EXPIRED_VOTE_TERM = 4
+    REJECT_ALREADY_VOTED = 5
+    REJECT_ALREADY_HAS_LEADER = 6
+    REJECT_TERM_NOT_READY = 7
+    REJECT_TERM_SMALL_THAN_LEDGER = 8
+    REJECT_EXPIRED_LEDGER_TERM = 9
+    REJECT_SMALL_LEDGER_END_INDEX = 10
+    REJECT_TAKING_LEADERSHIP = 11
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    frm: str
+    to: str
+    term: int  # for a pre-vote: the term the candidate *would* campaign in; nothing is persisted
+    last_index: int  # candidate's ledger_end_index
+    last_term: int  # candidate's ledger_end_term
+    pre_vote: bool = False
+    leadership_transfer: bool = False  # sent on the leader's behalf: voters ignore their leader lease
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    frm: str
+    to: str
+    term: int
+    result: VoteResult
+    pre_vote: bool = False
+
+    @property
+    def granted(self) -> bool:
+        return self.result == VoteResult.ACCEPT
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    frm: str
+    to: str
+    term: int
+    committed_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    frm: str
+    to: str
+    term: int
+    code: ResponseCode
+
+
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    """One push from a leader's EntryDispatcher to a follower's EntryHandler.
+
+    COMPARE: does the follower hold entry `prev_index` with `prev_term`?
+    TRUNCATE: keep entries ≤ `prev_index` (they match), drop the rest.
+    APPEND: `records` hold entries first_index..last_index, which follow prev_index/prev_term.
+    COMMIT: nothing to store; carries `committed_index` only.
+    """
+
+    frm: str
+    to: str
+    term: int
+    push_type: PushType
+    committed_index: int
+    prev_index: int = -1
+    prev_term: int = -1
+    first_index: int = -1
+    last_index: int = -2
+    records: Records | None = None
+
+    @property
+    def count(self) -> int:
+        return self.last_index - self.first_index + 1 if self.records is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class PushResponse:
+    frm: str
+    to: str
+    term: int
+    push_type: PushType
+    code: ResponseCode
+    index: int  # APPEND: last index now durable on the follower (its watermark); COMPARE/TRUNCATE: prev_index asked
+    end_index: int  # follower's ledger_end_index, a hint for COMPARE
+    begin_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TakeLeadershipRequest:
+    """Leader → transferee: you are caught up; campaign now (DLedger's leadership transfer)."""
+
+    frm: str
+    to: str
+    term: int
+
+
+Message = (
+    VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse
+    | TakeLeadershipRequest
+)

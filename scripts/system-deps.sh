@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Debian packages the project needs on a fresh machine. Idempotent: installs only what is missing.
+set -euo pipefail
+need=()
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" != 0 ]; then echo "system-deps: missing ${need[*]} and not root; install them by hand" >&2; exit 1; fi
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
