@@ -1,0 +1,393 @@
+"""A node's configuration: one table of keys, read from TOML, then QUORUMLOG_* variables, then --flags.
+
+Precedence: flag > environment > file > default. The table (`CONFIG_KEYS`) is the single source: the node's
+argument parser and the CLI's `quorumlog node` generate their flags from it, and `render_markdown()` writes
+docs/configuration.md from it, so the docs cannot drift from the code.
+
+Names are DLedger's (DLedgerConfig) in snake_case; where a default differs from DLedger's the table says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .peers import Address, parse_peers
+from .raft import types as raft_types
+
+ENV_PREFIX = "QUORUMLOG_"
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A malformed configuration: the message names the key and the bad value."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    default: Any
+    type: str  # "str" | "int" | "float" | "bool" | "choice" | "peers"
+    doc: str
+    dledger: str = ""  # DLedger's name/default and why ours differs ("" = same as DLedger)
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    required: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def _k(name: str, default: Any, type_: str, doc: str, dledger: str = "", **kw: Any) -> ConfigKey:
+    return ConfigKey(name, default, type_, doc, dledger, **kw)
+
+
+CONFIG_KEYS: tuple[ConfigKey, ...] = (
+    # -- identity -------------------------------------------------------------------------------------------
+    _k("group", "default", "str", "Name of the Raft group; peers of another group are refused (UNKNOWN_GROUP).",
+       "DLedger `group`, same default."),
+    _k("node_id", None, "str", "This node's id; must be one of `peers`.",
+       "DLedger `selfId` (default `n0`): required here, so two nodes never both default to n0.",
+       aliases=("id",), required=True),
+    _k("peers", None, "peers", "Every member: `n0=127.0.0.1:7001,n1=...` (DLedger's `n0-host:port;n1-...` accepted).",
+       "DLedger `peers`; both spellings accepted.", required=True),
+    _k("data_dir", None, "str", "Directory of this node's store (segments, index, checkpoint, hard state).",
+       "DLedger `storeBaseDir` (default ~/dledgerstore): required, no hidden default in $HOME.", required=True),
+    _k("bind_host", "", "str", "Address to listen on; empty = the host given for this node in `peers`.",
+       "Not in DLedger (it binds the peers address)."),
+    _k("http_port", 0, "int", "Port of the HTTP /status and /metrics endpoint; 0 = off.",
+       "Not in DLedger (it has no HTTP endpoint).", minimum=0, maximum=65535),
+    # -- durability -----------------------------------------------------------------------------------------
+    _k("flush", "sync", "choice",
+       "`sync`: acknowledge an append only after a majority fdatasync'ed it (group commit). `async`: count an "
+       "entry once it reached the OS page cache; flushed in the background (a power loss can lose acked entries).",
+       "DLedger flushes asynchronously (`flushFileInterval` 10 ms) and acks before fsync; we default to `sync` "
+       "because an acknowledged entry must survive a crash of every node. `async` is DLedger's behaviour.",
+       choices=("sync", "async")),
+    _k("checkpoint_interval_ms", 1_000, "int", "How often the checkpoint (end index, committed index) is persisted.",
+       "DLedger persists its checkpoint from the flush service (every ~3 s).", minimum=10),
+    # -- election -------------------------------------------------------------------------------------------
+    _k("heartbeat_interval_ms", raft_types.HEARTBEAT_INTERVAL_MS, "int", "Leader heartbeat period.",
+       "DLedger `heartBeatTimeIntervalMs` = 2000: a LAN round trip is < 1 ms, so 100 ms gives sub-second failover.",
+       minimum=1),
+    _k("election_timeout_min_ms", raft_types.ELECTION_TIMEOUT_MIN_MS, "int",
+       "Lower bound of the randomized election timeout (≥ 3 heartbeats).",
+       "DLedger: `maxHeartBeatLeak` 3 × 2000 ms (~6 s) plus jitter; ours fails over in well under 1 s.", minimum=1),
+    _k("election_timeout_max_ms", raft_types.ELECTION_TIMEOUT_MAX_MS, "int",
+       "Upper bound of the randomized election timeout.", "See election_timeout_min_ms.", minimum=1),
+    _k("pre_vote", True, "bool", "Pre-vote before a real election, so a node rejoining after a partition does "
+       "not depose a healthy leader.", "DLedger has no pre-vote (its term bump on rejoin causes an election)."),
+    _k("check_quorum", True, "bool", "A leader that hears no majority for an election timeout steps down.",
+       "DLedger's leader steps down after `maxHeartBeatLeak` missed acks; same idea."),
+    _k("preferred_leader_id", "", "str",
+       "If set, leadership moves to this node once it has caught up (empty = none).",
+       "DLedger `preferredLeaderIds` (one id here)."),
+    # -- client requests ------------------------------------------------------------------------------------
+    _k("max_pending_requests", 10_000, "int", "Appends waiting for a quorum before new ones get LEADER_PENDING_FULL.",
+       "DLedger `maxPendingRequestsNum`, same default.", minimum=1),
+    _k("max_wait_ack_ms", 2_500, "int", "An append not committed within this time gets WAIT_QUORUM_ACK_TIMEOUT.",
+       "DLedger `maxWaitAckTimeMs`, same default.", minimum=1),
+    _k("max_entry_bytes", 4 * MIB, "int", "Largest entry body; bigger ones get ENTRY_TOO_LARGE.",
+       "DLedger's 4 MiB entry buffer, same size.", minimum=1),
+    # -- replication ----------------------------------------------------------------------------------------
+    _k("max_push_timeout_ms", 1_000, "int", "A push not answered within this time is resent.",
+       "DLedger `maxPushTimeOutMs`, same default.", minimum=1),
+    _k("max_push_batch_bytes", 1 * MIB, "int", "Record bytes carried by one APPEND push.",
+       "DLedger pushes one entry per request (batch push is optional, 4 KiB); we always batch, bounded by bytes.",
+       minimum=1),
+    _k("max_pending_pushes", 64, "int", "Pushes in flight per follower.",
+       "DLedger `maxPendingSize` = 1000 entries; ours counts batched pushes, so 64 batches cover more data.",
+       minimum=1),
+    _k("peer_push_throttle_point", 300 * MIB, "int", "Lag in bytes beyond which a follower's push rate is capped.",
+       "DLedger `peerPushThrottlePoint`, same default.", minimum=0),
+    _k("peer_push_quota", 20 * MIB, "int", "Bytes per second pushed to a follower lagging beyond the throttle point.",
+       "DLedger `peerPushQuota`, same default.", minimum=1),
+    # -- store ----------------------------------------------------------------------------------------------
+    _k("data_segment_size", 1024 * MIB, "int", "Size of one preallocated data segment file, in bytes.",
+       "DLedger `mappedFileSizeForEntryData`, same default (small values are for tests).", minimum=4096),
+    _k("disk_full_ratio", 0.90, "float", "Disk usage ratio at which appends are refused with DISK_FULL "
+       "(reads keep working).", "DLedger `diskFullRatio`, same default.", minimum=0.0, maximum=1.0),
+    _k("file_reserved_hours", 72, "int", "Segments older than this, and below what every replica holds, are deleted.",
+       "DLedger `fileReservedHours`, same default; we also never delete what a lagging replica still needs.",
+       minimum=0),
+    _k("retention_interval_ms", 60_000, "int", "How often retention runs.",
+       "DLedger checks every `cleanSpaceIntervalMs`-like period in its flush service.", minimum=10),
+    # -- transport ------------------------------------------------------------------------------------------
+    _k("max_frame_bytes", 16 * MIB, "int", "Largest frame on the wire; an absurd length prefix closes the connection.",
+       "Not in DLedger (Netty's frame decoder limit); must exceed max_entry_bytes and max_push_batch_bytes.",
+       minimum=1024),
+    _k("max_connections", 1024, "int", "Client and peer connections accepted at once; more are closed.",
+       "Not in DLedger.", minimum=1),
+    _k("handshake_timeout_ms", 5_000, "int", "A connection that has not finished its handshake by then is closed.",
+       "Not in DLedger.", minimum=1),
+    # -- runtime --------------------------------------------------------------------------------------------
+    _k("tick_interval_ms", 10, "int", "How often the core is told the time.", "Not in DLedger (its threads sleep).",
+       minimum=1, maximum=1000),
+    _k("log_level", "info", "choice", "Logging level.", "", choices=("debug", "info", "warning", "error")),
+)
+
+KEYS_BY_NAME: dict[str, ConfigKey] = {}
+for _key in CONFIG_KEYS:
+    for _n in (_key.name, *_key.aliases):
+        KEYS_BY_NAME[_n] = _key
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: str
+    peers: dict[str, Address]
+    data_dir: str
+    group: str = "default"
+    bind_host: str = ""
+    http_port: int = 0
+    flush: str = "sync"
+    checkpoint_interval_ms: int = 1_000
+    heartbeat_interval_ms: int = raft_types.HEARTBEAT_INTERVAL_MS
+    election_timeout_min_ms: int = raft_types.ELECTION_TIMEOUT_MIN_MS
+    election_timeout_max_ms: int = raft_types.ELECTION_TIMEOUT_MAX_MS
+    pre_vote: bool = True
+    check_quorum: bool = True
+    preferred_leader_id: str = ""
+    max_pending_requests: int = 10_000
+    max_wait_ack_ms: int = 2_500
+    max_entry_bytes: int = 4 * MIB
+    max_push_timeout_ms: int = 1_000
+    max_push_batch_bytes: int = 1 * MIB
+    max_pending_pushes: int = 64
+    peer_push_throttle_point: int = 300 * MIB
+    peer_push_quota: int = 20 * MIB
+    data_segment_size: int = 1024 * MIB
+    disk_full_ratio: float = 0.90
+    file_reserved_hours: int = 72
+    retention_interval_ms: int = 60_000
+    max_frame_bytes: int = 16 * MIB
+    max_connections: int = 1024
+    handshake_timeout_ms: int = 5_000
+    tick_interval_ms: int = 10
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def address(self) -> Address:
+        return self.peers[self.node_id]
+
+    @property
+    def listen_host(self) -> str:
+        return self.bind_host or self.peers[self.node_id][0]
+
+    def raft_config(self) -> raft_types.RaftConfig:
+        return raft_types.RaftConfig(
+            node_id=self.node_id, peers=tuple(self.peers), group=self.group,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            election_timeout_min_ms=self.election_timeout_min_ms,
+            election_timeout_max_ms=self.election_timeout_max_ms,
+            pre_vote=self.pre_vote, check_quorum=self.check_quorum,
+            max_pending_requests=self.max_pending_requests, max_wait_ack_ms=self.max_wait_ack_ms,
+            max_push_timeout_ms=self.max_push_timeout_ms, max_push_batch_bytes=self.max_push_batch_bytes,
+            max_pending_pushes=self.max_pending_pushes, peer_push_throttle_point=self.peer_push_throttle_point,
+            peer_push_quota=self.peer_push_quota, preferred_leader_id=self.preferred_leader_id or None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["peers"] = {k: f"{h}:{p}" for k, (h, p) in self.peers.items()}
+        return d
+
+
+def _validate(c: NodeConfig) -> None:
+    for key in CONFIG_KEYS:
+        value = getattr(c, key.name)
+        if key.minimum is not None and value < key.minimum:
+            raise ConfigError(f"{key.name}={value!r}: must be ≥ {key.minimum:g}")
+        if key.maximum is not None and value > key.maximum:
+            raise ConfigError(f"{key.name}={value!r}: must be ≤ {key.maximum:g}")
+        if key.choices and value not in key.choices:
+            raise ConfigError(f"{key.name}={value!r}: must be one of {', '.join(key.choices)}")
+    if c.node_id not in c.peers:
+        raise ConfigError(f"node_id={c.node_id!r}: not one of the peers ({', '.join(c.peers)})")
+    if c.preferred_leader_id and c.preferred_leader_id not in c.peers:
+        raise ConfigError(f"preferred_leader_id={c.preferred_leader_id!r}: not one of the peers")
+    if not c.data_dir:
+        raise ConfigError("data_dir: required")
+    if c.heartbeat_interval_ms * 3 > c.election_timeout_min_ms:
+        raise ConfigError(f"heartbeat_interval_ms={c.heartbeat_interval_ms}: must be ≤ election_timeout_min_ms/3 "
+                          f"({c.election_timeout_min_ms}/3)")
+    if c.election_timeout_min_ms > c.election_timeout_max_ms:
+        raise ConfigError(f"election_timeout_min_ms={c.election_timeout_min_ms}: must be ≤ election_timeout_max_ms "
+                          f"({c.election_timeout_max_ms})")
+    # A frame carries one entry (plus headers) or one push batch; both must fit.
+    need = max(c.max_entry_bytes, c.max_push_batch_bytes) + 64 * 1024
+    if c.max_frame_bytes < need:
+        raise ConfigError(f"max_frame_bytes={c.max_frame_bytes}: must be ≥ max(max_entry_bytes, "
+                          f"max_push_batch_bytes) + 64 KiB = {need}")
+
+
+# -- parsing ---------------------------------------------------------------------------------------------------
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _convert(key: ConfigKey, value: Any, source: str) -> Any:
+    """One raw value (TOML value, env string or flag) → the key's type; ConfigError names key and source."""
+    where = f"{key.name}={value!r} (from {source})"
+    if value is None:
+        return None
+    try:
+        if key.type in ("str", "choice"):
+            if not isinstance(value, str):
+                raise TypeError("expected a string")
+            return value.strip()
+        if key.type == "peers":
+            if isinstance(value, Mapping):  # TOML table form: [peers] n0 = "127.0.0.1:7001"
+                value = ",".join(f"{k}={v}" for k, v in value.items())
+            if not isinstance(value, str):
+                raise TypeError("expected a peers string like n0=127.0.0.1:7001,n1=...")
+            return parse_peers(value)
+        if key.type == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+                return value.strip().lower() in _TRUE
+            raise TypeError("expected true or false")
+        if key.type == "int":
+            if isinstance(value, bool):
+                raise TypeError("expected an integer")
+            if isinstance(value, int):
+                return value
+            if isinstance(value, str):
+                return int(value.strip().replace("_", ""))
+            raise TypeError("expected an integer")
+        if key.type == "float":
+            if isinstance(value, bool):
+                raise TypeError("expected a number")
+            if isinstance(value, (int, float)):
+                return float(value)
+            if isinstance(value, str):
+                return float(value.strip())
+            raise TypeError("expected a number")
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+    raise AssertionError(f"unknown key type {key.type}")
+
+
+def _canonical(name: str, source: str) -> ConfigKey:
+    key = KEYS_BY_NAME.get(name.replace("-", "_"))
+    if key is None:
+        raise ConfigError(f"unknown configuration key {name!r} (from {source})")
+    return key
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config={path!r}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config={path!r}: not valid TOML: {e}") from None
+    # Accept keys at the top level or under a [node] table.
+    node = data.pop("node", None)
+    if isinstance(node, dict):
+        data.update(node)
+    return data
+
+
+def load_config(config_file: str | None = None, *, env: Mapping[str, str] | None = None,
+                flags: Mapping[str, Any] | None = None) -> NodeConfig:
+    """Build a NodeConfig: defaults < TOML file < QUORUMLOG_* environment < flags (None = not given).
+
+    Raises ConfigError naming the first bad key and value; nothing is written.
+    """
+    env = os.environ if env is None else env
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    config_file = flags.pop("config", None) or config_file or env.get(ENV_PREFIX + "CONFIG") or None
+    values: dict[str, Any] = {k.name: k.default for k in CONFIG_KEYS}
+    if config_file:
+        for name, raw in read_toml(config_file).items():
+            key = _canonical(name, f"config file {config_file}")
+            values[key.name] = _convert(key, raw, f"config file {config_file}")
+    for key in CONFIG_KEYS:
+        for env_name in (key.env, *(ENV_PREFIX + a.upper() for a in key.aliases)):
+            if env_name in env and env[env_name] != "":
+                values[key.name] = _convert(key, env[env_name], f"environment {env_name}")
+    for name, raw in flags.items():
+        key = _canonical(name, "flags")
+        values[key.name] = _convert(key, raw, f"flag {key.flag}")
+    for key in CONFIG_KEYS:
+        if key.required and not values.get(key.name):
+            raise ConfigError(f"{key.name}: required (give {key.flag}, {key.env} or `{key.name}` in the config file)")
+    return NodeConfig(**values)
+
+
+# -- docs ------------------------------------------------------------------------------------------------------
+def _fmt_default(key: ConfigKey) -> str:
+    d = key.default
+    if d is None:
+        return "*(required)*"
+    if isinstance(d, bool):
+        return "`true`" if d else "`false`"
+    if isinstance(d, int) and d >= MIB and d % MIB == 0:
+        return f"`{d}` ({d // MIB} MiB)"
+    if d == "":
+        return '`""`'
+    return f"`{d}`"
+
+
+def render_markdown() -> str:
+    """docs/configuration.md, generated from CONFIG_KEYS."""
+    lines = [
+        "# Configuration",
+        "",
+        "<!-- generated by `python -m quorumlog.config > docs/configuration.md`; edit quorumlog/config.py -->",
+        "",
+        "A node reads one TOML file (`--config F`, keys at the top level or under `[node]`), then environment",
+        "variables `QUORUMLOG_<KEY>`, then command-line flags `--<key-with-dashes>`; a flag beats a variable,",
+        "which beats the file, which beats the default. A malformed value stops the node with exit code 2 and one",
+        "message naming the key, before anything is written. Names are DLedger's (DLedgerConfig) in snake_case.",
+        "",
+        "| key | default | type | meaning | vs. DLedger |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for k in CONFIG_KEYS:
+        type_ = "/".join(k.choices) if k.choices else k.type
+        name = f"`{k.name}`" + (" (alias " + ", ".join(f"`{a}`" for a in k.aliases) + ")" if k.aliases else "")
+        lines.append(f"| {name} | {_fmt_default(k)} | {type_} | {k.doc} | {k.dledger or '—'} |")
+    lines += [
+        "",
+        "Example `node.toml`:",
+        "",
+        "```toml",
+        'group = "default"',
+        'node_id = "n0"',
+        'peers = "n0=127.0.0.1:7001,n1=127.0.0.1:7002,n2=127.0.0.1:7003"',
+        'data_dir = "/var/lib/quorumlog/n0"',
+        "http_port = 8001",
+        'flush = "sync"',
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def add_argparse_flags(parser: Any) -> None:
+    """Add one --flag per key (value kept as a string; load_config converts and validates)."""
+    for k in CONFIG_KEYS:
+        names = [k.flag] + ["--" + a.replace("_", "-") for a in k.aliases]
+        parser.add_argument(*names, dest=k.name, default=None, metavar=k.type.upper(),
+                            help=f"{k.doc} [env {k.env}; default {k.default!r}]".replace("%", "%%"))
+
+
+if __name__ == "__main__":
+    print(render_markdown(), end="")
