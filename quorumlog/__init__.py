@@ -1,7 +1,17 @@
 """quorumlog: a replicated, durable, ordered log (DLedger-style Raft) with a PySpark data pipeline."""
 
+from .client import AppendResult, BlockingClient, Client, Entry, NodeStatus, connect
 from .codes import ResponseCode
-from .errors import QuorumLogError
+from .errors import (BadRequest, CorruptEntry, DiskError, DiskFull, DuplicateSequenceTooOld, EmptyBatch,
+                     EntryTooLarge, IndexOutOfRange, LeaderPendingFull, LeaderTransferring, NetworkError,
+                     NotLeader, ProtocolError, QuorumLogError, TermChanged, Timeout, UnknownGroup, UnknownMember,
+                     WaitQuorumAckTimeout)
 
 __version__ = "0.1.0"
-__all__ = ["QuorumLogError", "ResponseCode", "__version__"]
+__all__ = [
+    "AppendResult", "BadRequest", "BlockingClient", "Client", "CorruptEntry", "DiskError", "DiskFull",
+    "DuplicateSequenceTooOld", "EmptyBatch", "Entry", "EntryTooLarge", "IndexOutOfRange", "LeaderPendingFull",
+    "LeaderTransferring", "NetworkError", "NodeStatus", "NotLeader", "ProtocolError", "QuorumLogError",
+    "ResponseCode", "TermChanged", "Timeout", "UnknownGroup", "UnknownMember", "WaitQuorumAckTimeout",
+    "__version__", "connect",
+]

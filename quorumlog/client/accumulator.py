@@ -1,0 +1,126 @@
+"""Coalesces concurrent append() calls into few batches (Kafka's RecordAccumulator, in one task).
+
+A batch leaves when a send slot is free (at most max_in_flight batches in flight), after linger_ms, or as
+soon as max_batch_bytes are waiting. While every slot is busy, new appends pile up and leave together:
+many callers, few frames, with no added latency for a lone writer when linger_ms is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Sequence
+
+from ..errors import NetworkError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PendingAppend:
+    body: bytes
+    future: asyncio.Future
+
+
+SendBatch = Callable[[Sequence[PendingAppend]], Awaitable[None]]
+
+
+class Accumulator:
+    def __init__(self, send_batch: SendBatch, *, linger_ms: float, max_batch_bytes: int, max_in_flight: int) -> None:
+        assert max_batch_bytes > 0 and max_in_flight > 0 and linger_ms >= 0
+        self._send_batch = send_batch
+        self._linger_s = linger_ms / 1000
+        self._max_batch_bytes = max_batch_bytes
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._pending: deque[PendingAppend] = deque()
+        self._pending_bytes = 0
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()
+        self._closing = False
+        # Not a TaskGroup: the client outlives any one `async with` block. Tasks are tracked here and
+        # awaited or cancelled by close().
+        self._tasks: set[asyncio.Task] = set()
+        self._sender = asyncio.get_running_loop().create_task(self._run(), name="quorumlog-accumulator")
+        self.batches_sent = 0
+
+    async def add(self, body: bytes):
+        if self._closing:
+            raise NetworkError("client is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append(PendingAppend(body, fut))
+        self._pending_bytes += len(body)
+        self._wake.set()
+        if self._pending_bytes >= self._max_batch_bytes:
+            self._full.set()
+        # Cancelling the caller cancels fut: an entry still waiting here is dropped; one already on the
+        # wire stays in its batch and may still commit.
+        return await fut
+
+    def _take(self) -> list[PendingAppend]:
+        batch: list[PendingAppend] = []
+        size = 0
+        while self._pending:
+            nxt = self._pending[0]
+            if batch and size + len(nxt.body) > self._max_batch_bytes:
+                break
+            self._pending.popleft()
+            if nxt.future.cancelled():
+                continue  # cancelled before it left: not sent at all
+            batch.append(nxt)
+            size += len(nxt.body)
+        self._pending_bytes = sum(len(p.body) for p in self._pending) if self._pending else 0
+        if self._pending_bytes < self._max_batch_bytes:
+            self._full.clear()
+        return batch
+
+    async def _run(self) -> None:
+        while True:
+            while not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+            if self._linger_s > 0 and self._pending_bytes < self._max_batch_bytes and not self._closing:
+                try:
+                    await asyncio.wait_for(self._full.wait(), self._linger_s)
+                except asyncio.TimeoutError:
+                    pass
+            await self._slots.acquire()  # while every slot is busy, appends keep piling into the next batch
+            batch = self._take()
+            if not batch:
+                self._slots.release()
+                continue
+            self.batches_sent += 1
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[PendingAppend]) -> None:
+        try:
+            await self._send_batch(batch)
+        except Exception as e:  # the sender reports per caller; this is a last resort so no caller hangs
+            log.exception("append batch failed unexpectedly")
+            for p in batch:
+                if not p.future.done():
+                    p.future.set_exception(e)
+        finally:
+            self._slots.release()
+
+    async def close(self, timeout_ms: float) -> None:
+        """Let waiting and in-flight appends finish (bounded by timeout_ms), then stop; failing the rest."""
+        self._closing = True
+        self._full.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while (self._pending or self._tasks) and loop.time() < deadline:
+            waiters = [p.future for p in self._pending] + list(self._tasks)
+            await asyncio.wait(waiters, timeout=max(0.0, deadline - loop.time()))
+        self._sender.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(self._sender, *self._tasks, return_exceptions=True)
+        err = NetworkError("client closed before the append was sent")
+        while self._pending:
+            p = self._pending.popleft()
+            if not p.future.done():
+                p.future.set_exception(err)

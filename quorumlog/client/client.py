@@ -1,0 +1,410 @@
+"""quorumlog.Client: the asyncio client (aiokafka's producer shape).
+
+Leader discovery from any member (status), NOT_LEADER redirects, bounded retries with backoff, idempotent
+appends (a random 64-bit client id and one increasing seq per batch, reused on every retry of that batch),
+and coalescing of concurrent `append()` calls into few AppendRequest frames, many in flight on one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import warnings
+from typing import AsyncIterator, Iterable, Sequence
+
+from ..codes import ResponseCode
+from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexOutOfRange, NetworkError, NotLeader,
+                      QuorumLogError)
+from ..peers import Address, parse_peers
+from ..store.base import Records
+from ..store.codec import decode_records
+from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
+                           StatusResponse, TransferLeaderRequest, TransferLeaderResponse)
+from .accumulator import Accumulator, PendingAppend
+from .pool import DEFAULT_MAX_FRAME_BYTES, ConnectionPool
+from .retry import Deadline, backoff_ms, is_retriable, timeout_error
+from .types import AppendResult, Entry, NodeStatus
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_MS = 10_000  # one user call, all retries included
+DEFAULT_REQUEST_TIMEOUT_MS = 3_000  # one request on the wire (> DLedger's max_wait_ack_ms of 2.5 s)
+DEFAULT_MAX_RETRIES = 20
+DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
+DEFAULT_MAX_IN_FLIGHT = 32  # AppendRequests in flight per client
+DEFAULT_READ_MAX_BYTES = 1024 * 1024
+FOLLOW_WAIT_MS = 1_000  # one long-poll of read(follow=True); the node answers early when something commits
+U64_MAX = (1 << 64) - 1
+assert DEFAULT_REQUEST_TIMEOUT_MS <= DEFAULT_TIMEOUT_MS
+
+
+def _new_client_id() -> int:
+    """A random non-zero 64-bit id (0 means "not idempotent" on the wire)."""
+    return secrets.randbits(64) or 1
+
+
+class Client:
+    """Talks to one quorumlog group. Use as `async with quorumlog.Client(peers) as client:`.
+
+    `append()` from many tasks at once is coalesced into few frames; each caller still gets its own index.
+    Cancelling an awaiting `append()` does not cancel the append: it may still commit.
+    """
+
+    def __init__(self, peers: str | dict[str, Address], *, group: str = "default",
+                 timeout_ms: int = DEFAULT_TIMEOUT_MS, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+                 max_retries: int = DEFAULT_MAX_RETRIES, client_id: int | None = None, linger_ms: float = 0,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._closed = True  # until fully constructed, so __del__ of a failed __init__ stays quiet
+        self.peers: dict[str, Address] = dict(parse_peers(peers) if isinstance(peers, str) else peers)
+        if not self.peers:
+            raise ValueError("peers: no members")
+        if timeout_ms <= 0 or request_timeout_ms <= 0:
+            raise ValueError(f"timeout_ms={timeout_ms} and request_timeout_ms={request_timeout_ms} must be > 0")
+        if max_retries < 0 or max_in_flight < 1 or max_batch_bytes < 1 or linger_ms < 0:
+            raise ValueError("max_retries ≥ 0, max_in_flight ≥ 1, max_batch_bytes ≥ 1, linger_ms ≥ 0 required")
+        if client_id is not None and not 0 < client_id <= U64_MAX:
+            raise ValueError(f"client_id {client_id} must be in 1..2**64-1")
+        self.group = group
+        self.timeout_ms = timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.max_retries = max_retries
+        self.client_id = client_id if client_id is not None else _new_client_id()
+        self.linger_ms = linger_ms
+        self.max_batch_bytes = max_batch_bytes
+        self.max_in_flight = max_in_flight
+        self._pool = ConnectionPool(self.peers, group=group, client_name=f"client-{self.client_id:016x}",
+                                    max_frame_bytes=max_frame_bytes)
+        self._rng = random.Random()
+        self._next_request_id = 0
+        self._next_seq = 0
+        self._leader_id: str | None = None
+        self._discovery: asyncio.Future | None = None
+        self._accumulator: Accumulator | None = None
+        self._closed = False
+        self._close_done = False
+        self.frames_sent = 0  # AppendRequest frames sent (first tries and retries), for tests and bench
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Flush pending appends (bounded by timeout_ms), then close every connection. Idempotent."""
+        if self._close_done:
+            return
+        self._closed = True
+        self._close_done = True
+        if self._accumulator is not None:
+            await self._accumulator.close(self.timeout_ms)
+        await self._pool.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_close_done", True):
+            warnings.warn(f"quorumlog.Client {getattr(self, 'client_id', 0):016x} was never closed",
+                          ResourceWarning, stacklevel=2)
+
+    @property
+    def leader_id(self) -> str | None:
+        """The member this client currently believes leads (None until discovered)."""
+        return self._leader_id
+
+    def _check_open(self) -> None:
+        """For new user calls: refused once close() began."""
+        if self._closed:
+            raise NetworkError("client is closed")
+
+    def _check_alive(self) -> None:
+        """For retry loops: appends already accepted keep retrying while close() flushes them."""
+        if self._pool.closed:
+            raise NetworkError("client is closed")
+
+    def _request_id(self) -> int:
+        self._next_request_id += 1
+        return self._next_request_id
+
+    def next_seq(self) -> int:
+        """The next batch sequence of this client (increasing; one per batch, kept across its retries)."""
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    # -- appends -----------------------------------------------------------------------------------
+    async def append(self, body: bytes) -> AppendResult:
+        """Append one entry; concurrent calls share frames. Returns once a majority has it (committed)."""
+        self._check_open()
+        body = _as_bytes(body)
+        if self._accumulator is None:
+            self._accumulator = Accumulator(self._send_coalesced, linger_ms=self.linger_ms,
+                                            max_batch_bytes=self.max_batch_bytes, max_in_flight=self.max_in_flight)
+        return await self._accumulator.add(body)
+
+    async def append_batch(self, bodies: Iterable[bytes], *, client_id: int | None = None,
+                           seq: int | None = None) -> list[AppendResult]:
+        """Append bodies as one atomic batch (consecutive indexes, all or none).
+
+        `client_id`/`seq` fix the idempotence key, e.g. a Spark task that must append nothing twice across
+        its own retries; by default the client's id and its next seq. A key the group has seen answers with
+        the original indexes and stores nothing.
+        """
+        self._check_open()
+        batch = tuple(_as_bytes(b) for b in bodies)
+        if not batch:
+            raise EmptyBatch("append_batch: no bodies")
+        if (client_id is None) != (seq is None):
+            raise ValueError("append_batch: give both client_id and seq, or neither")
+        if client_id is None:
+            client_id, seq = self.client_id, self.next_seq()
+        elif not 0 < client_id <= U64_MAX or seq < 0:
+            raise ValueError(f"append_batch: client_id {client_id} must be in 1..2**64-1 and seq {seq} ≥ 0")
+        resp = await self._append_with_retries(batch, client_id, seq)
+        return [AppendResult(i, resp.term) for i in range(resp.first_index, resp.last_index + 1)]
+
+    async def _send_coalesced(self, pending: Sequence[PendingAppend]) -> None:
+        """The accumulator's sender: one idempotent batch for many callers, each gets its own index."""
+        bodies = tuple(p.body for p in pending)
+        try:
+            resp = await self._append_with_retries(bodies, self.client_id, self.next_seq())
+        except EntryTooLarge as e:
+            if len(pending) == 1:
+                _fail(pending, e)
+                return
+            # One caller's entry sank a shared batch: give every caller its own batch, so only it fails.
+            for p in pending:
+                await self._send_coalesced((p,))
+            return
+        except BaseException as e:
+            _fail(pending, e if isinstance(e, Exception) else NetworkError("client is closing"))
+            if not isinstance(e, Exception):
+                raise
+            return
+        for i, p in enumerate(pending):
+            if not p.future.done():  # a cancelled caller: the entry is committed all the same
+                p.future.set_result(AppendResult(resp.first_index + i, resp.term))
+
+    async def _append_with_retries(self, bodies: tuple[bytes, ...], client_id: int, seq: int) -> AppendResponse:
+        count = len(bodies)
+
+        def request() -> AppendRequest:
+            self.frames_sent += 1
+            return AppendRequest(self._request_id(), bodies, client_id, seq)
+
+        resp: AppendResponse = await self._leader_call(request, f"append of {count} entries (seq {seq})")
+        if resp.last_index - resp.first_index + 1 != count or resp.first_index < 0:
+            raise BadRequest(f"append: the node answered indexes {resp.first_index}..{resp.last_index} "
+                             f"for {count} entries")
+        return resp
+
+    # -- leader calls: discovery, redirect, retries -------------------------------------------------
+    async def _leader_call(self, make_request, what: str):
+        """Send make_request() to the leader until SUCCESS, following NOT_LEADER and retrying what may pass.
+
+        Every attempt of an idempotent append carries the same client_id/seq, so a retry after a lost
+        answer returns the first attempt's indexes instead of storing the batch twice.
+        """
+        deadline = Deadline.after_ms(self.timeout_ms)
+        attempt = 0
+        last: BaseException | None = None
+        while True:
+            self._check_alive()
+            redirect = False
+            leader: str | None = None
+            try:
+                leader = await self._find_leader(deadline)
+                resp = await self._pool.call(leader, make_request(),
+                                             min(self.request_timeout_ms, max(1.0, deadline.remaining_ms())))
+                if resp.code == ResponseCode.SUCCESS:
+                    return resp
+                err = QuorumLogError.for_code(resp.code, getattr(resp, "message", "") or "",
+                                              leader_id=getattr(resp, "leader_id", None))
+                if resp.code == ResponseCode.NOT_LEADER:
+                    redirect = self._on_not_leader(leader, err.leader_id)
+                raise err
+            except QuorumLogError as e:
+                if not is_retriable(e):
+                    raise
+                last = e
+                if leader is not None and not isinstance(e, NotLeader) and e.code in (
+                        ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
+                    self._forget_leader(leader)  # it may be dead or paused: ask the group again
+            attempt += 1
+            if attempt > self.max_retries or deadline.expired:
+                raise timeout_error(f"{what}: {attempt} attempts", last)
+            if redirect and attempt <= len(self.peers):
+                log.debug("redirect to leader=%s", self._leader_id)
+                continue  # a named new leader: go there at once
+            await asyncio.sleep(min(backoff_ms(attempt, self._rng), deadline.remaining_ms()) / 1000)
+
+    def _on_not_leader(self, asked: str, named: str | None) -> bool:
+        """Remember the leader a NOT_LEADER named; True when it names a member we did not just ask."""
+        if named and named != asked and named in self.peers:
+            self._leader_id = named
+            return True
+        self._forget_leader(asked)
+        return False
+
+    def _forget_leader(self, node_id: str) -> None:
+        if self._leader_id == node_id:
+            self._leader_id = None
+
+    async def _find_leader(self, deadline: Deadline) -> str:
+        if self._leader_id is not None:
+            return self._leader_id
+        # One discovery at a time; concurrent callers share its answer.
+        if self._discovery is None or self._discovery.done():
+            self._discovery = asyncio.ensure_future(self._discover_leader())
+        leader = await asyncio.shield(self._discovery)
+        if leader is None:
+            raise NotLeader("no leader known yet (election in progress or members unreachable)")
+        self._leader_id = leader
+        return leader
+
+    async def _discover_leader(self) -> str | None:
+        """Ask every member's status at once; the first that says it leads wins, else the newest term's
+        leader_id that any member names."""
+        tasks = [asyncio.ensure_future(self._status_of(nid)) for nid in self.peers]
+        best: tuple[int, str] | None = None
+        try:
+            for fut in asyncio.as_completed(tasks):
+                st = await fut
+                if not st.reachable:
+                    continue
+                if st.role == "leader":
+                    return st.id if st.id in self.peers else None
+                if st.leader_id in self.peers and (best is None or st.term > best[0]):
+                    best = (st.term, st.leader_id)
+        finally:
+            for t in tasks:
+                t.cancel()
+        return best[1] if best else None
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def read_records(self, start: int, *, end: int = -1, max_bytes: int = DEFAULT_READ_MAX_BYTES,
+                           node: str | None = None, wait_ms: int = 0) -> tuple[Records, int, int]:
+        """Raw committed records from `start` (≤ end when end ≥ 0), no decoding: (records, committed_index,
+        begin_index). From `node` when given, else from the leader (read-your-writes). An empty read has
+        records.count == 0. wait_ms > 0 long-polls: the node answers as soon as `start` commits."""
+        self._check_open()
+        if start < 0 or max_bytes < 1 or wait_ms < 0:
+            raise ValueError(f"read: start={start} max_bytes={max_bytes} wait_ms={wait_ms}")
+        if node is not None and node not in self.peers:
+            raise ValueError(f"read: unknown node {node!r} (members: {', '.join(self.peers)})")
+        deadline = Deadline.after_ms(self.timeout_ms + wait_ms)
+        attempt = 0
+        last: BaseException | None = None
+        while True:
+            self._check_alive()
+            target = node
+            try:
+                if target is None:
+                    target = await self._find_leader(deadline)
+                req = ReadRequest(self._request_id(), start, end, max_bytes, wait_ms)
+                resp: ReadResponse = await self._pool.call(
+                    target, req, min(wait_ms + self.request_timeout_ms, max(1.0, deadline.remaining_ms())))
+                if resp.code == ResponseCode.SUCCESS:
+                    records = resp.records if resp.records is not None else Records(start, start - 1, (), 0)
+                    return records, resp.committed_index, resp.begin_index
+                raise QuorumLogError.for_code(resp.code, resp.message)
+            except QuorumLogError as e:
+                if not is_retriable(e) or isinstance(e, NotLeader) and node is not None:
+                    raise
+                last = e
+                if node is None and target is not None:
+                    self._forget_leader(target)
+            attempt += 1
+            if attempt > self.max_retries or deadline.expired:
+                raise timeout_error(f"read from {start}: {attempt} attempts", last)
+            await asyncio.sleep(min(backoff_ms(attempt, self._rng), deadline.remaining_ms()) / 1000)
+
+    async def get(self, index: int) -> Entry:
+        """The committed entry at `index`; IndexOutOfRange if it is not committed or no longer kept."""
+        records, committed, begin = await self.read_records(index, end=index)
+        for e in _decode(records):
+            if e.index == index:
+                return e
+        raise IndexOutOfRange(f"index {index} not readable (begin_index={begin}, committed_index={committed})")
+
+    async def read(self, start: int = 0, end: int | None = None, follow: bool = False,
+                   node: str | None = None, *, max_bytes: int = DEFAULT_READ_MAX_BYTES) -> AsyncIterator[Entry]:
+        """Committed entries start..end (inclusive; end None: up to the commit point, or forever with follow).
+
+        follow=True long-polls the node (ReadRequest.wait_ms) and yields entries as they commit.
+        """
+        next_index = start
+        while end is None or next_index <= end:
+            records, committed, begin = await self.read_records(
+                next_index, end=-1 if end is None else end, max_bytes=max_bytes, node=node,
+                wait_ms=FOLLOW_WAIT_MS if follow else 0)
+            if records.count <= 0:
+                if follow:
+                    continue  # the long-poll expired with nothing new: ask again
+                if next_index < begin:
+                    raise IndexOutOfRange(f"read: index {next_index} is before begin_index {begin} (retention)")
+                return
+            for e in _decode(records):
+                yield e
+            next_index = records.last_index + 1
+
+    # -- status and leadership ---------------------------------------------------------------------
+    async def status(self) -> list[NodeStatus]:
+        """One NodeStatus per member, in peers order; a member that does not answer has role "unreachable"."""
+        self._check_open()
+        out = list(await asyncio.gather(*(self._status_of(nid) for nid in self.peers)))
+        leaders = [s for s in out if s.role == "leader"]
+        if leaders:
+            self._leader_id = max(leaders, key=lambda s: s.term).id
+        return out
+
+    async def _status_of(self, node_id: str) -> NodeStatus:
+        host, port = self.peers[node_id]
+        address = f"{host}:{port}"
+        try:
+            resp: StatusResponse = await self._pool.call(node_id, StatusRequest(self._request_id()),
+                                                         self.request_timeout_ms)
+            if resp.code != ResponseCode.SUCCESS:
+                return NodeStatus.unreachable(node_id, address, f"{ResponseCode.of(resp.code).name}")
+            return NodeStatus.from_json(node_id, address, resp.status_json)
+        except (QuorumLogError, ValueError) as e:
+            return NodeStatus.unreachable(node_id, address, str(e) or type(e).__name__)
+
+    async def transfer_leader(self, to: str) -> str:
+        """Hand leadership to member `to`; returns the leader the group reports afterwards."""
+        self._check_open()
+        if to not in self.peers:
+            raise ValueError(f"transfer_leader: unknown node {to!r} (members: {', '.join(self.peers)})")
+
+        def request() -> TransferLeaderRequest:
+            return TransferLeaderRequest(self._request_id(), to)
+
+        resp: TransferLeaderResponse = await self._leader_call(request, f"transfer leadership to {to}")
+        self._leader_id = resp.leader_id if resp.leader_id in self.peers else to
+        return self._leader_id
+
+
+def _decode(records: Records) -> list[Entry]:
+    out: list[Entry] = []
+    for chunk in records.chunks:
+        out.extend(Entry.from_stored(e.index, e.term, e.timestamp_ms, e.body) for e in decode_records(chunk))
+    return out
+
+
+def _as_bytes(body) -> bytes:
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode()
+    raise TypeError(f"an entry body must be bytes (or str, sent as UTF-8), not {type(body).__name__}")
+
+
+def _fail(pending: Sequence[PendingAppend], err: BaseException) -> None:
+    for p in pending:
+        if not p.future.done():
+            p.future.set_exception(err)
+
+
+__all__ = ["Client"]
