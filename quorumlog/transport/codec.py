@@ -1,0 +1,447 @@
+"""Hand-packed encoding of every peer and client message (struct; no pickle or json on the hot path).
+
+    encode(msg) -> list of buffers: the frame header + message header as one bytes object, then the bodies
+                   or Records chunks exactly as given (for transport.writelines: no per-entry copy).
+    decode(kind, payload) -> msg: Records come back as one memoryview chunk of the payload; their
+                   first/last index and size come from the header, never from parsing records.
+
+Layout of every payload: a fixed struct, then variable fields in a fixed order — short strings
+(u16 length, 0xFFFF = None), free text (u32 length), and last the raw bytes (records, bodies, JSON).
+Integers are big-endian; indexes and terms i64, request and client ids u64, codes i32.
+
+Any malformed payload raises ProtocolError and nothing else: the decoder must survive garbage from the
+network. Record *contents* are not checked here (the store checks magic, sizes, CRCs on append).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Callable
+
+from ..codes import ResponseCode
+from ..errors import ProtocolError
+from ..store.base import Records
+from ..wire.client import (
+    AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
+    StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+)
+from ..wire.messages import (
+    HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
+    VoteRequest, VoteResponse, VoteResult,
+)
+from .frames import FRAME_HEADER
+from .kinds import Kind
+
+Buffer = bytes | bytearray | memoryview
+AnyMessage = Message | ClientRequest | ClientResponse
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_NONE_STR = 0xFFFF
+MAX_SHORT_STR_BYTES = 0xFFFE
+MAX_APPEND_BODIES = 1 << 20  # a sanity bound on one request's entry count (the runtime enforces its own)
+
+_VOTE_REQ = struct.Struct(">qqqB")  # term, last_index, last_term, flags(pre_vote, leadership_transfer)
+_VOTE_RESP = struct.Struct(">qBB")  # term, result, pre_vote
+_HB_REQ = struct.Struct(">qq")  # term, committed_index
+_HB_RESP = struct.Struct(">qi")  # term, code
+# term, push_type, committed_index, prev_index, prev_term, first_index, last_index,
+# has_records, records.first_index, records.last_index, records.size_bytes
+_PUSH_REQ = struct.Struct(">qBqqqqqBqqQ")
+_PUSH_RESP = struct.Struct(">qBiqqq")  # term, push_type, code, index, end_index, begin_index
+_TAKE = struct.Struct(">q")  # term
+_APPEND_REQ = struct.Struct(">QQqI")  # request_id, client_id, seq, count; then count u32 sizes, then bodies
+_APPEND_RESP = struct.Struct(">Qiqqq")  # request_id, code, first_index, last_index, term
+_READ_REQ = struct.Struct(">Qqqqq")  # request_id, start, end, max_bytes, wait_ms
+# request_id, code, begin_index, committed_index, has_records, records.first/last/size_bytes
+_READ_RESP = struct.Struct(">QiqqBqqQ")
+_STATUS_REQ = struct.Struct(">Q")
+_STATUS_RESP = struct.Struct(">QiI")  # request_id, code, json size
+_TRANSFER_REQ = struct.Struct(">Q")
+_TRANSFER_RESP = struct.Struct(">Qi")
+
+_FLAG_PRE_VOTE = 1
+_FLAG_LEADERSHIP_TRANSFER = 2
+
+
+# -- small helpers -----------------------------------------------------------------------------------
+def _short(s: str | None) -> bytes:
+    if s is None:
+        return b"\xff\xff"
+    raw = s.encode("utf-8")
+    if len(raw) > MAX_SHORT_STR_BYTES:
+        raise ValueError(f"string too long to encode ({len(raw)} bytes)")
+    return _U16.pack(len(raw)) + raw
+
+
+def _text(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return _U32.pack(len(raw)) + raw
+
+
+class _Reader:
+    """Reads variable fields after a payload's fixed struct; every overrun is a ProtocolError."""
+
+    __slots__ = ("view", "pos")
+
+    def __init__(self, view: memoryview, pos: int) -> None:
+        self.view = view
+        self.pos = pos
+
+    def take(self, n: int) -> memoryview:
+        end = self.pos + n
+        if n < 0 or end > len(self.view):
+            raise ProtocolError(f"payload truncated: need {n} bytes at {self.pos}, have {len(self.view)}")
+        out = self.view[self.pos:end]
+        self.pos = end
+        return out
+
+    def short(self) -> str | None:
+        (n,) = _U16.unpack_from(self.take(2))
+        if n == _NONE_STR:
+            return None
+        return str(self.take(n), "utf-8")
+
+    def short_str(self) -> str:
+        s = self.short()
+        if s is None:
+            raise ProtocolError("missing required string")
+        return s
+
+    def text(self) -> str:
+        (n,) = _U32.unpack_from(self.take(4))
+        return str(self.take(n), "utf-8")
+
+    def end(self) -> None:
+        if self.pos != len(self.view):
+            raise ProtocolError(f"{len(self.view) - self.pos} trailing bytes in payload")
+
+
+def _frame(kind: Kind, head: bytes, tail: list[Buffer] | None = None, tail_size: int = 0) -> list[Buffer]:
+    size = len(head) + tail_size
+    out: list[Buffer] = [FRAME_HEADER.pack(size + 1, kind) + head]
+    if tail:
+        out.extend(tail)
+    return out
+
+
+def _chunks_of(records: Records | None) -> tuple[list[Buffer], int]:
+    if records is None:
+        return [], 0
+    chunks = [c for c in records.chunks if len(c)]
+    size = sum(memoryview(c).nbytes for c in chunks)
+    assert size == records.size_bytes, f"Records.size_bytes {records.size_bytes} != chunk bytes {size}"
+    return chunks, size
+
+
+def _records(has: int, first: int, last: int, size: int, r: _Reader) -> Records | None:
+    if not has:
+        if first or last or size:
+            raise ProtocolError("record fields set without records")
+        return None
+    if size > len(r.view) - r.pos:
+        raise ProtocolError(f"records truncated: header says {size} bytes, {len(r.view) - r.pos} left")
+    view = r.take(size)
+    return Records(first, last, (view,) if size else (), size)
+
+
+# -- encoders ----------------------------------------------------------------------------------------
+def _enc_vote_req(m: VoteRequest) -> list[Buffer]:
+    flags = (_FLAG_PRE_VOTE if m.pre_vote else 0) | (_FLAG_LEADERSHIP_TRANSFER if m.leadership_transfer else 0)
+    return _frame(Kind.VOTE_REQUEST, _VOTE_REQ.pack(m.term, m.last_index, m.last_term, flags)
+                  + _short(m.frm) + _short(m.to))
+
+
+def _enc_vote_resp(m: VoteResponse) -> list[Buffer]:
+    return _frame(Kind.VOTE_RESPONSE, _VOTE_RESP.pack(m.term, m.result, 1 if m.pre_vote else 0)
+                  + _short(m.frm) + _short(m.to))
+
+
+def _enc_hb_req(m: HeartbeatRequest) -> list[Buffer]:
+    return _frame(Kind.HEARTBEAT_REQUEST, _HB_REQ.pack(m.term, m.committed_index) + _short(m.frm) + _short(m.to))
+
+
+def _enc_hb_resp(m: HeartbeatResponse) -> list[Buffer]:
+    return _frame(Kind.HEARTBEAT_RESPONSE, _HB_RESP.pack(m.term, m.code) + _short(m.frm) + _short(m.to))
+
+
+def _enc_push_req(m: PushRequest) -> list[Buffer]:
+    chunks, size = _chunks_of(m.records)
+    rec = m.records
+    head = _PUSH_REQ.pack(m.term, m.push_type, m.committed_index, m.prev_index, m.prev_term, m.first_index,
+                          m.last_index, rec is not None, rec.first_index if rec else 0,
+                          rec.last_index if rec else 0, size) + _short(m.frm) + _short(m.to)
+    return _frame(Kind.PUSH_REQUEST, head, chunks, size)
+
+
+def _enc_push_resp(m: PushResponse) -> list[Buffer]:
+    return _frame(Kind.PUSH_RESPONSE, _PUSH_RESP.pack(m.term, m.push_type, m.code, m.index, m.end_index,
+                                                      m.begin_index) + _short(m.frm) + _short(m.to))
+
+
+def _enc_take(m: TakeLeadershipRequest) -> list[Buffer]:
+    return _frame(Kind.TAKE_LEADERSHIP_REQUEST, _TAKE.pack(m.term) + _short(m.frm) + _short(m.to))
+
+
+def _enc_append_req(m: AppendRequest) -> list[Buffer]:
+    bodies = m.bodies
+    n = len(bodies)
+    sizes = [len(b) for b in bodies]  # byte buffers: len is their size
+    head = _APPEND_REQ.pack(m.request_id, m.client_id, m.seq, n) + struct.pack(f">{n}I", *sizes)
+    return _frame(Kind.APPEND_REQUEST, head, [b for b in bodies if len(b)], sum(sizes))
+
+
+def _enc_append_resp(m: AppendResponse) -> list[Buffer]:
+    return _frame(Kind.APPEND_RESPONSE, _APPEND_RESP.pack(m.request_id, m.code, m.first_index, m.last_index,
+                                                          m.term) + _short(m.leader_id) + _text(m.message))
+
+
+def _enc_read_req(m: ReadRequest) -> list[Buffer]:
+    return _frame(Kind.READ_REQUEST, _READ_REQ.pack(m.request_id, m.start, m.end, m.max_bytes, m.wait_ms))
+
+
+def _enc_read_resp(m: ReadResponse) -> list[Buffer]:
+    chunks, size = _chunks_of(m.records)
+    rec = m.records
+    head = _READ_RESP.pack(m.request_id, m.code, m.begin_index, m.committed_index, rec is not None,
+                           rec.first_index if rec else 0, rec.last_index if rec else 0, size) + _text(m.message)
+    return _frame(Kind.READ_RESPONSE, head, chunks, size)
+
+
+def _enc_status_req(m: StatusRequest) -> list[Buffer]:
+    return _frame(Kind.STATUS_REQUEST, _STATUS_REQ.pack(m.request_id))
+
+
+def _enc_status_resp(m: StatusResponse) -> list[Buffer]:
+    doc = bytes(m.status_json)
+    return _frame(Kind.STATUS_RESPONSE, _STATUS_RESP.pack(m.request_id, m.code, len(doc)) + doc)
+
+
+def _enc_transfer_req(m: TransferLeaderRequest) -> list[Buffer]:
+    return _frame(Kind.TRANSFER_LEADER_REQUEST, _TRANSFER_REQ.pack(m.request_id) + _short(m.to))
+
+
+def _enc_transfer_resp(m: TransferLeaderResponse) -> list[Buffer]:
+    return _frame(Kind.TRANSFER_LEADER_RESPONSE, _TRANSFER_RESP.pack(m.request_id, m.code)
+                  + _short(m.leader_id) + _text(m.message))
+
+
+_ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
+    VoteRequest: _enc_vote_req,
+    VoteResponse: _enc_vote_resp,
+    HeartbeatRequest: _enc_hb_req,
+    HeartbeatResponse: _enc_hb_resp,
+    PushRequest: _enc_push_req,
+    PushResponse: _enc_push_resp,
+    TakeLeadershipRequest: _enc_take,
+    AppendRequest: _enc_append_req,
+    AppendResponse: _enc_append_resp,
+    ReadRequest: _enc_read_req,
+    ReadResponse: _enc_read_resp,
+    StatusRequest: _enc_status_req,
+    StatusResponse: _enc_status_resp,
+    TransferLeaderRequest: _enc_transfer_req,
+    TransferLeaderResponse: _enc_transfer_resp,
+}
+
+KIND_OF: dict[type, Kind] = {
+    VoteRequest: Kind.VOTE_REQUEST, VoteResponse: Kind.VOTE_RESPONSE,
+    HeartbeatRequest: Kind.HEARTBEAT_REQUEST, HeartbeatResponse: Kind.HEARTBEAT_RESPONSE,
+    PushRequest: Kind.PUSH_REQUEST, PushResponse: Kind.PUSH_RESPONSE,
+    TakeLeadershipRequest: Kind.TAKE_LEADERSHIP_REQUEST,
+    AppendRequest: Kind.APPEND_REQUEST, AppendResponse: Kind.APPEND_RESPONSE,
+    ReadRequest: Kind.READ_REQUEST, ReadResponse: Kind.READ_RESPONSE,
+    StatusRequest: Kind.STATUS_REQUEST, StatusResponse: Kind.STATUS_RESPONSE,
+    TransferLeaderRequest: Kind.TRANSFER_LEADER_REQUEST, TransferLeaderResponse: Kind.TRANSFER_LEADER_RESPONSE,
+}
+
+
+def encode(msg: AnyMessage) -> list[Buffer]:
+    """Whole frame(s) for msg as buffers for writelines. Raises ValueError for a message we cannot encode
+    (a field out of its wire range) — that is our bug, not the peer's."""
+    enc = _ENCODERS.get(type(msg))
+    if enc is None:
+        raise TypeError(f"not a wire message: {type(msg).__name__}")
+    try:
+        return enc(msg)
+    except struct.error as e:
+        raise ValueError(f"cannot encode {type(msg).__name__}: {e}") from None
+
+
+def encoded_size(buffers: list[Buffer]) -> int:
+    return sum(memoryview(b).nbytes for b in buffers)
+
+
+# -- decoders ----------------------------------------------------------------------------------------
+def _push_type(v: int) -> PushType:
+    try:
+        return PushType(v)
+    except ValueError:
+        raise ProtocolError(f"unknown push type {v}") from None
+
+
+def _dec_vote_req(p: memoryview) -> VoteRequest:
+    term, last_index, last_term, flags = _VOTE_REQ.unpack_from(p)
+    r = _Reader(p, _VOTE_REQ.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    if flags & ~(_FLAG_PRE_VOTE | _FLAG_LEADERSHIP_TRANSFER):
+        raise ProtocolError(f"unknown vote flags {flags:#x}")
+    return VoteRequest(frm, to, term, last_index, last_term, bool(flags & _FLAG_PRE_VOTE),
+                       bool(flags & _FLAG_LEADERSHIP_TRANSFER))
+
+
+def _dec_vote_resp(p: memoryview) -> VoteResponse:
+    term, result, pre_vote = _VOTE_RESP.unpack_from(p)
+    r = _Reader(p, _VOTE_RESP.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    try:
+        res = VoteResult(result)
+    except ValueError:
+        raise ProtocolError(f"unknown vote result {result}") from None
+    return VoteResponse(frm, to, term, res, bool(pre_vote))
+
+
+def _dec_hb_req(p: memoryview) -> HeartbeatRequest:
+    term, committed = _HB_REQ.unpack_from(p)
+    r = _Reader(p, _HB_REQ.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    return HeartbeatRequest(frm, to, term, committed)
+
+
+def _dec_hb_resp(p: memoryview) -> HeartbeatResponse:
+    term, code = _HB_RESP.unpack_from(p)
+    r = _Reader(p, _HB_RESP.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    return HeartbeatResponse(frm, to, term, ResponseCode.of(code))
+
+
+def _dec_push_req(p: memoryview) -> PushRequest:
+    (term, push_type, committed, prev_index, prev_term, first, last, has, r_first, r_last,
+     size) = _PUSH_REQ.unpack_from(p)
+    r = _Reader(p, _PUSH_REQ.size)
+    frm, to = r.short_str(), r.short_str()
+    records = _records(has, r_first, r_last, size, r)
+    r.end()
+    return PushRequest(frm, to, term, _push_type(push_type), committed, prev_index, prev_term, first, last,
+                       records)
+
+
+def _dec_push_resp(p: memoryview) -> PushResponse:
+    term, push_type, code, index, end_index, begin_index = _PUSH_RESP.unpack_from(p)
+    r = _Reader(p, _PUSH_RESP.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    return PushResponse(frm, to, term, _push_type(push_type), ResponseCode.of(code), index, end_index,
+                        begin_index)
+
+
+def _dec_take(p: memoryview) -> TakeLeadershipRequest:
+    (term,) = _TAKE.unpack_from(p)
+    r = _Reader(p, _TAKE.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    return TakeLeadershipRequest(frm, to, term)
+
+
+def _dec_append_req(p: memoryview) -> AppendRequest:
+    request_id, client_id, seq, n = _APPEND_REQ.unpack_from(p)
+    if n > MAX_APPEND_BODIES or _APPEND_REQ.size + 4 * n > len(p):
+        raise ProtocolError(f"bad body count {n}")
+    sizes = struct.unpack_from(f">{n}I", p, _APPEND_REQ.size)
+    r = _Reader(p, _APPEND_REQ.size + 4 * n)
+    if sum(sizes) != len(p) - r.pos:
+        raise ProtocolError(f"body sizes add up to {sum(sizes)}, payload has {len(p) - r.pos}")
+    bodies = tuple(bytes(r.take(s)) for s in sizes)
+    return AppendRequest(request_id, bodies, client_id, seq)
+
+
+def _dec_append_resp(p: memoryview) -> AppendResponse:
+    request_id, code, first, last, term = _APPEND_RESP.unpack_from(p)
+    r = _Reader(p, _APPEND_RESP.size)
+    leader_id = r.short()
+    message = r.text()
+    r.end()
+    return AppendResponse(request_id, ResponseCode.of(code), leader_id, first, last, term, message)
+
+
+def _dec_read_req(p: memoryview) -> ReadRequest:
+    request_id, start, end, max_bytes, wait_ms = _READ_REQ.unpack_from(p)
+    _Reader(p, _READ_REQ.size).end()
+    return ReadRequest(request_id, start, end, max_bytes, wait_ms)
+
+
+def _dec_read_resp(p: memoryview) -> ReadResponse:
+    request_id, code, begin_index, committed, has, r_first, r_last, size = _READ_RESP.unpack_from(p)
+    r = _Reader(p, _READ_RESP.size)
+    message = r.text()
+    records = _records(has, r_first, r_last, size, r)
+    r.end()
+    return ReadResponse(request_id, ResponseCode.of(code), begin_index, committed, records, message)
+
+
+def _dec_status_req(p: memoryview) -> StatusRequest:
+    (request_id,) = _STATUS_REQ.unpack_from(p)
+    _Reader(p, _STATUS_REQ.size).end()
+    return StatusRequest(request_id)
+
+
+def _dec_status_resp(p: memoryview) -> StatusResponse:
+    request_id, code, n = _STATUS_RESP.unpack_from(p)
+    r = _Reader(p, _STATUS_RESP.size)
+    doc = bytes(r.take(n))
+    r.end()
+    return StatusResponse(request_id, ResponseCode.of(code), doc)
+
+
+def _dec_transfer_req(p: memoryview) -> TransferLeaderRequest:
+    (request_id,) = _TRANSFER_REQ.unpack_from(p)
+    r = _Reader(p, _TRANSFER_REQ.size)
+    to = r.short_str()
+    r.end()
+    return TransferLeaderRequest(request_id, to)
+
+
+def _dec_transfer_resp(p: memoryview) -> TransferLeaderResponse:
+    request_id, code = _TRANSFER_RESP.unpack_from(p)
+    r = _Reader(p, _TRANSFER_RESP.size)
+    leader_id = r.short()
+    message = r.text()
+    r.end()
+    return TransferLeaderResponse(request_id, ResponseCode.of(code), leader_id, message)
+
+
+_DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
+    Kind.VOTE_REQUEST: _dec_vote_req,
+    Kind.VOTE_RESPONSE: _dec_vote_resp,
+    Kind.HEARTBEAT_REQUEST: _dec_hb_req,
+    Kind.HEARTBEAT_RESPONSE: _dec_hb_resp,
+    Kind.PUSH_REQUEST: _dec_push_req,
+    Kind.PUSH_RESPONSE: _dec_push_resp,
+    Kind.TAKE_LEADERSHIP_REQUEST: _dec_take,
+    Kind.APPEND_REQUEST: _dec_append_req,
+    Kind.APPEND_RESPONSE: _dec_append_resp,
+    Kind.READ_REQUEST: _dec_read_req,
+    Kind.READ_RESPONSE: _dec_read_resp,
+    Kind.STATUS_REQUEST: _dec_status_req,
+    Kind.STATUS_RESPONSE: _dec_status_resp,
+    Kind.TRANSFER_LEADER_REQUEST: _dec_transfer_req,
+    Kind.TRANSFER_LEADER_RESPONSE: _dec_transfer_resp,
+}
+
+
+def decode(kind: int, payload: Buffer) -> AnyMessage:
+    """The message in one frame's payload. Raises ProtocolError (only) when it is not a valid message."""
+    dec = _DECODERS.get(kind)
+    if dec is None:
+        raise ProtocolError(f"unknown frame kind {kind}")
+    view = payload if isinstance(payload, memoryview) else memoryview(payload)
+    try:
+        return dec(view)
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, UnicodeDecodeError, IndexError, OverflowError, TypeError) as e:
+        raise ProtocolError(f"malformed {Kind(kind).name} payload: {e}") from None

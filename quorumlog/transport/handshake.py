@@ -1,0 +1,169 @@
+"""The handshake: the first frame on every connection is a Hello; the server answers HelloOk or HelloError.
+
+    Hello       magic b"QLOG" | version u16 | role u8 | group | node_id | token (short strings; token may be None)
+    HelloOk     version u16 | group | node_id (the server's member id)
+    HelloError  code i32 | message (u32 text); the server closes the connection after sending it
+
+For role PEER, node_id is the sender's member id and must be in the server's member list (UNKNOWN_MEMBER
+otherwise); for role CLIENT it is a free-form client name. A wrong magic or version is PROTOCOL_ERROR, another
+group UNKNOWN_GROUP, a wrong token UNAUTHORIZED. `check_hello` is pure so the rules are tested without sockets.
+"""
+
+from __future__ import annotations
+
+import hmac
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+from ..codes import ResponseCode
+from ..errors import ProtocolError
+from .frames import FRAME_HEADER
+from .kinds import Kind
+
+MAGIC = b"QLOG"
+PROTOCOL_VERSION = 1
+# A Hello is three short strings and a few bytes; before the handshake a connection may not make us buffer more.
+MAX_HELLO_FRAME_BYTES = 4096
+DEFAULT_HANDSHAKE_TIMEOUT_MS = 3_000
+
+_HELLO = struct.Struct(">4sHB")
+_HELLO_OK = struct.Struct(">H")
+_HELLO_ERROR = struct.Struct(">iI")
+_U16 = struct.Struct(">H")
+
+
+class Role(IntEnum):
+    CLIENT = 0
+    PEER = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    group: str
+    node_id: str
+    role: Role
+    token: str | None = None
+    version: int = PROTOCOL_VERSION
+    magic: bytes = MAGIC
+
+
+@dataclass(frozen=True, slots=True)
+class HelloOk:
+    group: str
+    node_id: str
+    version: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class HelloError:
+    code: ResponseCode
+    message: str = ""
+
+
+def _short(s: str | None) -> bytes:
+    if s is None:
+        return b"\xff\xff"
+    raw = s.encode("utf-8")
+    if len(raw) >= 0xFFFF:
+        raise ValueError("string too long for a handshake")
+    return _U16.pack(len(raw)) + raw
+
+
+def _read_short(p: memoryview, pos: int) -> tuple[str | None, int]:
+    (n,) = _U16.unpack_from(p, pos)
+    pos += 2
+    if n == 0xFFFF:
+        return None, pos
+    if pos + n > len(p):
+        raise ProtocolError("handshake string truncated")
+    return str(p[pos:pos + n], "utf-8"), pos + n
+
+
+def _frame(kind: Kind, payload: bytes) -> bytes:
+    return FRAME_HEADER.pack(len(payload) + 1, kind) + payload
+
+
+def encode_hello(h: Hello) -> bytes:
+    return _frame(Kind.HELLO, _HELLO.pack(h.magic, h.version, h.role) + _short(h.group) + _short(h.node_id)
+                  + _short(h.token))
+
+
+def encode_hello_ok(h: HelloOk) -> bytes:
+    return _frame(Kind.HELLO_OK, _HELLO_OK.pack(h.version) + _short(h.group) + _short(h.node_id))
+
+
+def encode_hello_error(h: HelloError) -> bytes:
+    raw = h.message.encode("utf-8")[:1024]
+    return _frame(Kind.HELLO_ERROR, _HELLO_ERROR.pack(h.code, len(raw)) + raw)
+
+
+def _guard(fn):
+    def wrapped(payload):
+        p = payload if isinstance(payload, memoryview) else memoryview(payload)
+        try:
+            return fn(p)
+        except ProtocolError:
+            raise
+        except (struct.error, ValueError, UnicodeDecodeError, IndexError) as e:
+            raise ProtocolError(f"malformed handshake: {e}") from None
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+@_guard
+def decode_hello(p: memoryview) -> Hello:
+    """A Hello, whatever its magic and version (check_hello judges them); ProtocolError if unreadable."""
+    magic, version, role = _HELLO.unpack_from(p)
+    if magic != MAGIC:
+        # Another protocol's bytes: do not try to read the rest.
+        return Hello("", "", Role.CLIENT, None, version, bytes(magic))
+    pos = _HELLO.size
+    group, pos = _read_short(p, pos)
+    node_id, pos = _read_short(p, pos)
+    token, pos = _read_short(p, pos)
+    if pos != len(p):
+        raise ProtocolError("trailing bytes in Hello")
+    if group is None or node_id is None:
+        raise ProtocolError("Hello without group or node id")
+    try:
+        r = Role(role)
+    except ValueError:
+        raise ProtocolError(f"unknown role {role}") from None
+    return Hello(group, node_id, r, token, version, bytes(magic))
+
+
+@_guard
+def decode_hello_ok(p: memoryview) -> HelloOk:
+    (version,) = _HELLO_OK.unpack_from(p)
+    group, pos = _read_short(p, _HELLO_OK.size)
+    node_id, pos = _read_short(p, pos)
+    if pos != len(p) or group is None or node_id is None:
+        raise ProtocolError("malformed HelloOk")
+    return HelloOk(group, node_id, version)
+
+
+@_guard
+def decode_hello_error(p: memoryview) -> HelloError:
+    code, n = _HELLO_ERROR.unpack_from(p)
+    if _HELLO_ERROR.size + n != len(p):
+        raise ProtocolError("malformed HelloError")
+    return HelloError(ResponseCode.of(code), str(p[_HELLO_ERROR.size:], "utf-8", "replace"))
+
+
+def check_hello(h: Hello, *, group: str, members: frozenset[str] | set[str], token: str | None = None
+                ) -> HelloError | None:
+    """None if the server accepts this Hello, else the error to answer with before closing."""
+    if h.magic != MAGIC:
+        return HelloError(ResponseCode.PROTOCOL_ERROR, f"bad magic {h.magic!r}")
+    if h.version != PROTOCOL_VERSION:
+        return HelloError(ResponseCode.PROTOCOL_ERROR,
+                          f"protocol version {h.version} not supported (server speaks {PROTOCOL_VERSION})")
+    if h.group != group:
+        return HelloError(ResponseCode.UNKNOWN_GROUP, f"group {h.group!r} is not served here (group {group!r})")
+    if h.role == Role.PEER and h.node_id not in members:
+        return HelloError(ResponseCode.UNKNOWN_MEMBER, f"node {h.node_id!r} is not a member of group {group!r}")
+    if token is not None and not hmac.compare_digest((h.token or "").encode(), token.encode()):
+        return HelloError(ResponseCode.UNAUTHORIZED, "bad or missing token")
+    return None

@@ -1,0 +1,36 @@
+"""Frame kinds: one byte naming what a frame's payload is. Numbers are part of the protocol; never reuse."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Kind(IntEnum):
+    # handshake
+    HELLO = 1
+    HELLO_OK = 2
+    HELLO_ERROR = 3
+    # peer messages (quorumlog/wire/messages.py)
+    VOTE_REQUEST = 10
+    VOTE_RESPONSE = 11
+    HEARTBEAT_REQUEST = 12
+    HEARTBEAT_RESPONSE = 13
+    PUSH_REQUEST = 14
+    PUSH_RESPONSE = 15
+    TAKE_LEADERSHIP_REQUEST = 16
+    # client requests and responses (quorumlog/wire/client.py)
+    APPEND_REQUEST = 20
+    APPEND_RESPONSE = 21
+    READ_REQUEST = 22
+    READ_RESPONSE = 23
+    STATUS_REQUEST = 24
+    STATUS_RESPONSE = 25
+    TRANSFER_LEADER_REQUEST = 26
+    TRANSFER_LEADER_RESPONSE = 27
+
+
+PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.TAKE_LEADERSHIP_REQUEST + 1))
+CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
+                                  Kind.TRANSFER_LEADER_REQUEST})
+CLIENT_RESPONSE_KINDS = frozenset({Kind.APPEND_RESPONSE, Kind.READ_RESPONSE, Kind.STATUS_RESPONSE,
+                                   Kind.TRANSFER_LEADER_RESPONSE})
