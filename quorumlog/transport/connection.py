@@ -55,6 +55,7 @@ assert DEFAULT_RECONNECT_BACKOFF_MIN_MS < DEFAULT_RECONNECT_BACKOFF_MAX_MS
 
 OnPeerMessage = Callable[[Message], None]
 OnClientRequest = Callable[[ClientRequest, "ClientSession"], "Awaitable[None] | None"]
+OnConnectionClosed = Callable[[str, str], None]  # (stats counter name, reason)
 
 
 def _nodelay(transport: asyncio.BaseTransport) -> None:
@@ -324,6 +325,8 @@ class _ServerConnection(asyncio.Protocol):
             setattr(self.server.stats, count, getattr(self.server.stats, count) + 1)
             log.info("closed connection node=%s remote=%s state=%s peer=%s reason=%s", self.server.node_id,
                      self.remote, was, self.node_id or "-", reason)
+            if self.server.on_protocol_error is not None:
+                self.server.on_protocol_error(count, reason)
         else:
             log.debug("connection ended remote=%s state=%s reason=%s", self.remote, was, reason)
         if self.handshake_timer is not None:
@@ -343,7 +346,7 @@ class TransportServer:
                  on_client_request: OnClientRequest, max_frame_bytes: int = MAX_FRAME_BYTES,
                  handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 token: str | None = None) -> None:
+                 token: str | None = None, on_protocol_error: OnConnectionClosed | None = None) -> None:
         assert max_frame_bytes >= MAX_HELLO_FRAME_BYTES and max_connections > 0 and max_in_flight > 1
         self.group = group
         self.node_id = node_id
@@ -355,6 +358,7 @@ class TransportServer:
         self.max_connections = max_connections
         self.max_in_flight = max_in_flight
         self.token = token
+        self.on_protocol_error = on_protocol_error
         self.stats = TransportStats()
         self.connections: set[_ServerConnection] = set()
         self.closing = False
@@ -369,11 +373,15 @@ class TransportServer:
                     max_frame_bytes: int = MAX_FRAME_BYTES,
                     handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS,
                     max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                    token: str | None = None, backlog: int = 1024) -> "TransportServer":
+                    token: str | None = None, on_protocol_error: OnConnectionClosed | None = None,
+                    backlog: int = 1024) -> "TransportServer":
+        """Listen on host:port (port 0: any free port, see `.port`). `members` are the group's member ids
+        (a dict of id → address works too). `on_protocol_error(counter, reason)` is called for every
+        connection closed for bad input (counter names the TransportStats field it incremented)."""
         self = cls(group=group, node_id=node_id, members=members, on_peer_message=on_peer_message,
                    on_client_request=on_client_request, max_frame_bytes=max_frame_bytes,
                    handshake_timeout_ms=handshake_timeout_ms, max_connections=max_connections,
-                   max_in_flight=max_in_flight, token=token)
+                   max_in_flight=max_in_flight, token=token, on_protocol_error=on_protocol_error)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _ServerConnection(self), host, port, backlog=backlog,
                                                 reuse_address=True)
@@ -400,6 +408,12 @@ class TransportServer:
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
             log.error("client request handler failed node=%s error=%r", self.node_id, exc, exc_info=exc)
+
+    async def stop_accepting(self) -> None:
+        """Close the listening socket; established connections keep working (graceful shutdown, step 1)."""
+        if self._server is not None and self._server.is_serving():
+            self._server.close()
+            log.info("transport stopped accepting node=%s", self.node_id)
 
     async def close(self) -> None:
         """Stop accepting, drop every connection, cancel pending request handlers. Idempotent."""
@@ -616,16 +630,23 @@ class _PeerLink:
 
 
 class PeerLinks:
-    """Outbound links from node_id to every other member. `send` never blocks and never raises for the network."""
+    """Outbound links from node_id to every other member. `send` never blocks and never raises for the network.
 
-    def __init__(self, *, group: str, node_id: str, peers: Mapping[str, tuple[str, int]],
-                 token: str | None = None, max_queue_messages: int = DEFAULT_MAX_QUEUE_MESSAGES,
+    Made inside a running loop it starts its writers at once; otherwise call start() from inside the loop.
+    `peers` (alias `members`) maps every member id to (host, port); this node's own entry is ignored.
+    """
+
+    def __init__(self, *, group: str, node_id: str, peers: Mapping[str, tuple[str, int]] | None = None,
+                 members: Mapping[str, tuple[str, int]] | None = None, token: str | None = None, max_queue_messages: int = DEFAULT_MAX_QUEUE_MESSAGES,
                  max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                  write_timeout_ms: int = DEFAULT_WRITE_TIMEOUT_MS,
                  reconnect_backoff_min_ms: int = DEFAULT_RECONNECT_BACKOFF_MIN_MS,
                  reconnect_backoff_max_ms: int = DEFAULT_RECONNECT_BACKOFF_MAX_MS,
                  max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        if peers is None:
+            peers = members  # the same thing under the server's parameter name
+        assert peers is not None, "PeerLinks needs peers={id: (host, port)}"
         assert max_queue_messages >= 1 and max_queue_bytes >= 1
         assert 0 < reconnect_backoff_min_ms <= reconnect_backoff_max_ms
         self.group = group
@@ -643,6 +664,12 @@ class PeerLinks:
         self._links = {pid: _PeerLink(self, pid, host, port) for pid, (host, port) in peers.items()
                        if pid != node_id}
         self._started = False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # made outside a loop: start() later
+        else:
+            self.start()  # links come up before the first message needs them
 
     def start(self) -> None:
         """Start one writer task per peer (call from inside the running loop)."""
@@ -654,6 +681,8 @@ class PeerLinks:
 
     def send(self, msg: Message) -> None:
         """Queue msg for msg.to. Never blocks; when the peer's queue is full its oldest messages are dropped."""
+        if not self._started:
+            self.start()
         link = self._links.get(msg.to)
         if link is None or self.closing:
             self.unknown_peer_drops += 1
