@@ -1,0 +1,108 @@
+"""Group commit: one flusher task, one fdatasync at a time in a worker thread, covering every write so far.
+
+Writes reach the store on the event loop (page cache, microseconds); durability comes from here. While one
+fsync runs, new batches keep arriving; the next single fsync covers all of them, so under load the number of
+fsyncs per second stays at the disk's fsync rate while the number of entries per fsync grows.
+
+A truncate that happens while an fsync runs makes the fsync's answer unreliable above the truncation point
+(the entries it covered may have been replaced), so the result is clamped there and another fsync follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from ..codes import ResponseCode
+from ..errors import QuorumLogError
+
+log = logging.getLogger(__name__)
+
+ASYNC_FLUSH_INTERVAL_MS = 10  # flush mode async: background fsync period (DLedger's flushFileInterval)
+FAILED_FLUSH_BACKOFF_MS = 100
+
+
+class GroupCommitter:
+    def __init__(self, store, *, sync: bool, on_durable: Callable[[int], None],
+                 on_failed: Callable[[ResponseCode, str], None],
+                 observe_fsync_s: Callable[[float], None] = lambda s: None) -> None:
+        self._store = store
+        self._sync = sync
+        self._on_durable = on_durable
+        self._on_failed = on_failed
+        self._observe_fsync_s = observe_fsync_s
+        self._written = store.end_index  # highest index written (maybe not durable)
+        self._durable = store.durable_index
+        self._truncated_to: int | None = None  # lowest truncation point since the running fsync started
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()  # serializes worker-thread store I/O (flush, checkpoint)
+        self._closed = False
+        self.fsyncs = 0
+
+    @property
+    def io_lock(self) -> asyncio.Lock:
+        return self._lock
+
+    @property
+    def durable_index(self) -> int:
+        return self._durable
+
+    def written(self, end_index: int) -> None:
+        """The store now holds entries up to end_index (not durable yet)."""
+        self._written = end_index
+        self._wake.set()
+
+    def truncated(self, index: int) -> None:
+        self._written = index
+        self._durable = min(self._durable, index)
+        self._truncated_to = index if self._truncated_to is None else min(self._truncated_to, index)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The flusher task: runs until close()."""
+        while not self._closed:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                break
+            if not self._sync:
+                # async mode: entries already counted as durable; fsync in the background at a fixed pace.
+                await asyncio.sleep(ASYNC_FLUSH_INTERVAL_MS / 1000)
+            if self._written > self._durable:
+                await self.flush_once()
+
+    async def flush_once(self) -> int:
+        """One fsync covering everything written so far; returns the durable index."""
+        async with self._lock:
+            self._truncated_to = None
+            started = time.perf_counter()
+            try:
+                durable = await asyncio.to_thread(self._store.flush)
+            except Exception as e:  # noqa: BLE001 - any failure of the disk is reported to the core
+                code = e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
+                if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
+                    code = ResponseCode.DISK_ERROR
+                log.error("flush failed code=%s reason=%s", code.name, e)
+                self._on_failed(code, str(e))
+                await asyncio.sleep(FAILED_FLUSH_BACKOFF_MS / 1000)
+                self._wake.set()
+                return self._durable
+            self.fsyncs += 1
+            self._observe_fsync_s(time.perf_counter() - started)
+            if self._truncated_to is not None:
+                durable = min(durable, self._truncated_to)
+                self._wake.set()  # what was written after the truncation needs its own fsync
+            if durable > self._written:
+                durable = self._written
+            if durable > self._durable:
+                self._durable = durable
+                if self._sync:
+                    self._on_durable(durable)
+            if self._written > self._durable:
+                self._wake.set()
+            return self._durable

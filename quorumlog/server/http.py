@@ -1,0 +1,97 @@
+"""A small HTTP/1.1 responder for /status and /metrics: GET only, bounded request size, one response per
+request, keep-alive honoured. Enough for curl, Prometheus and the CLI; not a web framework."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_HEAD_BYTES = 8 * 1024
+REQUEST_TIMEOUT_S = 10.0
+
+Route = Callable[[], tuple[str, bytes]]  # () -> (content type, body)
+
+
+class HttpServer:
+    def __init__(self, routes: dict[str, Route]) -> None:
+        self._routes = routes
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_HEAD_BYTES)
+        log.info("http listening host=%s port=%d", host, port)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for w in list(self._writers):
+            w.close()
+        try:
+            await asyncio.wait_for(self._server.wait_closed(), 2)
+        except asyncio.TimeoutError:
+            pass
+        self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while True:
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_S)
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+                        ConnectionError):
+                    return
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                parts = request_line.split(" ")
+                if len(parts) != 3:
+                    await self._respond(writer, 400, "text/plain", b"bad request\n", close=True)
+                    return
+                method, target, version = parts
+                headers = {h.split(":", 1)[0].strip().lower(): h.split(":", 1)[1].strip()
+                           for h in header_lines if ":" in h}
+                close = version != "HTTP/1.1" or headers.get("connection", "").lower() == "close"
+                path = target.split("?", 1)[0]
+                route = self._routes.get(path)
+                if method not in ("GET", "HEAD"):
+                    await self._respond(writer, 405, "text/plain", b"method not allowed\n", close=True)
+                    return
+                if route is None:
+                    await self._respond(writer, 404, "text/plain", b"not found\n", close=close)
+                else:
+                    try:
+                        content_type, body = route()
+                        status = 200
+                    except Exception:  # noqa: BLE001 - a broken route must not kill the server
+                        log.exception("http route failed path=%s", path)
+                        content_type, body, status = "text/plain", b"internal error\n", 500
+                    await self._respond(writer, status, content_type, b"" if method == "HEAD" else body,
+                                        close=close, length=len(body))
+                if close:
+                    return
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    @staticmethod
+    async def _respond(writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes, *,
+                       close: bool, length: int | None = None) -> None:
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+                  500: "Internal Server Error"}[status]
+        head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body) if length is None else length}\r\n"
+                f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
+        writer.write(head + body)
+        try:
+            await asyncio.wait_for(writer.drain(), REQUEST_TIMEOUT_S)
+        except (asyncio.TimeoutError, ConnectionError):
+            pass

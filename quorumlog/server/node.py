@@ -1,0 +1,467 @@
+"""The node runtime: one asyncio loop drives the sans-I/O raft core with real time and executes its Readys.
+
+Order of work for every Ready (quorumlog/raft/types.py): hard state (fsync) → truncate → appends (store
+writes, then Stored) → messages → completions → committed index. Durability of appends comes from the group
+committer (one fsync in a worker thread for everything written meanwhile), which steps Durable; in flush
+mode `async` the runtime steps Durable as soon as a write reached the OS, as DLedger does by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..codes import ResponseCode
+from ..config import NodeConfig
+from ..errors import QuorumLogError
+from ..raft.types import (
+    AppendBatch, AppendRecords, ClientAppend, Durable, Ready, Receive, Role, StoreFailed, Stored, Tick,
+    TransferLeadership,
+)
+from ..wire.client import (
+    AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
+    TransferLeaderRequest, TransferLeaderResponse,
+)
+from .group_commit import GroupCommitter
+from .hard_state import load_hard_state, save_hard_state
+from .metrics import NodeMetrics
+from .reads import CommitNotifier, serve_read
+
+log = logging.getLogger(__name__)
+
+DISK_CHECK_INTERVAL_MS = 250
+STATUS_DISK_BYTES_INTERVAL_MS = 2_000
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A client request handed to the core, waiting for its Completion."""
+
+    session: Any
+    client_request_id: int
+    kind: str  # "append" | "transfer"
+    received_s: float
+    count: int = 0
+    size_bytes: int = 0
+
+
+class Node:
+    """One quorumlog node. `store`, `core_factory` and `transport` are injectable for tests."""
+
+    def __init__(self, config: NodeConfig, *, store: Any = None,
+                 core_factory: Callable[..., Any] | None = None, transport: Any = None) -> None:
+        self.config = config
+        self._store = store
+        self._core_factory = core_factory
+        self._transport = transport
+        self._core: Any = None
+        self._committer: GroupCommitter | None = None
+        self.metrics = NodeMetrics(config.node_id, config.group)
+        self.notifier = CommitNotifier()
+        self._events: collections.deque = collections.deque()
+        self._stepping = False
+        self._pending: dict[int, _Pending] = {}
+        self._next_request_id = 1
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._disk_full = False
+        self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
+        self._store_bytes = 0
+        self._store_bytes_at_ms = 0
+        self._role: Role | None = None
+        self._term = -1
+        self._http = None
+        self.started_at = time.time()
+        self.sync_flush = config.flush == "sync"
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        if self._store is None:
+            self._store = open_store(cfg)
+        hard_state = load_hard_state(cfg.data_dir)
+        factory = self._core_factory or _default_core_factory
+        self._core = factory(cfg.raft_config(), self._store, hard_state, random.Random(os.urandom(16)), now_ms())
+        log.info("node starting node=%s group=%s term=%d voted_for=%s begin=%d end=%d committed=%d flush=%s%s",
+                 cfg.node_id, cfg.group, hard_state.term, hard_state.voted_for, self._store.begin_index,
+                 self._store.end_index, self._store.committed_index, cfg.flush,
+                 " (async: acks before fsync, like DLedger's default; a power loss can lose acked entries)"
+                 if not self.sync_flush else "")
+        self.notifier.advance(self._store.committed_index)
+        self._committer = GroupCommitter(
+            self._store, sync=self.sync_flush, on_durable=lambda i: self._step(Durable(i)),
+            on_failed=self._store_failed, observe_fsync_s=self.metrics.fsync_seconds.observe)
+        self._check_disk()
+        if self._transport is None:
+            from .transport_adapter import RealTransport
+            self._transport = RealTransport(cfg, self.metrics)
+        await self._transport.start(self._on_peer_message, self._on_client_request)
+        if cfg.http_port:
+            from .http import HttpServer
+            self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics})
+            await self._http.start(cfg.listen_host, cfg.http_port)
+        self._tasks = [
+            asyncio.create_task(self._committer.run(), name="flusher"),
+            asyncio.create_task(self._ticker(), name="ticker"),
+            asyncio.create_task(self._periodic(DISK_CHECK_INTERVAL_MS, self._check_disk), name="disk-guard"),
+            asyncio.create_task(self._periodic(cfg.checkpoint_interval_ms, self._checkpoint), name="checkpoint"),
+            asyncio.create_task(self._periodic(cfg.retention_interval_ms, self._retention), name="retention"),
+        ]
+        self._step(Tick(now_ms()))
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def stop(self) -> None:
+        """Graceful: stop accepting, answer parked reads, flush, checkpoint, close. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopping.set()
+        log.info("node stopping node=%s", self.config.node_id)
+        if self._transport is not None:
+            await self._transport.stop_accepting()
+        self.notifier.wake_all()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._store is not None and self._committer is not None:
+            try:
+                async with self._committer.io_lock:
+                    await asyncio.to_thread(self._store.flush)
+                    await asyncio.to_thread(self._store.checkpoint)
+            except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
+                log.error("final flush/checkpoint failed: %s", e)
+        for p in self._pending.values():
+            self._answer_pending(p, ResponseCode.TERM_CHANGED if p.kind == "append" else ResponseCode.TIMEOUT,
+                                 message="node shutting down")
+        self._pending.clear()
+        if self._transport is not None:
+            await self._transport.close()
+        if self._http is not None:
+            await self._http.close()
+        if self._store is not None:
+            self._store.close()
+        self._stopped.set()
+        log.info("node stopped node=%s", self.config.node_id)
+
+    # -- the core loop -------------------------------------------------------------------------------------
+    def _step(self, event: Any) -> None:
+        """Feed one event to the core and execute the Readys it causes, to quiescence, in order."""
+        self._events.append(event)
+        if self._stepping:
+            return  # the outer call drains the queue: no reentrancy into the core
+        self._stepping = True
+        try:
+            while self._events:
+                ready = self._core.step(self._events.popleft())
+                if ready:
+                    self._execute(ready)
+        finally:
+            self._stepping = False
+
+    def _execute(self, ready: Ready) -> None:
+        store = self._store
+        if ready.hard_state is not None:
+            save_hard_state(self.config.data_dir, ready.hard_state)  # fsync before any vote goes out
+        if ready.truncate_after is not None:
+            store.truncate_after(ready.truncate_after)
+            self._committer.truncated(ready.truncate_after)
+            log.info("truncated node=%s after=%d", self.config.node_id, ready.truncate_after)
+        if ready.appends:
+            stored = self._write(ready.appends)
+            if stored is not None:
+                self._committer.written(stored)
+                # Stored (and, in async mode, Durable) go next, before any later event.
+                if not self.sync_flush:
+                    self._events.appendleft(Durable(stored))
+                self._events.appendleft(Stored(stored))
+        send = self._transport.send
+        for msg in ready.messages:
+            send(msg)
+        for c in ready.completions:
+            p = self._pending.pop(c.request_id, None)
+            if p is not None:
+                self._complete(p, c)
+        if ready.committed_index is not None:
+            committed = min(ready.committed_index, store.end_index)
+            store.set_committed_index(committed)
+            self.notifier.advance(committed)
+
+    def _write(self, appends) -> int | None:
+        """Write the Ready's appends to the store (page cache); None if the store refused."""
+        store = self._store
+        end = None
+        try:
+            for a in appends:
+                if isinstance(a, AppendBatch):
+                    end = store.append_batch(a.term, a.bodies, a.timestamp_ms, a.producer)
+                else:
+                    assert isinstance(a, AppendRecords)
+                    assert a.first_index == store.end_index + 1, (a.first_index, store.end_index)
+                    end = store.append_records(a.data)
+                    assert end == a.last_index, (end, a.last_index)
+        except QuorumLogError as e:
+            if e.code in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
+                self._store_failed(e.code, str(e))
+            else:  # a corrupt push: drop it; the leader's dispatcher resends after max_push_timeout_ms
+                log.warning("store refused append node=%s code=%s reason=%s", self.config.node_id, e.code.name, e)
+        except OSError as e:
+            self._store_failed(ResponseCode.DISK_ERROR, str(e))
+        return end
+
+    def _store_failed(self, code: ResponseCode, reason: str) -> None:
+        log.error("store failed node=%s code=%s reason=%s", self.config.node_id, code.name, reason)
+        self.metrics.store_failed(code.name)
+        if code == ResponseCode.DISK_FULL:
+            self._disk_full = True
+        self._step(StoreFailed(code, reason))
+
+    def _complete(self, p: _Pending, c) -> None:
+        if p.kind == "append":
+            if c.code == ResponseCode.SUCCESS:
+                self.metrics.commit_seconds.observe(time.perf_counter() - p.received_s)
+                self.metrics.appends.inc(p.count)
+                self.metrics.append_bytes.inc(p.size_bytes)
+            self.metrics.count_request(c.code.name)
+            self._send(p.session, AppendResponse(p.client_request_id, c.code, c.leader_id, c.first_index,
+                                                 c.last_index, c.term))
+        else:
+            self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
+
+    def _answer_pending(self, p: _Pending, code: ResponseCode, message: str = "") -> None:
+        if p.kind == "append":
+            self._send(p.session, AppendResponse(p.client_request_id, code, message=message))
+        else:
+            self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
+
+    @staticmethod
+    def _send(session: Any, response: Any) -> None:
+        try:
+            session.send(response)
+        except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
+            log.debug("could not answer a closed session: %s", e)
+
+    # -- inputs --------------------------------------------------------------------------------------------
+    def _on_peer_message(self, msg: Any) -> None:
+        if not self._stopped.is_set():
+            self._step(Receive(msg))
+
+    def _on_client_request(self, session: Any, request: Any) -> None:
+        if isinstance(request, AppendRequest):
+            self._client_append(session, request)
+        elif isinstance(request, ReadRequest):
+            t = asyncio.get_running_loop().create_task(self._client_read(session, request))
+            t.add_done_callback(_log_task_error)
+        elif isinstance(request, StatusRequest):
+            self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
+                                               json.dumps(self.status()).encode()))
+        elif isinstance(request, TransferLeaderRequest):
+            if request.to not in self.config.peers:
+                self._send(session, TransferLeaderResponse(request.request_id, ResponseCode.UNKNOWN_MEMBER,
+                                                           message=f"{request.to!r} is not a member"))
+                return
+            rid = self._new_request_id()
+            self._pending[rid] = _Pending(session, request.request_id, "transfer", time.perf_counter())
+            self._step(TransferLeadership(rid, request.to))
+        else:
+            log.warning("unknown client request type=%s", type(request).__name__)
+
+    def _client_append(self, session: Any, request: AppendRequest) -> None:
+        def refuse(code: ResponseCode, message: str, leader_id: str | None = None) -> None:
+            self.metrics.count_request(code.name)
+            self._send(session, AppendResponse(request.request_id, code, leader_id, message=message))
+
+        if self._stopping.is_set():
+            return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
+        bodies = request.bodies
+        if not bodies:
+            return refuse(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty batch")
+        size = 0
+        limit = self.config.max_entry_bytes
+        for body in bodies:
+            n = len(body)
+            if n > limit:
+                return refuse(ResponseCode.ENTRY_TOO_LARGE, f"entry of {n} bytes > max_entry_bytes {limit}")
+            size += n
+        if self._disk_full:
+            st = self._core.status()
+            if st.role == Role.LEADER:
+                return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full "
+                                                      f"(disk_full_ratio {self.config.disk_full_ratio})")
+        rid = self._new_request_id()
+        self._pending[rid] = _Pending(session, request.request_id, "append", time.perf_counter(), len(bodies), size)
+        self._step(ClientAppend(rid, bodies, request.client_id, request.seq))
+
+    async def _client_read(self, session: Any, request: ReadRequest) -> None:
+        response: ReadResponse = await serve_read(self._store, request, self.notifier, self._stopping)
+        self._send(session, response)
+
+    def _new_request_id(self) -> int:
+        rid = self._next_request_id
+        self._next_request_id += 1
+        return rid
+
+    # -- periodic work -------------------------------------------------------------------------------------
+    async def _ticker(self) -> None:
+        interval_s = self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self._step(Tick(now_ms()))
+            self._observe_role()
+
+    async def _periodic(self, interval_ms: int, fn: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - periodic housekeeping must not kill the node
+                log.exception("periodic task failed fn=%s", getattr(fn, "__name__", fn))
+
+    def _observe_role(self) -> None:
+        st = self._core.status()
+        if st.role != self._role or st.term != self._term:
+            if st.role != self._role:
+                log.info("role change node=%s role=%s term=%d leader=%s", self.config.node_id, st.role.value,
+                         st.term, st.leader_id)
+            self._role, self._term = st.role, st.term
+            self.metrics.set_role(st.role.value)
+            self.metrics.term.set(st.term)
+
+    def _check_disk(self) -> None:
+        try:
+            usage = shutil.disk_usage(self.config.data_dir)
+        except OSError as e:
+            log.warning("disk usage unavailable: %s", e)
+            return
+        self._disk_usage = (usage.used, usage.total)
+        ratio = usage.used / usage.total if usage.total else 0.0
+        store_full = bool(getattr(self._store, "is_disk_full", lambda: False)()) \
+            if callable(getattr(self._store, "is_disk_full", None)) else False
+        full = ratio >= self.config.disk_full_ratio or store_full
+        if full != self._disk_full:
+            log.warning("disk guard node=%s full=%s used_ratio=%.3f limit=%.3f", self.config.node_id, full, ratio,
+                        self.config.disk_full_ratio)
+        self._disk_full = full
+
+    async def _checkpoint(self) -> None:
+        async with self._committer.io_lock:
+            await asyncio.to_thread(self._store.checkpoint)
+
+    async def _retention(self) -> None:
+        """Delete old segments below what every replica holds (leader) or below the commit point."""
+        apply = getattr(self._store, "apply_retention", None)
+        if apply is None:
+            return
+        st = self._core.status()
+        safe = st.committed_index
+        if st.role == Role.LEADER and st.watermarks:
+            safe = min(safe, *st.watermarks.values())
+        async with self._committer.io_lock:
+            removed = await asyncio.to_thread(apply, safe, self.config.file_reserved_hours)
+        if removed:
+            log.info("retention node=%s safe_index=%d removed=%s begin=%d", self.config.node_id, safe, removed,
+                     self._store.begin_index)
+
+    # -- status and metrics --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        st = self._core.status()
+        used, total = self._disk_usage
+        return {
+            "id": st.node_id,
+            "group": self.config.group,
+            "address": "%s:%d" % self.config.address,
+            "role": st.role.value,
+            "term": st.term,
+            "leader_id": st.leader_id,
+            "begin_index": self._store.begin_index,
+            "end_index": self._store.end_index,
+            "committed_index": st.committed_index,
+            "durable_index": self._committer.durable_index if self._committer else -1,
+            "watermarks": dict(st.watermarks),
+            "transferring_to": st.transferring_to,
+            "flush": self.config.flush,
+            "disk": {"used_bytes": used, "total_bytes": total, "used_ratio": round(used / total, 4) if total else 0,
+                     "full": self._disk_full, "store_bytes": self._dir_bytes()},
+            "pending_requests": sum(1 for p in self._pending.values() if p.kind == "append"),
+            "waiting_reads": self.notifier.waiting,
+            "fsyncs": self._committer.fsyncs if self._committer else 0,
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started_at, 3),
+        }
+
+    def _dir_bytes(self) -> int:
+        t = now_ms()
+        if t - self._store_bytes_at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
+            self._store_bytes_at_ms = t
+            total = 0
+            for root, _dirs, files in os.walk(self.config.data_dir):
+                for f in files:
+                    try:
+                        total += os.stat(os.path.join(root, f)).st_blocks * 512
+                    except OSError:
+                        pass
+            self._store_bytes = total
+        return self._store_bytes
+
+    def _http_status(self) -> tuple[str, bytes]:
+        return "application/json", json.dumps(self.status(), indent=1).encode() + b"\n"
+
+    def _http_metrics(self) -> tuple[str, bytes]:
+        st = self._core.status()
+        m = self.metrics
+        m.set_role(st.role.value)
+        m.term.set(st.term)
+        m.end_index.set(self._store.end_index)
+        m.committed_index.set(st.committed_index)
+        for peer in self.config.peers:
+            if peer != self.config.node_id:
+                lag = self._store.end_index - st.watermarks[peer] if st.role == Role.LEADER and peer in st.watermarks else 0
+                m.set_peer_lag(peer, lag)
+        m.pending_requests.set(sum(1 for p in self._pending.values() if p.kind == "append"))
+        m.waiting_reads.set(self.notifier.waiting)
+        used, total = self._disk_usage
+        m.disk_used_bytes.set(used)
+        m.disk_total_bytes.set(total)
+        m.disk_used_ratio.set(used / total if total else 0)
+        m.store_bytes.set(self._dir_bytes())
+        return m.content_type, m.render()
+
+
+def _log_task_error(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("request task failed", exc_info=task.exception())
+
+
+def _default_core_factory(raft_config, log_view, hard_state, rng, start_ms):
+    from ..raft.core import RaftCore
+    return RaftCore(raft_config, log_view, hard_state, rng, start_ms)
+
+
+def open_store(cfg: NodeConfig):
+    from ..store.file_store import FileStore, StoreConfig
+    names = set(getattr(StoreConfig, "__dataclass_fields__", {}))
+    wanted = {"data_segment_size": cfg.data_segment_size, "max_entry_bytes": cfg.max_entry_bytes,
+              "disk_full_ratio": cfg.disk_full_ratio, "file_reserved_hours": cfg.file_reserved_hours}
+    return FileStore(os.path.join(cfg.data_dir, "store"), StoreConfig(**{k: v for k, v in wanted.items() if k in names}))

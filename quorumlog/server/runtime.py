@@ -1,0 +1,76 @@
+"""Running a node as a process: logging, the event loop (uvloop when installed), signals, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Sequence
+
+from ..config import ConfigError, NodeConfig, add_argparse_flags, load_config
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_CONFIG = 2
+
+
+def setup_logging(config: NodeConfig) -> None:
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper()), stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s {config.node_id} %(name)s: %(message)s")
+
+
+async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
+    """Run one node until SIGTERM/SIGINT, then shut down cleanly (stop accepting, flush, checkpoint)."""
+    from .node import Node
+
+    node = Node(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await node.start()
+    except OSError as e:
+        log.error("cannot start node=%s: %s", config.node_id, e)
+        await node.stop()
+        return EXIT_FAILED
+    log.info("node running node=%s address=%s:%d http_port=%d flush=%s", config.node_id, *config.address,
+             config.http_port, config.flush)
+    await stop.wait()
+    log.info("signal received; shutting down node=%s", config.node_id)
+    await node.stop()
+    return EXIT_OK
+
+
+def run_node(config: NodeConfig) -> int:
+    """Blocking: run a node in the foreground until SIGTERM/SIGINT; returns the process exit code."""
+    setup_logging(config)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(serve(config))
+    return uvloop.run(serve(config))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> NodeConfig:
+    """argv → NodeConfig (flags > QUORUMLOG_* > --config file > defaults); raises ConfigError."""
+    parser = argparse.ArgumentParser(prog="python -m quorumlog.server", description="Run one quorumlog node.")
+    parser.add_argument("--config", default=None, help="TOML configuration file [env QUORUMLOG_CONFIG]")
+    add_argparse_flags(parser)
+    args = parser.parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if v is not None}
+    return load_config(flags=flags)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = parse_args(argv)
+    except ConfigError as e:
+        print(f"quorumlog node: bad configuration: {e}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    return run_node(config)

@@ -1,0 +1,115 @@
+import asyncio
+import threading
+
+import pytest
+
+from quorumlog.codes import ResponseCode
+from quorumlog.errors import DiskError
+from quorumlog.server.group_commit import GroupCommitter
+from quorumlog.store import MemoryStore
+
+
+class GatedStore(MemoryStore):
+    """flush() blocks until the test opens the gate, so writes can pile up behind a running fsync."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        self.flushes = 0
+        self.fail_next = False
+
+    def flush(self) -> int:
+        covered = self.end_index  # like fdatasync: covers what was written when it started
+        self.started.set()
+        assert self.gate.wait(10)
+        self.flushes += 1
+        if self.fail_next:
+            self.fail_next = False
+            raise DiskError("EIO")
+        self._durable = max(self._durable, covered)
+        return covered
+
+
+async def _until(pred, timeout_s=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not pred():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
+def test_one_fsync_covers_everything_written_while_the_previous_ran():
+    async def main():
+        store = GatedStore()
+        durable: list[int] = []
+        gc = GroupCommitter(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: None)
+        task = asyncio.create_task(gc.run())
+        gc.written(store.append_batch(1, [b"a"], 0))
+        await asyncio.to_thread(store.started.wait, 5)  # fsync #1 running (covers index 0)
+        for i in range(50):  # 50 batches arrive during fsync #1
+            gc.written(store.append_batch(1, [b"x%d" % i], 0))
+        store.started.clear()
+        store.gate.set()
+        await _until(lambda: durable and durable[-1] == 50)
+        gc.close()
+        await task
+        # fsync #1 reported what was written when it started; one more fsync covered the 50 that came meanwhile
+        assert store.flushes == 2
+        assert durable == [0, 50]
+        assert gc.fsyncs == 2
+    asyncio.run(main())
+
+
+def test_truncate_during_fsync_clamps_the_answer():
+    async def main():
+        store = GatedStore()
+        for _ in range(10):
+            store.append_batch(1, [b"a"], 0)
+        durable: list[int] = []
+        gc = GroupCommitter(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: None)
+        task = asyncio.create_task(gc.run())
+        gc.written(store.end_index)
+        await asyncio.to_thread(store.started.wait, 5)
+        store.truncate_after(4)  # the running fsync's answer (9) is void above 4
+        gc.truncated(4)
+        gc.written(store.append_batch(2, [b"b"], 0))  # index 5 of term 2
+        store.gate.set()
+        await _until(lambda: durable and durable[-1] == 5)
+        gc.close()
+        await task
+        assert all(d <= 5 for d in durable)
+    asyncio.run(main())
+
+
+def test_failed_fsync_is_reported_and_retried():
+    async def main():
+        store = GatedStore()
+        store.gate.set()
+        store.fail_next = True
+        durable, failures = [], []
+        gc = GroupCommitter(store, sync=True, on_durable=durable.append,
+                            on_failed=lambda c, r: failures.append(c))
+        task = asyncio.create_task(gc.run())
+        gc.written(store.append_batch(1, [b"a"], 0))
+        await _until(lambda: durable == [0])
+        gc.close()
+        await task
+        assert failures == [ResponseCode.DISK_ERROR]
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_async_mode_never_reports_durable_but_still_flushes(sync):
+    async def main():
+        store = GatedStore()
+        store.gate.set()
+        durable = []
+        gc = GroupCommitter(store, sync=sync, on_durable=durable.append, on_failed=lambda c, r: None)
+        task = asyncio.create_task(gc.run())
+        gc.written(store.append_batch(1, [b"a", b"b"], 0))
+        await _until(lambda: store.durable_index == 1)
+        gc.close()
+        await task
+        assert durable == ([1] if sync else [])
+    asyncio.run(main())

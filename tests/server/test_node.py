@@ -1,0 +1,206 @@
+"""The runtime alone: a stand-in core (one-node leader) and transport, a real MemoryStore, real time."""
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from quorumlog.codes import ResponseCode
+from quorumlog.config import load_config
+from quorumlog.raft.types import ClientAppend, Durable, Stored
+from quorumlog.server.hard_state import load_hard_state
+from quorumlog.server.node import Node
+from quorumlog.store import MemoryStore
+from quorumlog.store.codec import decode_records
+from quorumlog.wire.client import (
+    AppendRequest, AppendResponse, ReadRequest, StatusRequest, TransferLeaderRequest,
+)
+
+from .fakes import FakeSession, FakeTransport, SoloCore
+
+
+def _config(tmp_path, **kw):
+    flags = {"node_id": "n0", "peers": "n0=127.0.0.1:7001,n1=127.0.0.1:7002", "data_dir": str(tmp_path),
+             "max_entry_bytes": "1000", **kw}
+    return load_config(flags=flags, env={})
+
+
+async def _until(pred, timeout_s=5.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not pred():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.002)
+
+
+async def _started(tmp_path, **kw):
+    transport = FakeTransport()
+    store = MemoryStore(max_entry_bytes=1000)
+    node = Node(_config(tmp_path, **kw), store=store, core_factory=SoloCore, transport=transport)
+    await node.start()
+    return node, transport, store
+
+
+@pytest.mark.parametrize("flush", ["sync", "async"])
+def test_append_is_answered_after_durable_and_readable(tmp_path, flush):
+    async def main():
+        node, transport, store = await _started(tmp_path, flush=flush)
+        core = node._core
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(41, (b"a", b"b")))
+        transport.on_client_request(s, AppendRequest(42, (b"c",)))
+        await _until(lambda: len(s.responses) == 2)
+        assert [(r.request_id, r.code, r.first_index, r.last_index) for r in s.responses] == [
+            (41, ResponseCode.SUCCESS, 0, 1), (42, ResponseCode.SUCCESS, 2, 2)]
+        # Stored came right after each write; Durable only after a flush in sync mode
+        kinds = [type(e).__name__ for e in core.events if not type(e).__name__ == "Tick"]
+        assert kinds[:2] == ["ClientAppend", "Stored"]
+        assert store.durable_index == 2 or flush == "async"
+        assert store.committed_index == 2
+        transport.on_client_request(s, ReadRequest(43, start=0))
+        await _until(lambda: len(s.responses) == 3)
+        r = s.responses[-1]
+        assert [e.body for e in decode_records(b"".join(r.records.chunks))] == [b"a", b"b", b"c"]
+        await node.stop()
+        assert transport.closed
+    asyncio.run(main())
+
+
+def test_hard_state_is_on_disk_before_messages_go_out(tmp_path):
+    async def main():
+        node, transport, _ = await _started(tmp_path)
+        await _until(lambda: transport.sent)
+        assert transport.sent == ["hello-peer"]
+        assert load_hard_state(str(tmp_path)).term == 1 and load_hard_state(str(tmp_path)).voted_for == "n0"
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_bad_input_is_refused_before_the_core(tmp_path):
+    async def main():
+        node, transport, _ = await _started(tmp_path)
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(1, ()))
+        transport.on_client_request(s, AppendRequest(2, (b"x" * 1001,)))
+        assert [r.code for r in s.responses] == [ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.ENTRY_TOO_LARGE]
+        assert not any(isinstance(e, ClientAppend) for e in node._core.events)
+        transport.on_client_request(s, AppendRequest(3, (b"x" * 1000,)))  # exactly the limit is fine
+        await _until(lambda: len(s.responses) == 3)
+        assert s.responses[-1].code == ResponseCode.SUCCESS
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_disk_full_refuses_appends_but_reads_work(tmp_path):
+    async def main():
+        node, transport, _ = await _started(tmp_path)
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(1, (b"a",)))
+        await _until(lambda: len(s.responses) == 1)
+        node._disk_full = True  # as the disk guard would set it
+        transport.on_client_request(s, AppendRequest(2, (b"b",)))
+        assert s.responses[-1].code == ResponseCode.DISK_FULL
+        transport.on_client_request(s, ReadRequest(3, start=0))
+        await _until(lambda: len(s.responses) == 3)
+        assert s.responses[-1].code == ResponseCode.SUCCESS and s.responses[-1].records.count == 1
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_disk_guard_uses_the_ratio(tmp_path):
+    async def main():
+        node, transport, _ = await _started(tmp_path, disk_full_ratio="0.0")
+        node._check_disk()
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(1, (b"a",)))
+        assert s.responses[-1].code == ResponseCode.DISK_FULL
+        assert node.status()["disk"]["full"] is True
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_store_write_failure_becomes_store_failed(tmp_path):
+    async def main():
+        node, transport, store = await _started(tmp_path)
+
+        def full(*a, **k):
+            from quorumlog.errors import DiskFull
+            raise DiskFull("ENOSPC")
+        store.append_batch = full
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(1, (b"a",)))
+        await _until(lambda: s.responses)
+        assert s.responses[0].code == ResponseCode.DISK_FULL
+        assert not any(isinstance(e, (Stored, Durable)) for e in node._core.events)
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_status_transfer_and_long_poll_follow(tmp_path):
+    async def main():
+        node, transport, _ = await _started(tmp_path)
+        s = FakeSession()
+        transport.on_client_request(s, StatusRequest(1))
+        doc = json.loads(s.responses[0].status_json)
+        assert doc["id"] == "n0" and doc["role"] == "leader" and doc["flush"] == "sync"
+        for key in ("term", "leader_id", "begin_index", "end_index", "committed_index", "watermarks",
+                    "disk", "pending_requests"):
+            assert key in doc
+        transport.on_client_request(s, TransferLeaderRequest(2, "n1"))
+        transport.on_client_request(s, TransferLeaderRequest(3, "zz"))
+        assert [r.code for r in s.responses[1:]] == [ResponseCode.SUCCESS, ResponseCode.UNKNOWN_MEMBER]
+        follower = FakeSession()
+        transport.on_client_request(follower, ReadRequest(4, start=0, wait_ms=10_000))
+        await asyncio.sleep(0.05)
+        assert not follower.responses
+        transport.on_client_request(s, AppendRequest(5, (b"new",)))
+        await _until(lambda: follower.responses)
+        assert follower.responses[0].records.first_index == 0
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_http_status_and_metrics(tmp_path):
+    async def main():
+        node, transport, _ = await _started(tmp_path, http_port="0")
+        from quorumlog.server.http import HttpServer
+        node._http = HttpServer({"/status": node._http_status, "/metrics": node._http_metrics})
+        await node._http.start("127.0.0.1", 0)
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(1, (b"abc", b"de")))
+        await _until(lambda: s.responses)
+
+        async def get(path):
+            r, w = await asyncio.open_connection("127.0.0.1", node._http.port)
+            w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            data = await asyncio.wait_for(r.read(), 5)
+            w.close()
+            head, _, body = data.partition(b"\r\n\r\n")
+            return head.split(b"\r\n")[0], body
+
+        line, body = await get("/status")
+        assert line == b"HTTP/1.1 200 OK" and json.loads(body)["end_index"] == 1
+        line, body = await get("/metrics")
+        text = body.decode()
+        assert 'quorumlog_appends_total{group="default",node="n0"} 2.0' in text
+        assert 'quorumlog_append_bytes_total{group="default",node="n0"} 5.0' in text
+        assert 'quorumlog_role{group="default",node="n0",role="leader"} 1.0' in text
+        assert "quorumlog_fsync_seconds_bucket" in text and "quorumlog_commit_latency_seconds_count" in text
+        assert 'quorumlog_peer_lag_entries{group="default",node="n0",peer="n1"}' in text
+        line, _ = await get("/nope")
+        assert line.startswith(b"HTTP/1.1 404")
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_stop_flushes_and_checkpoints(tmp_path):
+    async def main():
+        node, transport, store = await _started(tmp_path, flush="async")
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(1, (b"a",)))
+        await _until(lambda: s.responses)
+        await node.stop()
+        await node.stop()  # idempotent
+        assert store.durable_index == 0 and store._checkpoint_committed == 0
+    asyncio.run(main())
