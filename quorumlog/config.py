@@ -115,16 +115,22 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     # -- store ----------------------------------------------------------------------------------------------
     _k("data_segment_size", 1024 * MIB, "int", "Size of one preallocated data segment file, in bytes.",
        "DLedger `mappedFileSizeForEntryData`, same default (small values are for tests).", minimum=4096),
-    _k("disk_full_ratio", 0.90, "float", "Disk usage ratio at which appends are refused with DISK_FULL "
-       "(reads keep working).", "DLedger `diskFullRatio`, same default.", minimum=0.0, maximum=1.0),
-    _k("file_reserved_hours", 72, "int", "Segments older than this, and below what every replica holds, are deleted.",
+    _k("index_segment_size", 128 * MIB, "int", "Size of one index segment file (32-byte units), in bytes.",
+       "DLedger `mappedFileSizeForEntryIndex` (~160 MiB of 32-byte units); ours is a power of two.",
+       minimum=128),
+    _k("preallocate", True, "bool", "Zero-fill new segments ahead of use, so fdatasync is a plain cache flush.",
+       "RocketMQ's `warmMapedFileEnable` (off by default there); measured ~1.3-2x faster fsyncs."),
+    _k("disk_full_ratio", 0.85, "float", "Disk usage ratio at which appends are refused with DISK_FULL "
+       "(reads keep working).", "DLedger forbids writes at `diskFullRatio` 0.90 and force-cleans at 0.85; we refuse "
+       "at 0.85 so the preallocated next segment and the index still fit.", minimum=0.0, maximum=1.0),
+    _k("file_reserved_hours", 72.0, "float", "Segments older than this, and below what every replica holds, are deleted.",
        "DLedger `fileReservedHours`, same default; we also never delete what a lagging replica still needs.",
        minimum=0),
     _k("retention_interval_ms", 60_000, "int", "How often retention runs.",
        "DLedger checks every `cleanSpaceIntervalMs`-like period in its flush service.", minimum=10),
     # -- transport ------------------------------------------------------------------------------------------
-    _k("max_frame_bytes", 16 * MIB, "int", "Largest frame on the wire; an absurd length prefix closes the connection.",
-       "Not in DLedger (Netty's frame decoder limit); must exceed max_entry_bytes and max_push_batch_bytes.",
+    _k("max_frame_bytes", 64 * MIB + 64 * 1024, "int", "Largest frame on the wire; an absurd length prefix closes the connection.",
+       "Not in DLedger (Netty's frame decoder limit); must exceed max_entry_bytes and max_push_batch_bytes; equal to the transport's and the client's default.",
        minimum=1024),
     _k("max_connections", 1024, "int", "Client and peer connections accepted at once; more are closed.",
        "Not in DLedger.", minimum=1),
@@ -167,10 +173,12 @@ class NodeConfig:
     peer_push_throttle_point: int = 300 * MIB
     peer_push_quota: int = 20 * MIB
     data_segment_size: int = 1024 * MIB
-    disk_full_ratio: float = 0.90
-    file_reserved_hours: int = 72
+    index_segment_size: int = 128 * MIB
+    preallocate: bool = True
+    disk_full_ratio: float = 0.85
+    file_reserved_hours: float = 72.0
     retention_interval_ms: int = 60_000
-    max_frame_bytes: int = 16 * MIB
+    max_frame_bytes: int = 64 * MIB + 64 * 1024  # the transport's MAX_FRAME_BYTES
     max_connections: int = 1024
     handshake_timeout_ms: int = 5_000
     tick_interval_ms: int = 10
@@ -200,6 +208,15 @@ class NodeConfig:
             peer_push_quota=self.peer_push_quota, preferred_leader_id=self.preferred_leader_id or None,
         )
 
+    def store_config(self):
+        """The FileStore's StoreConfig (raises ValueError for values the store cannot use)."""
+        from .store.config import StoreConfig
+        return StoreConfig(
+            data_segment_size_bytes=self.data_segment_size, index_segment_size_bytes=self.index_segment_size,
+            max_entry_bytes=self.max_entry_bytes, disk_full_ratio=self.disk_full_ratio,
+            file_reserved_hours=self.file_reserved_hours, preallocate=self.preallocate,
+            checkpoint_interval_ms=self.checkpoint_interval_ms)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["peers"] = {k: f"{h}:{p}" for k, (h, p) in self.peers.items()}
@@ -227,6 +244,12 @@ def _validate(c: NodeConfig) -> None:
     if c.election_timeout_min_ms > c.election_timeout_max_ms:
         raise ConfigError(f"election_timeout_min_ms={c.election_timeout_min_ms}: must be ≤ election_timeout_max_ms "
                           f"({c.election_timeout_max_ms})")
+    try:
+        c.store_config()
+    except ImportError:
+        pass  # the file store is optional for tools that only parse configuration
+    except ValueError as e:
+        raise ConfigError(f"store: {e}") from None
     # A frame carries one entry (plus headers) or one push batch; both must fit.
     need = max(c.max_entry_bytes, c.max_push_batch_bytes) + 64 * 1024
     if c.max_frame_bytes < need:

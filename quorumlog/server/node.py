@@ -264,12 +264,12 @@ class Node:
         if not self._stopped.is_set():
             self._step(Receive(msg))
 
-    def _on_client_request(self, session: Any, request: Any) -> None:
+    def _on_client_request(self, session: Any, request: Any) -> Any:
+        """One client request; returns a coroutine for the transport to run when the answer must wait."""
         if isinstance(request, AppendRequest):
             self._client_append(session, request)
         elif isinstance(request, ReadRequest):
-            t = asyncio.get_running_loop().create_task(self._client_read(session, request))
-            t.add_done_callback(_log_task_error)
+            return self._client_read(session, request)  # the transport tracks it (and cancels it on close)
         elif isinstance(request, StatusRequest):
             self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                                json.dumps(self.status()).encode()))
@@ -449,19 +449,11 @@ class Node:
         return m.content_type, m.render()
 
 
-def _log_task_error(task: asyncio.Task) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("request task failed", exc_info=task.exception())
-
-
 def _default_core_factory(raft_config, log_view, hard_state, rng, start_ms):
     from ..raft.core import RaftCore
     return RaftCore(raft_config, log_view, hard_state, rng, start_ms)
 
 
 def open_store(cfg: NodeConfig):
-    from ..store.file_store import FileStore, StoreConfig
-    names = set(getattr(StoreConfig, "__dataclass_fields__", {}))
-    wanted = {"data_segment_size": cfg.data_segment_size, "max_entry_bytes": cfg.max_entry_bytes,
-              "disk_full_ratio": cfg.disk_full_ratio, "file_reserved_hours": cfg.file_reserved_hours}
-    return FileStore(os.path.join(cfg.data_dir, "store"), StoreConfig(**{k: v for k, v in wanted.items() if k in names}))
+    from ..store.file_store import FileStore
+    return FileStore(os.path.join(cfg.data_dir, "store"), cfg.store_config())

@@ -26,17 +26,24 @@ class RealTransport:
         from ..transport import PeerLinks, TransportServer
 
         cfg = self._config
-        common = dict(group=cfg.group, node_id=cfg.node_id, members=cfg.peers)
-        self._links = PeerLinks(**common, max_frame_bytes=cfg.max_frame_bytes)
+        common = dict(group=cfg.group, node_id=cfg.node_id, members=tuple(cfg.peers))
+        self._links = PeerLinks(group=cfg.group, node_id=cfg.node_id, peers=cfg.peers,
+                                 max_frame_bytes=cfg.max_frame_bytes)
         self._server = await TransportServer.start(
             cfg.listen_host, cfg.address[1], **common, on_peer_message=on_peer_message,
-            on_client_request=on_client_request, max_frame_bytes=cfg.max_frame_bytes,
+            on_client_request=lambda request, session: on_client_request(session, request), max_frame_bytes=cfg.max_frame_bytes,
             max_connections=cfg.max_connections, handshake_timeout_ms=cfg.handshake_timeout_ms,
             on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
         log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.address[1])
 
     def send(self, msg: Any) -> None:
         self._links.send(msg)
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self._server is not None:
+            out["server"] = self._server.stats.as_dict()
+        return out
 
     async def stop_accepting(self) -> None:
         if self._server is not None:

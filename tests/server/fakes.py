@@ -74,8 +74,18 @@ class FakeTransport:
         self.closed = False
 
     async def start(self, on_peer_message, on_client_request) -> None:
-        self.on_peer_message, self.on_client_request = on_peer_message, on_client_request
+        self.on_peer_message = on_peer_message
         self.accepting = True
+        self.tasks = set()
+
+        def on_client(session, request):  # like TransportServer.track: run what the handler returns
+            import asyncio
+            result = on_client_request(session, request)
+            if result is not None:
+                t = asyncio.ensure_future(result)
+                self.tasks.add(t)
+                t.add_done_callback(self.tasks.discard)
+        self.on_client_request = on_client
 
     def send(self, msg) -> None:
         self.sent.append(msg)

@@ -52,6 +52,7 @@ def test_node_table_and_peers_table_in_toml(tmp_path):
     ({"max_entry_bytes": str(100 * 1024 * 1024)}, "max_frame_bytes"),
     ({"preferred_leader_id": "zz"}, "preferred_leader_id='zz'"),
     ({"no_such_key": "1"}, "no_such_key"),
+    ({"index_segment_size": "1000"}, "index_segment_size_bytes 1000"),
 ])
 def test_bad_values_name_the_key(override, names):
     with pytest.raises(ConfigError) as e:
