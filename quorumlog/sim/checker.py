@@ -1,0 +1,206 @@
+"""Safety checks, run after every step of the simulated world.
+
+Raft's own (Figure 3 of the paper): election safety (at most one leader per term), log matching (one
+(index, term) names one entry and the same prefix, which the chain CRC lets us compare in O(1)), leader
+completeness (a new leader holds every committed entry), state-machine safety (every node's committed
+prefix is the one global committed log, and a committed entry is never truncated). Plus durability: a
+committed entry is durable on a majority. And the clients': every acknowledged batch is in the committed
+log, once, where the ack says, in real-time order; no entry appears that no client sent.
+
+A Violation is raised, never asserted: the simulator reports it with the seed that reproduces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..codes import ResponseCode
+from ..raft.types import Completion, Role
+
+if TYPE_CHECKING:
+    from .node import SimNode
+
+
+class Violation(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class Op:
+    """One client batch: its bodies are unique in the whole run, so an entry names the op it came from."""
+
+    client: str
+    op_no: int
+    bodies: tuple[bytes, ...]
+    seq: int  # idempotent sequence number, -1 if not idempotent
+    first_sent_ms: int = -1
+    floor_index: int = -1  # highest acknowledged index when the op was first sent: it must land above
+    first_index: int | None = None  # where its first entry landed in the committed log
+    acked: bool = False
+    request_ids: list[int] = field(default_factory=list)
+
+
+class Checker:
+    def __init__(self, nodes: dict[str, "SimNode"]) -> None:
+        self.nodes = nodes
+        self.majority = len(nodes) // 2 + 1
+        self.leader_of_term: dict[int, str] = {}
+        self.entry_chain: dict[tuple[int, int], int] = {}  # (index, term) -> chain CRC, for log matching
+        self.committed_chain: list[int] = []  # the global committed log, by index
+        self.committed_term: list[int] = []
+        self.committed_body: list[bytes] = []
+        self.body_index: dict[bytes, int] = {}
+        self.sent: dict[bytes, tuple[Op, int]] = {}
+        self.max_acked_index = -1
+        self.acked_batches = 0
+        self.role_seen: dict[str, tuple[Role, int]] = {}
+        self._acks: list[tuple[str, Completion, Op]] = []
+
+    @property
+    def committed_index(self) -> int:
+        return len(self.committed_chain) - 1
+
+    # -- clients -----------------------------------------------------------------------------------
+    def register_op(self, op: Op, now_ms: int) -> None:
+        op.first_sent_ms = now_ms
+        op.floor_index = self.max_acked_index
+        for k, body in enumerate(op.bodies):
+            assert body not in self.sent, f"body sent twice by the simulator: {body!r}"
+            self.sent[body] = (op, k)
+
+    def on_completion(self, node_id: str, completion: Completion, op: Op) -> None:
+        if completion.code == ResponseCode.SUCCESS:
+            self._acks.append((node_id, completion, op))
+
+    # -- node actions ------------------------------------------------------------------------------
+    def on_append(self, node: "SimNode", first: int, last: int) -> None:
+        store = node.store
+        for index in range(first, last + 1):
+            key = (index, store.term_at(index))
+            chain = store.chain_crc_at(index)
+            known = self.entry_chain.setdefault(key, chain)
+            if known != chain:
+                raise Violation("log_matching", f"{node.node_id} holds entry index={index} term={key[1]} "
+                                                f"with chain {chain:#x}, another node's has {known:#x}")
+
+    def on_truncate(self, node: "SimNode", after_index: int) -> None:
+        store = node.store
+        if after_index < store.committed_index:
+            raise Violation("committed_truncated", f"{node.node_id} truncates after {after_index} below its own "
+                                                   f"committed_index {store.committed_index}")
+        first_dropped = after_index + 1
+        if first_dropped <= min(store.end_index, self.committed_index):
+            if store.chain_crc_at(first_dropped) == self.committed_chain[first_dropped]:
+                raise Violation("committed_truncated", f"{node.node_id} truncates after {after_index}, dropping "
+                                                       f"committed entry {first_dropped} (global committed "
+                                                       f"{self.committed_index})")
+
+    def on_commit(self, node: "SimNode") -> None:
+        store = node.store
+        ci = store.committed_index
+        gc = self.committed_index
+        if ci <= gc:
+            if ci >= 0 and store.chain_crc_at(ci) != self.committed_chain[ci]:
+                raise Violation("state_machine_safety", f"{node.node_id} committed entry {ci} "
+                                                        f"term={store.term_at(ci)} differs from the committed log's "
+                                                        f"term={self.committed_term[ci]}")
+            return
+        if gc >= 0 and store.chain_crc_at(gc) != self.committed_chain[gc]:
+            raise Violation("state_machine_safety", f"{node.node_id} commits {ci} on a prefix that differs from the "
+                                                    f"committed log at {gc}")
+        for index in range(gc + 1, ci + 1):
+            self._extend(index, store.term_at(index), store.chain_crc_at(index), store.get(index).body)
+        self._check_majority_durable(ci, node.node_id)
+
+    def _check_majority_durable(self, index: int, by: str) -> None:
+        chain = self.committed_chain[index]
+        holders = [n.node_id for n in self.nodes.values()
+                   if n.store.durable_index >= index and n.store.chain_crc_at(index) == chain]
+        if len(holders) < self.majority:
+            raise Violation("commit_without_quorum", f"{by} commits {index} but only {holders or 'no node'} "
+                                                     f"hold it durably (majority {self.majority})")
+
+    def _extend(self, index: int, term: int, chain: int, body: bytes) -> None:
+        assert index == len(self.committed_chain)
+        self.committed_chain.append(chain)
+        self.committed_term.append(term)
+        self.committed_body.append(body)
+        if body in self.body_index:
+            raise Violation("duplicate", f"body {body!r} committed at {self.body_index[body]} and again at {index}")
+        self.body_index[body] = index
+        hit = self.sent.get(body)
+        if hit is None:
+            raise Violation("phantom_entry", f"committed entry {index} body {body!r} was sent by no client")
+        op, k = hit
+        if k == 0:
+            op.first_index = index
+        elif op.first_index is None or index != op.first_index + k:
+            raise Violation("batch_split", f"entry {k} of {op.client}#{op.op_no} at {index}, its first entry at "
+                                           f"{op.first_index}")
+        if index <= op.floor_index:
+            raise Violation("real_time_order", f"{op.client}#{op.op_no} first sent at {op.first_sent_ms} ms landed "
+                                               f"at {index}, but index {op.floor_index} was acknowledged before")
+
+    # -- after every step --------------------------------------------------------------------------
+    def after_node_step(self, node: "SimNode") -> None:
+        core = node.core
+        role, term = core.role, core.term
+        if role == Role.LEADER:
+            holder = self.leader_of_term.setdefault(term, node.node_id)
+            if holder != node.node_id:
+                raise Violation("election_safety", f"{holder} and {node.node_id} both leaders of term {term}")
+            if self.role_seen.get(node.node_id) != (role, term):
+                self._check_leader_completeness(node, term)
+        self.role_seen[node.node_id] = (role, term)
+        if self._acks:
+            acks, self._acks = self._acks, []
+            for node_id, completion, op in acks:
+                self._check_ack(node_id, completion, op)
+
+    def _check_leader_completeness(self, node: "SimNode", term: int) -> None:
+        gc = self.committed_index
+        store = node.store
+        if gc < 0:
+            return
+        if store.end_index < gc or store.chain_crc_at(gc) != self.committed_chain[gc]:
+            held = "nothing" if store.end_index < gc else f"term {store.term_at(gc)}"
+            raise Violation("leader_completeness", f"{node.node_id} leads term {term} but holds {held} at committed "
+                                                   f"index {gc} (term {self.committed_term[gc]})")
+
+    def _check_ack(self, node_id: str, c: Completion, op: Op) -> None:
+        where = f"{node_id} acked {op.client}#{op.op_no} as {c.first_index}..{c.last_index} term {c.term}"
+        if c.last_index - c.first_index + 1 != len(op.bodies) or c.first_index < 0:
+            raise Violation("ack_mismatch", f"{where} but the batch has {len(op.bodies)} entries")
+        if c.last_index > self.committed_index:
+            raise Violation("ack_before_commit", f"{where} but the committed log ends at {self.committed_index}")
+        for k, body in enumerate(op.bodies):
+            index = c.first_index + k
+            if self.committed_body[index] != body or self.committed_term[index] != c.term:
+                raise Violation("ack_mismatch", f"{where} but entry {index} is {self.committed_body[index]!r} of "
+                                                f"term {self.committed_term[index]}")
+        op.acked = True
+        self.acked_batches += 1
+        self.max_acked_index = max(self.max_acked_index, c.last_index)
+
+    def on_restart(self, node: "SimNode") -> None:
+        """After a crash the store keeps its durable prefix; its checkpointed commit point must still match."""
+        store = node.store
+        ci = store.committed_index
+        if ci >= 0 and (ci > self.committed_index or store.chain_crc_at(ci) != self.committed_chain[ci]):
+            raise Violation("state_machine_safety", f"{node.node_id} restarts with committed_index {ci} not in "
+                                                    f"the committed log")
+        self.role_seen.pop(node.node_id, None)
+
+    def audit(self) -> None:
+        """Every node's committed prefix is the global one (run at the end; cheap enough to run often)."""
+        for node in self.nodes.values():
+            store = node.store
+            assert store.durable_index <= store.end_index
+            ci = store.committed_index
+            if ci >= 0 and (ci > self.committed_index or store.chain_crc_at(ci) != self.committed_chain[ci]):
+                raise Violation("state_machine_safety", f"{node.node_id} committed prefix up to {ci} is not the "
+                                                        f"committed log")

@@ -1,0 +1,130 @@
+"""Simulated clients: they append batches, time out, follow NOT_LEADER redirects and retry.
+
+An idempotent client (client_id > 0) keeps one batch in flight and retries it with the same (client_id, seq)
+and the same bodies until it succeeds, so the leader must deduplicate. A plain client never resends a body:
+after a failure or a timeout the outcome is unknown, so it sends a *new* batch with new bodies — which keeps
+"every body is committed at most once" a strict check for both kinds.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from ..codes import ResponseCode
+from ..raft.types import ClientAppend, Completion
+from .checker import Op
+from .options import CLIENT_TIMEOUT_MS, SimOptions
+
+if TYPE_CHECKING:
+    from .world import World
+
+RETRY_BACKOFF_MAX_MS = 100
+BODY_PAD_MAX_BYTES = 64
+
+
+class SimClient:
+    def __init__(self, world: "World", index: int, idempotent: bool, options: SimOptions) -> None:
+        self.world = world
+        self.rng: random.Random = world.rng
+        self.name = f"c{index}"
+        self.client_id = index + 1 if idempotent else 0
+        self.max_in_flight = 1 if idempotent else options.client_max_in_flight
+        self.think_max_ms = options.client_think_max_ms
+        self.batch_max = options.client_batch_max
+        self.leader_hint: str | None = None
+        self.next_op_no = 0
+        self.next_seq = 0
+        self.in_flight: dict[int, Op] = {}  # request_id -> op
+        self.ops_open = 0  # ops neither acked nor abandoned (in flight or waiting to retry)
+        self.healed_at_ms: int | None = None
+        self.done = False  # an op first sent after the heal was acknowledged; no more ops
+        self.acked = 0
+        self.failed = 0
+
+    # -- workload ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.world.scheduler.after(self.rng.randint(0, 50), self._fill)
+
+    def heal(self, now_ms: int) -> None:
+        self.healed_at_ms = now_ms
+        self.world.scheduler.after(0, self._fill)
+
+    @property
+    def settled(self) -> bool:
+        return self.done and self.ops_open == 0
+
+    def _fill(self) -> None:
+        while not self.done and self.ops_open < self.max_in_flight:
+            self._send(self._new_op())
+
+    def _new_op(self) -> Op:
+        count = self.rng.randint(1, self.batch_max)
+        pad = b"." * self.rng.randint(0, BODY_PAD_MAX_BYTES)
+        op_no = self.next_op_no
+        self.next_op_no += 1
+        bodies = tuple(f"{self.name}:{op_no}:{k}:".encode() + pad for k in range(count))
+        seq = -1
+        if self.client_id:
+            seq = self.next_seq
+            self.next_seq += 1
+        op = Op(self.name, op_no, bodies, seq)
+        self.world.checker.register_op(op, self.world.scheduler.now_ms)
+        self.ops_open += 1
+        return op
+
+    def _send(self, op: Op) -> None:
+        world = self.world
+        target = self.leader_hint or self.rng.choice(world.node_ids)
+        request_id = world.new_request_id(self, op)
+        op.request_ids.append(request_id)
+        self.in_flight[request_id] = op
+        event = ClientAppend(request_id, op.bodies, self.client_id, op.seq)
+        world.trace_line(lambda: f"{self.name} -> {target} append req={request_id} op={op.op_no} "
+                                 f"n={len(op.bodies)} seq={op.seq}")
+        world.network.send_client((target, event), world.deliver_client_request)
+        world.scheduler.after(CLIENT_TIMEOUT_MS, self._timeout, request_id)
+
+    # -- answers -----------------------------------------------------------------------------------
+    def on_completion(self, completion: Completion) -> None:
+        op = self.in_flight.pop(completion.request_id, None)
+        if op is None:
+            return  # answer to a request we already gave up on
+        code = completion.code
+        self.world.trace_line(lambda: f"{self.name} <- req={completion.request_id} {code.name} "
+                                      f"{completion.first_index}..{completion.last_index} t={completion.term} "
+                                      f"leader={completion.leader_id}")
+        if code == ResponseCode.SUCCESS:
+            self.acked += 1
+            self.ops_open -= 1
+            if self.healed_at_ms is not None and op.first_sent_ms >= self.healed_at_ms:
+                self.done = True
+            self.world.scheduler.after(self.rng.randint(0, self.think_max_ms), self._fill)
+            return
+        if code == ResponseCode.NOT_LEADER:
+            self.leader_hint = completion.leader_id if completion.leader_id != self._last_target(op) else None
+        elif code in (ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT):
+            pass  # the same node may be leader again, or not: keep the hint, the redirect will tell
+        else:
+            self.leader_hint = None
+        self._retry(op, backoff=code != ResponseCode.NOT_LEADER or completion.leader_id is None)
+
+    def _last_target(self, op: Op) -> str | None:
+        return self.world.request_target.get(op.request_ids[-1])
+
+    def _timeout(self, request_id: int) -> None:
+        op = self.in_flight.pop(request_id, None)
+        if op is None:
+            return
+        self.world.trace_line(lambda: f"{self.name} timeout req={request_id}")
+        self.leader_hint = None
+        self._retry(op, backoff=True)
+
+    def _retry(self, op: Op, backoff: bool) -> None:
+        self.failed += 1
+        delay = self.rng.randint(1, RETRY_BACKOFF_MAX_MS) if backoff else 0
+        if self.client_id:
+            self.world.scheduler.after(delay, self._send, op)  # same seq, same bodies: the leader dedups
+        else:
+            self.ops_open -= 1  # outcome unknown: never resend these bodies
+            self.world.scheduler.after(delay, self._fill)

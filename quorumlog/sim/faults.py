@@ -1,0 +1,116 @@
+"""The fault injector: during the fault phase, at random gaps, one action drawn by the seed's weights.
+
+Partitions come in five shapes: one node isolated both ways (and later rejoining), a minority/majority
+split, a node that can hear but not speak, one that can speak but not hear, and a single one-way link.
+Crashes lose unflushed data and restart after a while from what the store and the HardState kept.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .world import World
+
+CRASH_DOWN_MIN_MS = 50
+CRASH_DOWN_MAX_MS = 3_000
+SLOW_DISK_MIN_MS = 200
+SLOW_DISK_MAX_MS = 3_000
+
+
+class FaultInjector:
+    def __init__(self, world: "World") -> None:
+        self.world = world
+        self.rng: random.Random = world.rng
+        o = world.options
+        self.actions = [(w, name) for w, name in ((o.partition_weight, "partition"), (o.crash_weight, "crash"),
+                                                  (o.slow_disk_weight, "slow_disk"),
+                                                  (o.transfer_weight, "transfer"), (o.heal_weight, "heal"))
+                        if w > 0]
+        self.total_weight = sum(w for w, _ in self.actions)
+        self.counts: dict[str, int] = {name: 0 for _, name in self.actions}
+
+    def start(self) -> None:
+        if self.actions:
+            self._schedule_next()
+
+    def _schedule_next(self) -> None:
+        gap = int(self.rng.expovariate(1.0 / self.world.options.fault_gap_mean_ms))
+        self.world.scheduler.after(gap, self._act)
+
+    def _act(self) -> None:
+        if self.world.phase != "faults":
+            return
+        pick = self.rng.randrange(self.total_weight)
+        for weight, name in self.actions:
+            if pick < weight:
+                break
+            pick -= weight
+        self.counts[name] += 1
+        getattr(self, f"_{name}")()
+        self._schedule_next()
+
+    # -- actions -----------------------------------------------------------------------------------
+    def _partition(self) -> None:
+        world, rng = self.world, self.rng
+        ids = world.node_ids
+        shape = rng.randrange(5)
+        victim = rng.choice(ids)
+        others = [n for n in ids if n != victim]
+        net = world.network
+        if shape == 0:
+            net.cut([victim], others)
+            net.cut(others, [victim])
+            what = f"isolate {victim}"
+        elif shape == 1:
+            minority = rng.sample(ids, rng.randint(1, len(ids) // 2))
+            rest = [n for n in ids if n not in minority]
+            net.cut(minority, rest)
+            net.cut(rest, minority)
+            what = f"split {sorted(minority)} | {rest}"
+        elif shape == 2:
+            net.cut([victim], others)
+            what = f"mute {victim} (hears, cannot speak)"
+        elif shape == 3:
+            net.cut(others, [victim])
+            what = f"deafen {victim} (speaks, cannot hear)"
+        else:
+            to = rng.choice(others)
+            net.cut([victim], [to])
+            what = f"cut link {victim}->{to}"
+        world.trace_line(lambda: f"FAULT partition: {what}; blocked {net.describe_blocked()}")
+
+    def _heal(self) -> None:
+        self.world.network.heal()
+        self.world.trace_line(lambda: "FAULT heal network")
+
+    def _crash(self) -> None:
+        world = self.world
+        alive = [n for n in world.node_ids if world.nodes[n].alive]
+        if not alive:
+            return
+        node = world.nodes[self.rng.choice(alive)]
+        world.crash(node)
+        world.scheduler.after(self.rng.randint(CRASH_DOWN_MIN_MS, CRASH_DOWN_MAX_MS), self._restart, node.node_id,
+                              node.incarnation)
+
+    def _restart(self, node_id: str, incarnation: int) -> None:
+        node = self.world.nodes[node_id]
+        if not node.alive and node.incarnation == incarnation:
+            self.world.restart(node)
+
+    def _slow_disk(self) -> None:
+        world = self.world
+        node = world.nodes[self.rng.choice(world.node_ids)]
+        node.disk.slow = True
+        world.trace_line(lambda: f"FAULT slow disk {node.node_id}")
+        world.scheduler.after(self.rng.randint(SLOW_DISK_MIN_MS, SLOW_DISK_MAX_MS), self._fast_disk, node.node_id)
+
+    def _fast_disk(self, node_id: str) -> None:
+        if self.world.nodes[node_id].disk.slow:
+            self.world.nodes[node_id].disk.slow = False
+            self.world.trace_line(lambda: f"FAULT disk normal {node_id}")
+
+    def _transfer(self) -> None:
+        self.world.transfer_leadership()

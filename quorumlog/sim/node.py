@@ -1,0 +1,134 @@
+"""One simulated node: the real RaftCore over a SimStore, executing each Ready in the contract's order.
+
+Order (quorumlog/raft/types.py): hard_state (durable at once here: it models an fsynced file), truncate,
+appends (then Stored), messages, completions, committed_index. Follow-up events the runtime owes the core
+(Stored) are stepped after the whole Ready ran, as a runtime's loop would.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import QuorumLogError
+from ..raft.types import (AppendBatch, AppendRecords, Durable, Event, HardState, RaftConfig, Ready, Stored,
+                          Tick)
+from .checker import Violation
+from .disk import Disk, SimStore
+
+if TYPE_CHECKING:
+    from .world import World
+
+CoreFactory = Callable[[RaftConfig, SimStore, HardState, random.Random, int], Any]
+
+
+class SimNode:
+    def __init__(self, world: "World", node_id: str, config: RaftConfig, core_factory: CoreFactory) -> None:
+        self.world = world
+        self.node_id = node_id
+        self.config = config
+        self.core_factory = core_factory
+        self.store = SimStore()
+        self.hard_state = HardState()
+        self.disk = Disk(self.store, world.rng, world.scheduler, world.options.flush_delay_max_ms,
+                         world.options.slow_flush_delay_max_ms, self._on_durable)
+        self.alive = True
+        self.incarnation = 0
+        self.crashes = 0
+        self.steps = 0
+        self._follow_ups: deque[Event] = deque()
+        self._stepping = False
+        self.core = core_factory(config, self.store, self.hard_state, self._new_rng(), world.scheduler.now_ms)
+
+    def _new_rng(self) -> random.Random:
+        return random.Random(self.world.rng.getrandbits(64))
+
+    # -- life and death ----------------------------------------------------------------------------
+    def crash(self, keep_unflushed: int) -> None:
+        assert self.alive
+        self.alive = False
+        self.incarnation += 1
+        self.crashes += 1
+        self.disk.crashed()
+        self._follow_ups.clear()
+        self.store.crash(keep_unflushed)
+
+    def restart(self) -> None:
+        """A new core from the persisted HardState and what the store kept."""
+        assert not self.alive
+        self.alive = True
+        self.core = self.core_factory(self.config, self.store, self.hard_state, self._new_rng(),
+                                      self.world.scheduler.now_ms)
+        self.world.checker.on_restart(self)
+        self.step(Tick(self.world.scheduler.now_ms))
+
+    # -- stepping ----------------------------------------------------------------------------------
+    def step(self, event: Event) -> None:
+        """Step the core with `event`, run its Ready, then any follow-up events, checking after each."""
+        assert self.alive and not self._stepping
+        self._stepping = True
+        try:
+            self._follow_ups.append(event)
+            while self._follow_ups:
+                ev = self._follow_ups.popleft()
+                ready = self.core.step(ev)
+                self.steps += 1
+                self.world.steps += 1
+                if ready:
+                    self._execute(ready)
+                self.world.checker.after_node_step(self)
+        finally:
+            self._stepping = False
+
+    def _on_durable(self, index: int) -> None:
+        if self.alive:
+            self.world.trace_line(lambda: f"{self.node_id} durable {index}")
+            self.step(Durable(index))
+
+    def _execute(self, ready: Ready) -> None:
+        world = self.world
+        store = self.store
+        if ready.hard_state is not None:
+            self.hard_state = ready.hard_state  # durable at once: the sim's HardState file never tears
+        if ready.truncate_after is not None:
+            world.checker.on_truncate(self, ready.truncate_after)
+            world.trace_line(lambda: f"{self.node_id} truncate after {ready.truncate_after}")
+            store.truncate_after(ready.truncate_after)
+            self.disk.truncated(ready.truncate_after)
+        if ready.appends:
+            first = store.end_index + 1
+            for action in ready.appends:
+                if action.first_index != store.end_index + 1:
+                    raise Violation("contract", f"{self.node_id} asked to write at {action.first_index}, "
+                                                f"store ends at {store.end_index}")
+                try:
+                    if isinstance(action, AppendBatch):
+                        store.append_batch(action.term, action.bodies, action.timestamp_ms, action.producer)
+                    else:
+                        assert isinstance(action, AppendRecords)
+                        store.append_records(action.data)
+                        if store.end_index != action.last_index:
+                            raise Violation("contract", f"{self.node_id} AppendRecords {action.first_index}.."
+                                                        f"{action.last_index} stored up to {store.end_index}")
+                except QuorumLogError as exc:
+                    # The core only writes records that follow its log; a chain mismatch here means it
+                    # appended after a prefix that differs from the leader's (log matching broken).
+                    raise Violation("log_matching", f"{self.node_id} store rejected append at "
+                                                    f"{action.first_index}: {exc!r}") from exc
+            world.checker.on_append(self, first, store.end_index)
+            world.trace_line(lambda: f"{self.node_id} wrote {first}..{store.end_index}")
+            self.disk.written()
+            self._follow_ups.append(Stored(store.end_index))
+        for message in ready.messages:
+            assert message.frm == self.node_id, message
+            world.network.send(message.frm, message.to, message, world.deliver_message)
+        for completion in ready.completions:
+            world.on_completion(self, completion)
+        if ready.committed_index is not None:
+            if ready.committed_index > store.end_index:
+                raise Violation("contract", f"{self.node_id} commits {ready.committed_index} beyond its end "
+                                            f"{store.end_index}")
+            store.set_committed_index(ready.committed_index)
+            store.checkpoint()
+            world.checker.on_commit(self)

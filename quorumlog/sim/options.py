@@ -1,0 +1,110 @@
+"""One seed → every option of a simulator run (TigerBeetle's VOPR: the seed picks the world too).
+
+The options come from random.Random(seed); the world draws from random.Random(world_seed(seed)), a stream
+of its own, so overriding an option (--nodes) leaves the rest of a seed's world as it was.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, fields
+
+# Bounds on a run, in virtual time. Sized so ≥ 2000 seeds fit CI's budget (tests/sim measure it).
+FAULT_PHASE_MIN_MS = 3_000
+FAULT_PHASE_MAX_MS = 6_000
+# After healing: a leader, every client answered and every node caught up within this much virtual time.
+# Two election timeouts (pre-vote + vote, possibly split) plus max_wait_ack and a client retry fit well.
+LIVENESS_TIMEOUT_MS = 12_000
+TICK_MIN_MS = 10
+TICK_MAX_MS = 25
+CLIENT_TIMEOUT_MS = 3_000  # > the core's default max_wait_ack_ms (2_500): the leader answers first
+assert TICK_MAX_MS * 4 <= 100  # several ticks per heartbeat interval (types.HEARTBEAT_INTERVAL_MS)
+
+PLANTED_BUGS = ("commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum")
+
+
+def world_seed(seed: int) -> int:
+    return random.Random(seed).getrandbits(64) ^ 0x5EED_0F_3A1D
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    seed: int
+    node_count: int
+    client_count: int
+    idempotent_clients: int  # the first k clients send client_id/seq and retry the same batch
+    client_max_in_flight: int  # non-idempotent clients only; idempotent ones keep one batch in flight
+    client_think_max_ms: int
+    client_batch_max: int
+    tick_ms: int
+    fault_phase_ms: int
+    liveness_timeout_ms: int
+    # network between nodes
+    delay_min_ms: int
+    delay_max_ms: int
+    drop_ratio: float
+    duplicate_ratio: float
+    reorder_ratio: float  # a message held back up to 10× delay_max_ms
+    client_drop_ratio: float
+    # faults: mean gap between two fault actions, and the weight of each action kind
+    fault_gap_mean_ms: int
+    partition_weight: int
+    crash_weight: int
+    slow_disk_weight: int
+    transfer_weight: int
+    heal_weight: int
+    # disk
+    flush_delay_max_ms: int
+    slow_flush_delay_max_ms: int
+    keep_unflushed_max: int  # a crash may keep up to this many unflushed entries (OS write-back)
+    planted_bugs: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_seed(cls, seed: int, node_count: int | None = None,
+                  planted_bugs: frozenset[str] = frozenset()) -> "SimOptions":
+        rng = random.Random(seed)
+        for bug in planted_bugs:
+            assert bug in PLANTED_BUGS, f"unknown planted bug {bug!r}; known: {PLANTED_BUGS}"
+        drawn_nodes = rng.choice((3, 5))
+        nodes = node_count if node_count is not None else drawn_nodes
+        assert nodes in (3, 5), nodes
+        client_count = rng.randint(1, 4)
+        delay_min = rng.randint(0, 5)
+        calm = rng.random() < 0.15  # some worlds are nearly fault-free: happy paths need coverage too
+        return cls(
+            seed=seed,
+            node_count=nodes,
+            client_count=client_count,
+            idempotent_clients=rng.randint(0, client_count),
+            client_max_in_flight=rng.randint(1, 4),
+            client_think_max_ms=rng.choice((0, 20, 100, 300)),
+            client_batch_max=rng.choice((1, 3, 8)),
+            tick_ms=rng.randint(TICK_MIN_MS, TICK_MAX_MS),
+            fault_phase_ms=rng.randint(FAULT_PHASE_MIN_MS, FAULT_PHASE_MAX_MS),
+            liveness_timeout_ms=LIVENESS_TIMEOUT_MS,
+            delay_min_ms=delay_min,
+            delay_max_ms=delay_min + rng.choice((1, 5, 20, 60)),
+            drop_ratio=0.0 if calm else rng.choice((0.0, 0.01, 0.05, 0.15)),
+            duplicate_ratio=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
+            reorder_ratio=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
+            client_drop_ratio=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
+            fault_gap_mean_ms=rng.choice((150, 400, 1_000)) * (10 if calm else 1),
+            partition_weight=rng.randint(0, 4),
+            crash_weight=rng.randint(0, 4),
+            slow_disk_weight=rng.randint(0, 2),
+            transfer_weight=rng.randint(0, 2),
+            heal_weight=rng.randint(1, 4),
+            flush_delay_max_ms=rng.choice((0, 1, 5)),
+            slow_flush_delay_max_ms=rng.choice((50, 200, 600)),
+            keep_unflushed_max=rng.choice((0, 0, 2, 10)),
+            planted_bugs=frozenset(planted_bugs),
+        )
+
+    def describe(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, frozenset):
+                value = ",".join(sorted(value)) or "-"
+            parts.append(f"{f.name}={value}")
+        return " ".join(parts)

@@ -1,0 +1,301 @@
+"""The simulated world: N nodes running the real RaftCore, a network, disks, clients and faults, one seed.
+
+A run has two phases (TigerBeetle's VOPR): a fault phase, where anything may happen, then — after healing
+every partition, restarting every node, calming the network and the disks — a liveness phase, which must
+end within a bounded virtual time with one leader, every client answered and every node caught up.
+The Checker runs after every step of every node; the first Violation ends the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..raft.types import ClientAppend, Completion, RaftConfig, Receive, Role, Tick, TransferLeadership
+from ..wire.messages import Message
+from .checker import Checker, Op, Violation
+from .clients import SimClient
+from .faults import FaultInjector
+from .network import Network
+from .node import CoreFactory, SimNode
+from .options import SimOptions, world_seed
+from .scheduler import Scheduler
+from .trace import describe
+
+LIVENESS_CHECK_EVERY_MS = 50
+
+
+def real_core_factory() -> CoreFactory:
+    from ..raft.core import RaftCore  # imported late: the simulator is importable without a core
+
+    return RaftCore
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    options: SimOptions
+    steps: int = 0
+    virtual_ms: int = 0
+    wall_s: float = 0.0
+    violation: Violation | None = None
+    trace_sha256: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    def replay_command(self) -> str:
+        cmd = f"python -m quorumlog.sim --seed {self.seed} --nodes {self.options.node_count} --trace"
+        for bug in sorted(self.options.planted_bugs):
+            cmd += f" --bug {bug}"
+        return cmd
+
+
+class World:
+    def __init__(self, options: SimOptions, core_factory: CoreFactory | None = None,
+                 trace: Callable[[str], None] | None = None) -> None:
+        self.options = options
+        self.rng = random.Random(world_seed(options.seed))
+        self.scheduler = Scheduler()
+        self.trace_sink = trace
+        self.steps = 0
+        self.phase = "faults"
+        self.finished = False
+        self.network = Network(self.rng, self.scheduler, options, trace and self._trace_raw)
+        self.node_ids = [f"n{i}" for i in range(options.node_count)]
+        factory = core_factory or real_core_factory()
+        preferred = self.rng.choice(self.node_ids) if self.rng.random() < 0.2 else None
+        self.nodes: dict[str, SimNode] = {}
+        for node_id in self.node_ids:
+            config = RaftConfig(node_id=node_id, peers=tuple(self.node_ids), preferred_leader_id=preferred,
+                                planted_bugs=options.planted_bugs)
+            self.nodes[node_id] = SimNode(self, node_id, config, factory)
+        self.checker = Checker(self.nodes)
+        self.clients = [SimClient(self, i, i < options.idempotent_clients, options)
+                        for i in range(options.client_count)]
+        self.faults = FaultInjector(self)
+        self._next_request_id = 0
+        self.request_owner: dict[int, tuple[SimClient, Op]] = {}
+        self.request_target: dict[int, str] = {}
+        self.transfer_requests: dict[int, str] = {}
+        self.healed_at_ms = -1
+        self.stable_leader_ms = -1
+        self.liveness_deadline_ms = options.fault_phase_ms + options.liveness_timeout_ms
+        if trace:
+            self._trace_raw(f"seed {options.seed}: {options.describe()} preferred_leader={preferred}")
+
+    # -- tracing -----------------------------------------------------------------------------------
+    def _trace_raw(self, line: str) -> None:
+        assert self.trace_sink is not None
+        self.trace_sink(f"[{self.scheduler.now_ms:>7}] {line}")
+
+    def trace_line(self, make: Callable[[], str]) -> None:
+        """Lazy: the line is only formatted when someone listens."""
+        if self.trace_sink:
+            self._trace_raw(make())
+
+    # -- the run -----------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Run to the end of the liveness phase; raises Violation on the first broken invariant."""
+        for node_id in self.node_ids:
+            self.scheduler.after(self.rng.randrange(self.options.tick_ms), self._tick, node_id)
+        for client in self.clients:
+            client.start()
+        self.faults.start()
+        self.scheduler.at(self.options.fault_phase_ms, self._heal)
+        while not self.finished:
+            handler, args = self.scheduler.pop()
+            if self.scheduler.now_ms > self.liveness_deadline_ms:
+                raise Violation("liveness", self._liveness_report())
+            handler(*args)
+        self.checker.audit()
+
+    def _tick(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        if node.alive:
+            node.step(Tick(self.scheduler.now_ms))
+        self.scheduler.after(self.options.tick_ms, self._tick, node_id)
+
+    def deliver_message(self, message: Message) -> None:
+        node = self.nodes[message.to]
+        if not node.alive:
+            return
+        self.trace_line(lambda: describe(message))
+        node.step(Receive(message))
+
+    def new_request_id(self, client: SimClient, op: Op) -> int:
+        self._next_request_id += 1
+        self.request_owner[self._next_request_id] = (client, op)
+        return self._next_request_id
+
+    def deliver_client_request(self, payload: tuple[str, ClientAppend]) -> None:
+        target, event = payload
+        self.request_target[event.request_id] = target
+        node = self.nodes[target]
+        if node.alive:
+            self.trace_line(lambda: f"{target} <- append req={event.request_id}")
+            node.step(event)
+
+    def on_completion(self, node: SimNode, completion: Completion) -> None:
+        rid = completion.request_id
+        if rid in self.transfer_requests:
+            self.trace_line(lambda: f"{node.node_id} transfer req={rid} to {self.transfer_requests[rid]}: "
+                                    f"{completion.code.name}")
+            return
+        owner = self.request_owner.get(rid)
+        if owner is None:
+            raise Violation("contract", f"{node.node_id} completes unknown request {rid}")
+        client, op = owner
+        self.checker.on_completion(node.node_id, completion, op)
+        self.network.send_client(completion, client.on_completion)
+
+    # -- faults the injector asks for --------------------------------------------------------------
+    def crash(self, node: SimNode) -> None:
+        keep = self.rng.randint(0, self.options.keep_unflushed_max)
+        self.trace_line(lambda: f"FAULT crash {node.node_id} (end={node.store.end_index} "
+                                f"durable={node.store.durable_index} keep_unflushed={keep})")
+        node.crash(keep)
+
+    def restart(self, node: SimNode) -> None:
+        self.trace_line(lambda: f"FAULT restart {node.node_id} (end={node.store.end_index} "
+                                f"term={node.hard_state.term} voted_for={node.hard_state.voted_for})")
+        node.restart()
+
+    def leader(self) -> SimNode | None:
+        """The live leader of the highest term, if any."""
+        best = None
+        for node_id in self.node_ids:
+            node = self.nodes[node_id]
+            if node.alive and node.core.role == Role.LEADER and (best is None or node.core.term > best.core.term):
+                best = node
+        return best
+
+    def transfer_leadership(self) -> None:
+        leader = self.leader()
+        if leader is None:
+            return
+        to = self.rng.choice([n for n in self.node_ids if n != leader.node_id])
+        self._next_request_id += 1
+        rid = self._next_request_id
+        self.transfer_requests[rid] = to
+        self.trace_line(lambda: f"FAULT transfer leadership {leader.node_id} -> {to} req={rid}")
+        leader.step(TransferLeadership(rid, to))
+
+    # -- liveness ----------------------------------------------------------------------------------
+    def _heal(self) -> None:
+        self.phase = "liveness"
+        self.healed_at_ms = self.scheduler.now_ms
+        self.trace_line(lambda: "HEAL: network healed and calm, disks fast, every node up")
+        self.network.heal()
+        self.network.calm()
+        for node_id in self.node_ids:
+            node = self.nodes[node_id]
+            node.disk.slow = False
+            if not node.alive:
+                self.restart(node)
+        for client in self.clients:
+            client.heal(self.scheduler.now_ms)
+        self.scheduler.after(LIVENESS_CHECK_EVERY_MS, self._check_liveness)
+
+    def _stable_leader(self) -> SimNode | None:
+        leader = self.leader()
+        if leader is None:
+            return None
+        term = leader.core.term
+        for node in self.nodes.values():
+            if node is not leader and (node.core.term != term or node.core.leader_id != leader.node_id):
+                return None
+        return leader
+
+    def _converged(self, leader: SimNode) -> bool:
+        ls = leader.store
+        if ls.committed_index != ls.end_index or ls.committed_index != self.checker.committed_index:
+            return False
+        for node in self.nodes.values():
+            s = node.store
+            if s.end_index != ls.end_index or s.committed_index != ls.committed_index:
+                return False
+        return ls.end_index < 0 or all(n.store.chain_crc_at(ls.end_index) == ls.chain_crc_at(ls.end_index)
+                                       for n in self.nodes.values())
+
+    def _check_liveness(self) -> None:
+        leader = self._stable_leader()
+        if leader is not None and self.stable_leader_ms < 0:
+            self.stable_leader_ms = self.scheduler.now_ms
+        if leader is not None and all(c.settled for c in self.clients) and self._converged(leader):
+            self.finished = True
+            self.trace_line(lambda: f"LIVE: leader {leader.node_id} term {leader.core.term}, clients answered, "
+                                    f"all nodes at end={leader.store.end_index} "
+                                    f"committed={leader.store.committed_index}")
+            return
+        self.scheduler.after(LIVENESS_CHECK_EVERY_MS, self._check_liveness)
+
+    def _liveness_report(self) -> str:
+        parts = [f"not live {self.options.liveness_timeout_ms} ms after healing;"]
+        for node_id in self.node_ids:
+            n = self.nodes[node_id]
+            parts.append(f"{node_id}:{n.core.role.value} t={n.core.term} leader={n.core.leader_id} "
+                         f"end={n.store.end_index} commit={n.store.committed_index} durable={n.store.durable_index}")
+        for c in self.clients:
+            if not c.settled:
+                parts.append(f"{c.name}: open={c.ops_open} done={c.done}")
+        return " ".join(parts)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "virtual_ms": self.scheduler.now_ms,
+            "steps": self.steps,
+            "terms_with_leader": len(self.checker.leader_of_term),
+            "committed": self.checker.committed_index + 1,
+            "acked_batches": self.checker.acked_batches,
+            "messages": self.network.sent,
+            "dropped": self.network.dropped,
+            "crashes": sum(n.crashes for n in self.nodes.values()),
+            "faults": dict(self.faults.counts),
+            "stable_leader_after_heal_ms": (self.stable_leader_ms - self.healed_at_ms
+                                            if self.stable_leader_ms >= 0 else -1),
+        }
+
+
+def run_seed(seed: int, node_count: int | None = None, planted_bugs: frozenset[str] = frozenset(),
+             core_factory: CoreFactory | None = None, trace: Callable[[str], None] | None = None,
+             hash_trace: bool = False) -> SimResult:
+    """Run one seed to its end or its first violation. With hash_trace, the result carries the trace's SHA-256."""
+    options = SimOptions.from_seed(seed, node_count, planted_bugs)
+    result = SimResult(seed, options)
+    digest = hashlib.sha256() if hash_trace else None
+    sink = trace
+    if digest is not None:
+        def sink(line: str) -> None:
+            digest.update(line.encode())
+            digest.update(b"\n")
+            if trace:
+                trace(line)
+    started = time.perf_counter()
+    world = None
+    try:
+        world = World(options, core_factory, sink)
+        world.run()
+    except Violation as v:
+        result.violation = v
+    except Exception as exc:  # the core's or the store's own assertions: a bug the seed reproduces
+        tb = traceback.format_exc(limit=-4)
+        result.violation = Violation("exception", f"{type(exc).__name__}: {exc}\n{tb}")
+    result.wall_s = time.perf_counter() - started
+    if world is not None:
+        result.steps = world.steps
+        result.virtual_ms = world.scheduler.now_ms
+        result.stats = world.stats()
+        if sink is not None:
+            if result.violation is not None:
+                world.trace_line(lambda: f"VIOLATION {result.violation}")
+            world.trace_line(lambda: f"END {result.stats}")
+    if digest is not None:
+        result.trace_sha256 = digest.hexdigest()
+    return result
