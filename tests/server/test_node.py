@@ -110,7 +110,7 @@ def test_disk_full_refuses_appends_but_reads_work(tmp_path):
 
 def test_disk_guard_uses_the_ratio(tmp_path):
     async def main():
-        node, transport, _ = await _started(tmp_path, disk_full_ratio="0.0")
+        node, transport, _ = await _started(tmp_path, disk_full_ratio="0.0001")
         node._check_disk()
         s = FakeSession()
         transport.on_client_request(s, AppendRequest(1, (b"a",)))
