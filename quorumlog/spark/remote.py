@@ -1,0 +1,124 @@
+"""The log as Spark's synchronous callbacks see it: an async Client on a private loop thread.
+
+Spark calls the data source from plain threads (driver) and worker processes (tasks). Each process keeps
+one `Remote` per (peers, group), so a reused Python worker keeps its connections across tasks and
+micro-batches instead of reconnecting for every one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Coroutine
+
+from ..client import Client
+from ..client.blocking import new_event_loop
+from ..errors import NotLeader, QuorumLogError
+from .options import SourceOptions
+
+log = logging.getLogger(__name__)
+
+STATUS_RETRY_MS = 100  # between status rounds while a group has no leader (an election takes ~1 s)
+
+
+@dataclass(frozen=True, slots=True)
+class LogBounds:
+    """What the leader reports: entries begin_index..committed_index are readable."""
+
+    begin_index: int
+    committed_index: int
+    leader_id: str
+    followers: tuple[str, ...]  # members that answered as followers
+    committed_by_node: dict  # node id → its own committed index (reachable members only)
+
+
+class Remote:
+    """An async quorumlog Client on a daemon loop thread; `run` blocks, `submit` returns a Future."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._loop = new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-spark", daemon=True)
+        self._thread.start()
+        self.client: Client = self.run(self._make_client())
+        self._closed = False
+
+    async def _make_client(self) -> Client:
+        return Client(self.opts.peers, group=self.opts.group, timeout_ms=self.opts.timeout_ms)
+
+    def submit(self, coro: Coroutine) -> Future:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine, timeout_s: float | None = None) -> Any:
+        return self.submit(coro).result(timeout_s)
+
+    def close(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        try:
+            self.run(self.client.close(), timeout_s=5)
+        except Exception:  # closing is best effort: the process may be on its way out
+            log.debug("closing quorumlog client failed", exc_info=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    # -- driver-side questions --------------------------------------------------------------------
+    def bounds(self) -> LogBounds:
+        return self.run(self._bounds())
+
+    async def _bounds(self) -> LogBounds:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.opts.timeout_ms / 1000
+        while True:
+            nodes = await self.client.status()
+            leaders = [s for s in nodes if s.role == "leader"]
+            if leaders:
+                leader = max(leaders, key=lambda s: s.term)
+                followers = tuple(s.id for s in nodes if s.role == "follower")
+                committed = {s.id: s.committed_index for s in nodes if s.reachable}
+                return LogBounds(max(0, leader.begin_index), leader.committed_index, leader.id, followers,
+                                 committed)
+            if loop.time() >= deadline:
+                raise NotLeader(f"no leader among {', '.join(self.opts.node_ids)} within {self.opts.timeout_ms} ms")
+            await asyncio.sleep(STATUS_RETRY_MS / 1000)
+
+
+_REMOTES: dict[tuple, Remote] = {}
+_REMOTES_LOCK = threading.Lock()
+
+
+def remote_for(opts: SourceOptions) -> Remote:
+    """This process's Remote for opts' cluster (made on first use; a forked child makes its own)."""
+    key = (os.getpid(), opts.peers, opts.group, opts.timeout_ms)
+    with _REMOTES_LOCK:
+        remote = _REMOTES.get(key)
+        if remote is None or remote._closed:
+            remote = _REMOTES[key] = Remote(opts)
+        return remote
+
+
+def drop_remote(opts: SourceOptions) -> None:
+    """Forget (and close) this process's Remote, e.g. after its connections broke in a way retries missed."""
+    key = (os.getpid(), opts.peers, opts.group, opts.timeout_ms)
+    with _REMOTES_LOCK:
+        remote = _REMOTES.pop(key, None)
+    if remote is not None:
+        remote.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _REMOTES_LOCK:
+        remotes = [r for k, r in _REMOTES.items() if k[0] == os.getpid()]
+        _REMOTES.clear()
+    for r in remotes:
+        r.close()
+
+
+__all__ = ["LogBounds", "QuorumLogError", "Remote", "drop_remote", "remote_for"]

@@ -1,0 +1,66 @@
+"""format("quorumlog"): the DataSource Spark instantiates, and `register(spark)`."""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import DataSource
+
+from .arrow import spark_schema
+from .options import OptionError, SourceOptions
+
+log = logging.getLogger(__name__)
+
+FORMAT = "quorumlog"
+
+
+class QuorumLogDataSource(DataSource):
+    """Reads committed entries as (index, term, timestamp, body); writes a `body` column as entries."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self):
+        return spark_schema()
+
+    def _opts(self) -> SourceOptions:
+        return SourceOptions.parse(self.options)
+
+    def reader(self, schema):
+        from .batch import QuorumLogBatchReader
+
+        return QuorumLogBatchReader(self._opts())
+
+    def streamReader(self, schema):
+        from .stream import QuorumLogStreamReader
+
+        return QuorumLogStreamReader(self._opts())
+
+    def writer(self, schema, overwrite: bool):
+        from .write import QuorumLogWriter
+
+        _check_write(schema, overwrite)
+        return QuorumLogWriter(self._opts())
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .write import QuorumLogStreamWriter
+
+        _check_write(schema, overwrite)
+        return QuorumLogStreamWriter(self._opts())
+
+
+def _check_write(schema, overwrite: bool) -> None:
+    from pyspark.sql.types import BinaryType, StringType
+
+    if overwrite:
+        raise OptionError("a quorumlog log is append-only: use mode('append')")
+    fields = {f.name: f.dataType for f in schema.fields}
+    if not isinstance(fields.get("body"), (BinaryType, StringType)):
+        raise OptionError(f"writing to quorumlog needs a `body` column of binary or string type; got "
+                          f"{schema.simpleString()}")
+
+
+def register(spark) -> None:
+    """Make spark.read/readStream/write/writeStream .format("quorumlog") available in this session."""
+    spark.dataSource.register(QuorumLogDataSource)
