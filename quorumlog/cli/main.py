@@ -1,5 +1,41 @@
-"""The `quorumlog` command (placeholder until the CLI lands)."""
+"""The `quorumlog` command (typer + rich). Entry point: quorumlog.cli.main:main."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .bench import bench
+from .cluster import cluster_app
+from .common import EXIT_USAGE, setup_logging
+from .data import append, read, status, transfer_leader
+from .node import node_command
+
+app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DLedger-style Raft).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")(node_command())
+app.add_typer(cluster_app, name="cluster")
+app.command("status")(status)
+app.command("append")(append)
+app.command("read")(read)
+app.command("transfer-leader")(transfer_leader)
+app.command("bench")(bench)
 
 
-def main() -> None:
-    raise SystemExit("quorumlog CLI: not built yet")
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    try:
+        app(args=argv, prog_name="quorumlog", standalone_mode=True)
+    except SystemExit as e:
+        # click reports bad usage with exit code 2 already; keep every other code as it is.
+        raise SystemExit(e.code if e.code is not None else 0) from None
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)
+
+
+__all__ = ["EXIT_USAGE", "app", "main"]
+
+
+if __name__ == "__main__":
+    main()

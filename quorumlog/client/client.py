@@ -266,12 +266,15 @@ class Client:
 
     async def _discover_leader(self) -> str | None:
         """Ask every member's status at once; the first that says it leads wins, else the newest term's
-        leader_id that any member names."""
-        tasks = [asyncio.ensure_future(self._status_of(nid)) for nid in self.peers]
+        leader_id that any member names. A refusal no retry can fix (wrong group, unknown member) is raised."""
+        tasks = [asyncio.ensure_future(self._status_or_error(nid)) for nid in self.peers]
         best: tuple[int, str] | None = None
+        fatal: QuorumLogError | None = None
         try:
             for fut in asyncio.as_completed(tasks):
-                st = await fut
+                st, err = await fut
+                if err is not None and not is_retriable(err):
+                    fatal = err
                 if not st.reachable:
                     continue
                 if st.role == "leader":
@@ -281,6 +284,8 @@ class Client:
         finally:
             for t in tasks:
                 t.cancel()
+        if best is None and fatal is not None:
+            raise fatal
         return best[1] if best else None
 
     # -- reads -------------------------------------------------------------------------------------
@@ -361,16 +366,22 @@ class Client:
         return out
 
     async def _status_of(self, node_id: str) -> NodeStatus:
+        return (await self._status_or_error(node_id))[0]
+
+    async def _status_or_error(self, node_id: str) -> tuple[NodeStatus, QuorumLogError | None]:
         host, port = self.peers[node_id]
         address = f"{host}:{port}"
         try:
             resp: StatusResponse = await self._pool.call(node_id, StatusRequest(self._request_id()),
                                                          self.request_timeout_ms)
             if resp.code != ResponseCode.SUCCESS:
-                return NodeStatus.unreachable(node_id, address, f"{ResponseCode.of(resp.code).name}")
-            return NodeStatus.from_json(node_id, address, resp.status_json)
-        except (QuorumLogError, ValueError) as e:
-            return NodeStatus.unreachable(node_id, address, str(e) or type(e).__name__)
+                err = QuorumLogError.for_code(resp.code, f"status of {node_id}")
+                return NodeStatus.unreachable(node_id, address, ResponseCode.of(resp.code).name), err
+            return NodeStatus.from_json(node_id, address, resp.status_json), None
+        except QuorumLogError as e:
+            return NodeStatus.unreachable(node_id, address, f"{e.code.name}: {e}"), e
+        except ValueError as e:
+            return NodeStatus.unreachable(node_id, address, f"bad status document: {e}"), None
 
     async def transfer_leader(self, to: str) -> str:
         """Hand leadership to member `to`; returns the leader the group reports afterwards."""

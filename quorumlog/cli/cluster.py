@@ -1,0 +1,293 @@
+"""`quorumlog cluster up/down`: a local group of node processes, described by D/cluster.json.
+
+cluster.json holds `group`, `peers`, `flush` and one object per node with `id`, `address`, `pid`, `data_dir`,
+`log_file`, `argv` (the exact command line, so a node can be restarted by hand) and `http_port` (0 = off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from ..client import Client
+from ..config import ConfigError, load_config
+from ..peers import format_peers
+from .common import CLUSTER_FILE, JsonOpt, die, err_console, out_console, print_json, run, usage
+
+cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_is_help=True)
+
+STOP_GRACE_S = 10.0  # SIGTERM lets a node flush and checkpoint; SIGKILL after this
+POLL_INTERVAL_S = 0.05  # how often a waiting command re-checks processes or the election
+
+
+def node_argv(node_id: str, peers: str, data_dir: str, group: str, flush: str, http_port: int,
+              config: str | None, settings: list[tuple[str, str]]) -> list[str]:
+    argv = [sys.executable, "-m", "quorumlog.cli", "node", "--id", node_id, "--peers", peers,
+            "--data-dir", data_dir, "--group", group, "--flush", flush]
+    if http_port:
+        argv += ["--http-port", str(http_port)]
+    if config:
+        argv += ["--config", config]
+    for key, value in settings:
+        argv += ["--" + key.replace("_", "-"), value]
+    return argv
+
+
+def _parse_settings(items: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            usage(f"--set {item!r}: expected KEY=VALUE (a configuration key)")
+        out.append((key.strip().replace("-", "_"), value.strip()))
+    return out
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited, not yet reaped) is as good as dead
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _is_our_node(pid: int, node_id: str) -> bool:
+    """Guard against a recycled pid: the process must still be `quorumlog ... node --id <node_id>`."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return pid_alive(pid)  # no /proc: trust the pid
+    return b"node" in args and node_id.encode() in args
+
+
+def _write_json_atomic(path: str, doc: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _stop_pids(nodes: list[dict], grace_s: float) -> tuple[list[str], list[str]]:
+    """SIGTERM every live node, SIGKILL whoever is left after grace_s: (stopped ids, killed ids)."""
+    live = {n["id"]: n["pid"] for n in nodes if pid_alive(n.get("pid")) and _is_our_node(n["pid"], n["id"])}
+    for pid in live.values():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(pid_alive(p) for p in live.values()):
+        _reap()
+        time.sleep(POLL_INTERVAL_S)
+    killed = []
+    for nid, pid in live.items():
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(nid)
+            except ProcessLookupError:
+                pass
+    _reap()
+    return sorted(set(live) - set(killed)), killed
+
+
+def _reap() -> None:
+    """Collect exited children (when cluster up started them in this process)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.Popen], timeout_s: float) -> dict:
+    """Poll status until one member leads and a majority answers; raise if a node dies or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    async with Client(peers, group=group, request_timeout_ms=500, timeout_ms=1_000, max_retries=0) as c:
+        while True:
+            for nid, p in procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"node {nid} exited with code {p.returncode} during startup")
+            nodes = await c.status()
+            leaders = [n for n in nodes if n.role == "leader"]
+            if leaders:
+                return {"leader_id": leaders[0].id, "term": leaders[0].term,
+                        "nodes": [n.to_dict() for n in nodes]}
+            if time.monotonic() > deadline:
+                roles = ", ".join(f"{n.id}={n.role}" for n in nodes)
+                raise TimeoutError(f"no leader elected within {timeout_s:g} s ({roles})")
+            await asyncio.sleep(POLL_INTERVAL_S * 2)
+
+
+@cluster_app.command("up")
+def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nodes"),
+       data_dir: str = typer.Option(..., "--data-dir", help="Directory for the nodes' data, logs and cluster.json"),
+       base_port: int = typer.Option(7001, "--base-port", min=1, max=65535, help="Node i listens on base-port + i"),
+       host: str = typer.Option("127.0.0.1", "--host", help="Address every node listens on"),
+       group: str = typer.Option("default", "--group", help="Group name"),
+       http_base_port: int = typer.Option(0, "--http-base-port", min=0, max=65535,
+                                          help="Node i serves /status and /metrics on this + i (0 = off)"),
+       flush: str = typer.Option("sync", "--flush", help="sync (fsync before ack) or async (DLedger's default)"),
+       config: Optional[str] = typer.Option(None, "--config", help="TOML config file passed to every node"),
+       settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE config for every node (repeat)"),
+       timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up if no leader by then"),
+       json_out: bool = JsonOpt) -> None:
+    """Start N nodes in the background, write D/cluster.json, return once a leader is elected."""
+    if flush not in ("sync", "async"):
+        usage(f"--flush {flush!r}: must be sync or async")
+    if base_port + nodes - 1 > 65535 or (http_base_port and http_base_port + nodes - 1 > 65535):
+        usage(f"--base-port {base_port} / --http-base-port {http_base_port}: {nodes} nodes run past port 65535")
+    data_dir = os.path.abspath(data_dir)
+    config = os.path.abspath(config) if config else None
+    kv = _parse_settings(settings or [])
+    ids = [f"n{i}" for i in range(nodes)]
+    peers = {nid: (host, base_port + i) for i, nid in enumerate(ids)}
+    peers_text = format_peers(peers)
+    # Validate every node's whole configuration before anything is written or started.
+    for i, nid in enumerate(ids):
+        try:
+            load_config(config, env={}, flags={"node_id": nid, "peers": peers_text, "group": group, "flush": flush,
+                                               "data_dir": os.path.join(data_dir, nid),
+                                               "http_port": str(http_base_port + i if http_base_port else 0),
+                                               **dict(kv)})
+        except ConfigError as e:
+            usage(str(e))
+    existing = os.path.join(data_dir, CLUSTER_FILE)
+    if os.path.exists(existing):
+        try:
+            with open(existing, encoding="utf-8") as f:
+                old = json.load(f)
+            running = [n["id"] for n in old.get("nodes", []) if pid_alive(n.get("pid"))
+                       and _is_our_node(n["pid"], n["id"])]
+        except (OSError, ValueError, KeyError, TypeError):
+            running = []
+        if running:
+            die(f"--data-dir {data_dir!r}: a cluster is already running there ({', '.join(running)}); "
+                f"run `quorumlog cluster down --data-dir {data_dir}` first")
+    busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
+    if http_base_port:
+        busy += [f"{host}:{http_base_port + i}" for i in range(nodes) if not _port_free(host, http_base_port + i)]
+    if busy:
+        die(f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
+
+    os.makedirs(data_dir, exist_ok=True)
+    procs: dict[str, subprocess.Popen] = {}
+    node_docs = []
+    try:
+        for i, nid in enumerate(ids):
+            node_dir = os.path.join(data_dir, nid)
+            os.makedirs(node_dir, exist_ok=True)
+            log_file = os.path.join(data_dir, f"{nid}.log")
+            http_port = http_base_port + i if http_base_port else 0
+            argv = node_argv(nid, peers_text, node_dir, group, flush, http_port, config, kv)
+            with open(log_file, "ab") as log:
+                # A new session: the nodes outlive this command and ignore the terminal's Ctrl-C.
+                procs[nid] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True, cwd=data_dir)
+            h, p = peers[nid]
+            node_docs.append({"id": nid, "address": f"{h}:{p}", "pid": procs[nid].pid, "data_dir": node_dir,
+                              "log_file": log_file, "argv": argv, "http_port": http_port})
+        doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs}
+        _write_json_atomic(existing, doc)
+        try:
+            elected = run(wait_for_leader(peers, group, procs, timeout_s))
+        except (RuntimeError, TimeoutError) as e:
+            logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
+            err_console.print(logs, highlight=False, markup=False)
+            raise _StartFailed(str(e)) from None
+    except _StartFailed as e:
+        _stop_pids(node_docs, 2.0)
+        die(f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
+    except BaseException:
+        _stop_pids(node_docs, 2.0)
+        raise
+    result = {**doc, "leader_id": elected["leader_id"], "term": elected["term"]}
+    if json_out:
+        print_json(result)
+    else:
+        table = Table(title=f"group {group}: leader {elected['leader_id']} (term {elected['term']}), flush {flush}")
+        for col in ("id", "address", "pid", "http", "log"):
+            table.add_column(col)
+        for n in node_docs:
+            table.add_row(n["id"], n["address"], str(n["pid"]), str(n["http_port"] or "-"), n["log_file"])
+        out_console.print(table)
+        out_console.print(f"peers: {peers_text}", highlight=False)
+
+
+class _StartFailed(Exception):
+    pass
+
+
+@cluster_app.command("down")
+def down(data_dir: str = typer.Option(..., "--data-dir", help="The directory given to `cluster up`"),
+         grace_s: float = typer.Option(STOP_GRACE_S, "--grace-s", min=0, help="SIGKILL after this long"),
+         json_out: bool = JsonOpt) -> None:
+    """Stop the nodes: SIGTERM (flush, checkpoint), then SIGKILL after the grace period."""
+    path = os.path.join(data_dir, CLUSTER_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        nodes = doc["nodes"]
+    except FileNotFoundError:
+        usage(f"--data-dir {data_dir!r}: no {CLUSTER_FILE} there")
+    except (OSError, ValueError, KeyError) as e:
+        usage(f"--data-dir {data_dir!r}: cannot read {path}: {e}")
+    stopped, killed = _stop_pids(nodes, grace_s)
+    result = {"stopped": stopped, "killed": killed,
+              "not_running": sorted({n["id"] for n in nodes} - set(stopped) - set(killed))}
+    if json_out:
+        print_json(result)
+    else:
+        for nid in stopped:
+            out_console.print(f"{nid}: stopped")
+        for nid in killed:
+            out_console.print(f"{nid}: [yellow]killed[/yellow] (did not stop within {grace_s:g} s)")
+        for nid in result["not_running"]:
+            out_console.print(f"{nid}: not running")
+
+
+__all__ = ["cluster_app", "pid_alive"]

@@ -1,0 +1,126 @@
+"""What every command shares: finding the cluster (--peers or --cluster), JSON out, errors and exit codes.
+
+Exit codes: 0 done; 1 the cluster failed the request (error printed); 2 bad input (peers, config, flags),
+reported before anything is written or started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Coroutine, NoReturn
+
+import typer
+from rich.console import Console
+
+from ..errors import QuorumLogError
+from ..peers import Address, format_peers, parse_peers
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+CLUSTER_FILE = "cluster.json"
+
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+def die(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    # Plain text, one line, never wrapped: scripts grep it and humans read it whole.
+    sys.stderr.write(f"quorumlog: error: {message}\n")
+    sys.stderr.flush()
+    raise typer.Exit(code)
+
+
+def usage(message: str) -> NoReturn:
+    die(message, EXIT_USAGE)
+
+
+def setup_logging(level: str = "warning") -> None:
+    """Logs go to stderr, so stdout holds only the command's output (one JSON document with --json)."""
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.WARNING), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
+    sys.stdout.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The cluster a command talks to."""
+
+    peers: dict[str, Address]
+    group: str
+    cluster: dict | None = None  # cluster.json when given by --cluster
+
+    @property
+    def peers_text(self) -> str:
+        return format_peers(self.peers)
+
+
+def read_cluster_file(data_dir: str) -> dict:
+    path = os.path.join(data_dir, CLUSTER_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        usage(f"--cluster {data_dir!r}: no {CLUSTER_FILE} there (made by `quorumlog cluster up`)")
+    except (OSError, ValueError) as e:
+        usage(f"--cluster {data_dir!r}: cannot read {path}: {e}")
+    if not isinstance(doc, dict) or "peers" not in doc:
+        usage(f"--cluster {data_dir!r}: {path} has no `peers`")
+    return doc
+
+
+def resolve_target(peers: str | None, cluster: str | None, group: str | None) -> Target:
+    """--peers P or --cluster D (exactly one); exits 2 naming the bad value."""
+    if (peers is None) == (cluster is None):
+        usage("give exactly one of --peers P or --cluster DIR")
+    doc = None
+    if cluster is not None:
+        doc = read_cluster_file(cluster)
+        peers = doc["peers"]
+        group = group or doc.get("group")
+    try:
+        parsed = parse_peers(peers)
+    except ValueError as e:
+        usage(f"--peers {peers!r}: {e}")
+    return Target(parsed, group or "default", doc)
+
+
+def run(coro: Coroutine) -> Any:
+    """Run a command's coroutine on uvloop when installed; QuorumLogError → message and exit 1."""
+    try:
+        import uvloop
+        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        runner = asyncio.Runner()
+    try:
+        with runner:
+            return runner.run(coro)
+    except QuorumLogError as e:
+        die(f"{type(e).__name__} ({e.code.name}): {e}")
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+
+
+def body_fields(body: bytes) -> dict[str, str]:
+    """An entry body for JSON: UTF-8 text as `body`, anything else base64 as `body_b64`."""
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body_b64": base64.b64encode(body).decode("ascii")}
+
+
+# Options shared by the commands that talk to a cluster.
+PeersOpt = typer.Option(None, "--peers", help="Members, e.g. n0=127.0.0.1:7001,n1=127.0.0.1:7002")
+ClusterOpt = typer.Option(None, "--cluster", help="A directory made by `quorumlog cluster up` (cluster.json)")
+GroupOpt = typer.Option(None, "--group", help="Group name (default: the cluster's, else `default`)")
+JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON document on stdout")
+TimeoutOpt = typer.Option(10_000, "--timeout-ms", min=1, help="Give up after this long (all retries)")

@@ -1,0 +1,176 @@
+"""`status`, `append`, `read`, `transfer-leader`: the commands that talk to a running cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from ..client import Client
+from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, TimeoutOpt, body_fields, die, out_console,
+                     print_json, resolve_target, run, usage)
+
+APPEND_CHUNK_BYTES = 1024 * 1024  # a --file is sent as batches of about this size, several in flight
+
+
+def _client(t: Target, timeout_ms: int) -> Client:
+    return Client(t.peers, group=t.group, timeout_ms=timeout_ms,
+                  request_timeout_ms=min(3_000, timeout_ms))
+
+
+# -- status --------------------------------------------------------------------------------------------
+def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
+           json_out: bool = JsonOpt, timeout_ms: int = TimeoutOpt) -> None:
+    """One row per node: id, role, term, leader, indexes, watermarks ("unreachable" if it does not answer)."""
+    t = resolve_target(peers, cluster, group)
+
+    async def go():
+        async with _client(t, timeout_ms) as c:
+            return await c.status()
+
+    nodes = run(go())
+    if json_out:
+        print_json([n.to_dict() for n in nodes])
+    else:
+        table = Table(title=f"group {t.group}")
+        for col in ("id", "address", "role", "term", "leader", "begin", "end", "committed", "watermarks"):
+            table.add_column(col, justify="right" if col in ("term", "begin", "end", "committed") else "left")
+        for n in nodes:
+            role = n.role if n.reachable else f"[red]{n.role}[/red]"
+            if n.role == "leader":
+                role = f"[green]{n.role}[/green]"
+            marks = " ".join(f"{k}={v}" for k, v in n.watermarks.items())
+            cells = [n.id, n.address, role] + (
+                [str(n.term), n.leader_id or "-", str(n.begin_index), str(n.end_index), str(n.committed_index),
+                 marks] if n.reachable else ["", "", "", "", "", n.error or ""])
+            table.add_row(*cells)
+        out_console.print(table)
+    if not any(n.reachable for n in nodes):
+        raise typer.Exit(1)
+
+
+# -- append --------------------------------------------------------------------------------------------
+def append(values: Optional[List[str]] = typer.Argument(None, help="Entries to append (one atomic batch)"),
+           file: Optional[str] = typer.Option(None, "--file", "-f", help="One entry per line ('-' = stdin)"),
+           peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
+           json_out: bool = JsonOpt, timeout_ms: int = TimeoutOpt) -> None:
+    """Append entries; prints [{index, term}] once they are committed."""
+    if bool(values) == (file is not None):
+        usage("give VALUE ... or --file F (one entry per line), not both and not neither")
+    t = resolve_target(peers, cluster, group)
+    if file is not None:
+        try:
+            if file == "-":
+                lines = sys.stdin.buffer.read().splitlines()
+            else:
+                with open(file, "rb") as f:
+                    lines = f.read().splitlines()
+        except OSError as e:
+            usage(f"--file {file!r}: {e.strerror or e}")
+        if not lines:
+            usage(f"--file {file!r}: no lines to append")
+        bodies = lines
+    else:
+        bodies = [v.encode() for v in values]
+
+    async def go():
+        async with _client(t, timeout_ms) as c:
+            # A file becomes consecutive batches; they are sent together but each is atomic on its own.
+            chunks, chunk, size = [], [], 0
+            for b in bodies:
+                if chunk and size + len(b) > APPEND_CHUNK_BYTES:
+                    chunks.append(chunk)
+                    chunk, size = [], 0
+                chunk.append(b)
+                size += len(b)
+            chunks.append(chunk)
+            results = []
+            for rs in await asyncio.gather(*(c.append_batch(ch) for ch in chunks)):
+                results.extend(rs)
+            return results
+
+    results = run(go())
+    docs = [{"index": r.index, "term": r.term} for r in results]
+    if json_out:
+        print_json(docs)
+    else:
+        table = Table()
+        table.add_column("index", justify="right")
+        table.add_column("term", justify="right")
+        for d in docs:
+            table.add_row(str(d["index"]), str(d["term"]))
+        out_console.print(table)
+
+
+# -- read ----------------------------------------------------------------------------------------------
+def read(start: int = typer.Option(..., "--from", min=0, help="First index"),
+         end: Optional[int] = typer.Option(None, "--to", min=0, help="Last index (inclusive)"),
+         node: Optional[str] = typer.Option(None, "--node", help="Read from this member (default: the leader)"),
+         follow: bool = typer.Option(False, "--follow", help="Keep printing entries as they commit"),
+         peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
+         json_out: bool = JsonOpt, timeout_ms: int = TimeoutOpt) -> None:
+    """Print committed entries {index, term, timestamp, body} (body_b64 when the body is not UTF-8).
+
+    With --json: one JSON array; with --json --follow: one JSON object per line (the stream never ends).
+    """
+    t = resolve_target(peers, cluster, group)
+    if node is not None and node not in t.peers:
+        usage(f"--node {node!r}: not a member ({', '.join(t.peers)})")
+    if end is not None and end < start:
+        usage(f"--to {end}: before --from {start}")
+
+    def doc(e) -> dict:
+        return {"index": e.index, "term": e.term, "timestamp": e.timestamp.isoformat(timespec="milliseconds"),
+                **body_fields(e.body)}
+
+    async def go():
+        async with _client(t, timeout_ms) as c:
+            if follow:
+                async for e in c.read(start, end, True, node):
+                    d = doc(e)
+                    if json_out:
+                        print_json(d)
+                    else:
+                        out_console.print(f"{d['index']}\t{d['term']}\t{d['timestamp']}\t"
+                                          f"{d.get('body', d.get('body_b64'))}", highlight=False, markup=False)
+                return []
+            return [doc(e) async for e in c.read(start, end, False, node)]
+
+    docs = run(go())
+    if follow:
+        return
+    if json_out:
+        print_json(docs)
+    else:
+        table = Table()
+        for col in ("index", "term", "timestamp", "body"):
+            table.add_column(col, justify="right" if col in ("index", "term") else "left")
+        for d in docs:
+            body = d["body"] if "body" in d else f"(base64) {d['body_b64']}"
+            table.add_row(str(d["index"]), str(d["term"]), d["timestamp"], body)
+        out_console.print(table)
+
+
+# -- transfer-leader -------------------------------------------------------------------------------------
+def transfer_leader(to: str = typer.Option(..., "--to", help="The member to hand leadership to"),
+                    peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+                    group: Optional[str] = GroupOpt, json_out: bool = JsonOpt, timeout_ms: int = TimeoutOpt) -> None:
+    """Hand leadership over to member --to."""
+    t = resolve_target(peers, cluster, group)
+    if to not in t.peers:
+        usage(f"--to {to!r}: not a member ({', '.join(t.peers)})")
+
+    async def go():
+        async with _client(t, timeout_ms) as c:
+            return await c.transfer_leader(to)
+
+    leader = run(go())
+    if json_out:
+        print_json({"leader_id": leader, "requested": to})
+    else:
+        out_console.print(f"leader: [bold]{leader}[/bold]")
+    if leader != to:
+        die(f"leadership went to {leader}, not {to}")

@@ -1,0 +1,284 @@
+"""quorumlog.Client against an in-process fake group on real loopback sockets (TransportServer)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import time
+import warnings
+from datetime import datetime, timezone
+
+import pytest
+
+import quorumlog
+from quorumlog.codes import ResponseCode
+from quorumlog.errors import (EntryTooLarge, IndexOutOfRange, NotLeader, QuorumLogError, UnknownGroup)
+from quorumlog.wire.client import AppendRequest
+
+from .fake_cluster import TIMESTAMP_MS, FakeCluster
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def run(coro, timeout_s: float = 20):
+    async def bounded():
+        return await asyncio.wait_for(coro, timeout_s)
+    return asyncio.run(bounded())
+
+
+def test_append_get_read_roundtrip():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            r = await c.append(b"hello")
+            assert r == quorumlog.AppendResult(0, 1)
+            rs = await c.append_batch([b"a", b"b", "text"])
+            assert [x.index for x in rs] == [1, 2, 3]
+            e = await c.get(2)
+            assert (e.index, e.term, e.body) == (2, 1, b"b")
+            assert e.timestamp == datetime.fromtimestamp(TIMESTAMP_MS / 1000, timezone.utc)
+            assert e.timestamp_ms == TIMESTAMP_MS
+            assert [x.body async for x in c.read(1)] == [b"a", b"b", b"text"]
+            assert [x.index async for x in c.read(0, 1)] == [0, 1]
+            with pytest.raises(IndexOutOfRange):
+                await c.get(99)
+            # the batch's own idempotence tag never shows in a body
+            assert fc.group.bodies == [b"hello", b"a", b"b", b"text"]
+    run(go())
+
+
+def test_not_leader_redirects_to_the_named_leader_at_once():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            await c.append(b"first")
+            assert c.leader_id == "n0"
+            fc.group.leader_id = "n2"  # leadership moved; the client still believes n0
+            t0 = time.monotonic()
+            r = await c.append(b"second")
+            assert r.index == 1 and c.leader_id == "n2"
+            assert [len(fc.group.appends(n)) for n in ("n0", "n1", "n2")] == [2, 0, 1]
+            assert time.monotonic() - t0 < 0.5  # a named leader is tried without backoff
+            assert fc.group.bodies == [b"first", b"second"]
+    run(go())
+
+
+def test_a_lost_answer_is_retried_with_the_same_seq_and_stored_once():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, request_timeout_ms=300) as c:
+            fc.group.drop_responses = 1  # stored, but the answer never comes
+            r = await c.append(b"once")
+            sent = fc.group.appends()
+            assert len(sent) == 2
+            assert {(a.client_id, a.seq) for a in sent} == {(c.client_id, sent[0].seq)}
+            assert sent[0].client_id != 0
+            assert fc.group.bodies == [b"once"] and r.index == 0
+            await c.append(b"next")
+            assert fc.group.appends()[-1].seq > sent[0].seq  # a new batch, a new seq
+    run(go())
+
+
+def test_retriable_codes_are_retried_and_others_are_raised_with_their_code():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            fc.group.error_codes = [ResponseCode.LEADER_PENDING_FULL, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT]
+            r = await c.append(b"x")
+            assert r.index == 0 and len(fc.group.appends()) == 3
+            assert len({a.seq for a in fc.group.appends()}) == 1
+            fc.group.error_codes = [ResponseCode.DISK_FULL]
+            with pytest.raises(quorumlog.DiskFull) as ei:
+                await c.append(b"y")
+            assert ei.value.code == ResponseCode.DISK_FULL and not ei.value.retriable
+            assert len(fc.group.appends()) == 4  # not retried
+            fc.group.error_codes = [ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN]
+            with pytest.raises(QuorumLogError) as ei:
+                await c.append(b"z")
+            assert ei.value.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    run(go())
+
+
+def test_concurrent_appends_are_coalesced_into_few_frames_each_with_its_own_index():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, max_in_flight=2) as c:
+            await c.append(b"warm")  # discovery out of the way
+            fc.group.append_delay_s = 0.02
+            bodies = [b"v%d" % i for i in range(300)]
+            results = await asyncio.gather(*(c.append(b) for b in bodies))
+            frames = fc.group.appends()[1:]
+            assert len(frames) <= 4, [len(f.bodies) for f in frames]
+            assert sum(len(f.bodies) for f in frames) == 300
+            assert len({r.index for r in results}) == 300
+            for body, r in zip(bodies, results):
+                assert fc.group.bodies[r.index] == body  # each caller got its own entry's index
+    run(go())
+
+
+def test_linger_and_max_batch_bytes_bound_a_frame():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, linger_ms=20, max_batch_bytes=1000) as c:
+            await c.append(b"warm")
+            results = await asyncio.gather(*(c.append(bytes(100)) for _ in range(50)))
+            frames = fc.group.appends()[1:]
+            assert all(sum(map(len, f.bodies)) <= 1000 for f in frames)
+            assert len(frames) == 5 and len({r.index for r in results}) == 50
+    run(go())
+
+
+def test_one_oversized_entry_fails_alone_not_its_whole_frame():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            await c.append(b"warm")
+            fc.group.max_entry_bytes = 10
+            results = await asyncio.gather(c.append(b"ok1"), c.append(bytes(11)), c.append(b"ok2"),
+                                           return_exceptions=True)
+            assert isinstance(results[1], EntryTooLarge) and results[1].code == ResponseCode.ENTRY_TOO_LARGE
+            assert sorted(fc.group.bodies[r.index] for r in (results[0], results[2])) == [b"ok1", b"ok2"]
+    run(go())
+
+
+def test_caller_fixed_idempotence_key_appends_once():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            a = await c.append_batch([b"p", b"q"], client_id=42, seq=7)
+            b = await c.append_batch([b"p", b"q"], client_id=42, seq=7)
+            assert a == b and fc.group.bodies == [b"p", b"q"]
+            with pytest.raises(ValueError):
+                await c.append_batch([b"p"], client_id=42)
+            with pytest.raises(quorumlog.EmptyBatch):
+                await c.append_batch([])
+    run(go())
+
+
+def test_follow_long_polls_instead_of_looping():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            await c.append(b"e0")
+            got: list[bytes] = []
+            two = asyncio.Event()
+
+            async def follow():
+                async for e in c.read(0, follow=True, node="n1"):
+                    got.append(e.body)
+                    if len(got) == 2:
+                        two.set()
+                        return
+
+            task = asyncio.ensure_future(follow())
+            # wait until the follower is parked in a long-poll at index 1
+            while not any(r.start == 1 for r in fc.group.reads()):
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)
+            parked = [r for r in fc.group.reads() if r.start == 1]
+            assert len(parked) == 1 and parked[0].wait_ms > 0  # held by the node, not re-asked
+            await c.append(b"e1")
+            await asyncio.wait_for(two.wait(), 2)
+            await task
+            assert got == [b"e0", b"e1"]
+            assert all(s.node_id == "n1" for s in fc.group.seen if isinstance(s.request, type(parked[0])))
+    run(go())
+
+
+def test_status_lists_every_member_and_marks_the_silent_unreachable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+
+    async def go():
+        async with FakeCluster() as fc:
+            peers = dict(fc.peers)
+            peers["n9"] = ("127.0.0.1", dead_port)
+            fc.group.status_down = {"n1"}
+            async with quorumlog.Client(peers, request_timeout_ms=500) as c:
+                nodes = await c.status()
+                assert [n.id for n in nodes] == ["n0", "n1", "n2", "n9"]
+                assert [n.role for n in nodes] == ["leader", "unreachable", "follower", "unreachable"]
+                assert nodes[0].leader_id == "n0" and nodes[2].leader_id == "n0"
+                assert nodes[3].error and not nodes[3].reachable
+                assert nodes[0].to_dict()["flush"] == "sync"
+    run(go())
+
+
+def test_no_leader_gives_up_within_the_timeout_with_not_leader():
+    async def go():
+        async with FakeCluster(leader=None) as fc, quorumlog.Client(fc.peers_text, timeout_ms=600) as c:
+            t0 = time.monotonic()
+            with pytest.raises(NotLeader):
+                await c.append(b"x")
+            assert 0.5 < time.monotonic() - t0 < 3
+            assert fc.group.bodies == []
+    run(go())
+
+
+def test_transfer_leader_moves_the_clients_leader():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            assert await c.transfer_leader("n1") == "n1"
+            assert fc.group.leader_id == "n1" and c.leader_id == "n1"
+            await c.append(b"x")
+            assert len(fc.group.appends("n1")) == 1
+            with pytest.raises(ValueError, match="n7"):
+                await c.transfer_leader("n7")
+    run(go())
+
+
+def test_wrong_group_is_refused_with_its_code():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, group="other", timeout_ms=2000) as c:
+            nodes = await c.status()
+            assert all(not n.reachable and "UNKNOWN_GROUP" in (n.error or "") for n in nodes), nodes
+            t0 = time.monotonic()
+            with pytest.raises(UnknownGroup) as ei:
+                await c.append(b"x")
+            assert ei.value.code == ResponseCode.UNKNOWN_GROUP
+            assert time.monotonic() - t0 < 1.5  # not retried until the timeout: no retry can fix it
+    run(go())
+
+
+def test_close_is_idempotent_and_an_unclosed_client_warns():
+    async def go():
+        async with FakeCluster() as fc:
+            c = quorumlog.Client(fc.peers_text)
+            await c.append(b"x")
+            await c.close()
+            await c.close()
+            with pytest.raises(quorumlog.NetworkError):
+                await c.append(b"y")
+            leaked = quorumlog.Client(fc.peers_text)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                del leaked
+                gc.collect()
+            assert any(issubclass(x.category, ResourceWarning) for x in w)
+    run(go())
+
+
+def test_blocking_connect_has_the_same_methods():
+    async def serve(stop: asyncio.Event, ready: asyncio.Future):
+        async with FakeCluster() as fc:
+            ready.set_result(fc)
+            await stop.wait()
+
+    import threading
+
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    ready: asyncio.Future = loop.create_future()
+    t = threading.Thread(target=loop.run_until_complete, args=(serve(stop, ready),), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not ready.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fc = ready.result()
+        with quorumlog.connect(fc.peers_text) as c:
+            assert c.append(b"a").index == 0
+            assert [r.index for r in c.append_batch([b"b", b"c"])] == [1, 2]
+            assert c.get(1).body == b"b"
+            assert [e.body for e in c.read(0)] == [b"a", b"b", b"c"]
+            assert [n.role for n in c.status()][0] == "leader"
+        c.close()  # idempotent
+        with pytest.raises(quorumlog.NetworkError):
+            c.append(b"z")
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        t.join(10)
+    assert isinstance(AppendRequest, type)
