@@ -1,7 +1,8 @@
 """The virtual network: drops, delays, duplicates, reorders and partitions, all drawn from the world's rng.
 
 Links are directed (frm, to) pairs, so a partition may be asymmetric: a node that can hear but not speak,
-or the reverse. A partition also cuts messages already in flight (they are checked when they arrive).
+or the reverse. A partition cuts what is sent while it lasts and what is still in flight when it starts (checked on
+sending and again on arrival).
 Client links are never partitioned (a client that reaches a stale, isolated leader is a case we want) and
 never duplicate a request (a client sends each request id once; retries get new ids).
 """
@@ -62,7 +63,7 @@ class Network:
     def send(self, frm: str, to: str, payload: Any, on_arrive: Callable[[Any], None]) -> None:
         """Node-to-node: may drop, duplicate, delay or reorder; a partition cuts it on arrival."""
         self.sent += 1
-        if self.drop_ratio and self.rng.random() < self.drop_ratio:
+        if (frm, to) in self.blocked or (self.drop_ratio and self.rng.random() < self.drop_ratio):
             self.dropped += 1
             return
         self.scheduler.after(self._delay_ms(), self._arrive, frm, to, payload, on_arrive)
