@@ -1,0 +1,402 @@
+"""RaftCore: the sans-I/O replication core (DLedger's election and push replication, etcd's Ready).
+
+    core = RaftCore(config, log, hard_state, rng, now_ms)
+    ready = core.step(event)        # execute ready in field order (types.py), then step the next event
+
+The core only reads the LogView; the caller performs the writes a Ready asks for, in order, before the next
+step, so at the start of every step the LogView is current. Nothing here reads a clock, sleeps, does I/O or
+uses the global random module.
+
+A new leader whose log holds entries beyond its commit point appends one entry with an empty body (Raft's
+no-op, §8): previous-term entries can only commit with a current-term entry, and without it an idempotent
+retry of such a batch would wait for unrelated traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from ..codes import ResponseCode
+from ..store.base import LogView
+from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
+                             TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult)
+from .election import LeaderElector
+from .entry_dispatcher import EntryDispatcher
+from .entry_handler import EntryHandler
+from .member_state import MemberState
+from .pending import PendingRequests
+from .quorum_ack_checker import check_quorum_ack
+from .transfer import LeadershipTransfer
+from .types import (EMPTY_READY, AppendBatch, AppendRecords, ClientAppend, Completion, Durable, Event, HardState,
+                    NodeStatus, RaftConfig, Ready, Receive, Role, Stored, StoreFailed, Tick, TransferLeadership)
+
+log = logging.getLogger(__name__)
+
+NOOP_BODY = b""  # the body of a new leader's no-op entry
+
+_LEADER = Role.LEADER
+_SUCCESS = ResponseCode.SUCCESS
+
+
+class RaftCore:
+    def __init__(self, config: RaftConfig, log: LogView, hard_state: HardState, rng: random.Random,
+                 now_ms: int) -> None:
+        self.config = config
+        self.log = log
+        self.rng = rng
+        self.now_ms = now_ms
+        self.others = tuple(p for p in config.peers if p != config.node_id)
+        self.quorum = len(config.peers) // 2 + 1
+        bugs = config.planted_bugs
+        unknown = bugs - {"commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum"}
+        assert not unknown, f"unknown planted bugs {unknown}"
+        self._bug_commit_by_count = "commit_previous_term_by_count" in bugs
+        self._bug_ack_before_quorum = "ack_before_quorum" in bugs
+
+        self.member = MemberState(config.node_id, hard_state)
+        self.committed_index = log.committed_index
+        self.end_index = log.end_index  # log end including appends emitted in the current step
+        self.durable_index = log.end_index  # what a restart reads back is on disk
+        assert self.committed_index <= self.end_index
+
+        # leader state
+        self.dispatchers: dict[str, EntryDispatcher] = {}
+        self.pending = PendingRequests()
+        self.last_heard_ms: dict[str, int] = {}
+        self.leader_since_ms = 0
+        self._next_heartbeat_ms = 0
+        self._disk_full_until_ms = -(1 << 62)
+        self._watermarks_moved = False
+
+        # outputs of the current step
+        self._messages: list[Message] = []
+        self._appends: list[AppendBatch | AppendRecords] = []
+        self._completions: list[Completion] = []
+        self._truncate_after: int | None = None
+        self._commit_changed = False
+
+        self.elector = LeaderElector(self)
+        self.handler = EntryHandler(self)
+        self.transfer = LeadershipTransfer(self)
+
+    # -- public properties ---------------------------------------------------------------------------
+    @property
+    def role(self) -> Role:
+        return self.member.role
+
+    @property
+    def term(self) -> int:
+        return self.member.term
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.member.leader_id
+
+    def status(self) -> NodeStatus:
+        watermarks = {}
+        if self.member.role is _LEADER:
+            watermarks = {p: d.watermark for p, d in self.dispatchers.items()}
+            watermarks[self.config.node_id] = self.durable_index
+        return NodeStatus(self.config.node_id, self.member.role, self.member.term, self.member.leader_id,
+                          self.log.begin_index, self.log.end_index, self.committed_index, watermarks,
+                          self.transfer.to)
+
+    # -- output helpers (used by the parts) ------------------------------------------------------------
+    def send(self, message: Message) -> None:
+        self._messages.append(message)
+
+    def complete(self, completion: Completion) -> None:
+        self._completions.append(completion)
+
+    def append_records(self, action: AppendRecords) -> None:
+        assert action.first_index == self.end_index + 1, (action.first_index, self.end_index)
+        assert action.last_index >= action.first_index
+        self._appends.append(action)
+        self.end_index = action.last_index
+
+    def truncate_after(self, index: int) -> None:
+        assert not self._appends and self._truncate_after is None, "truncate must precede this step's appends"
+        assert index >= self.committed_index, f"truncate_after({index}) would drop committed {self.committed_index}"
+        assert index < self.end_index
+        log.info("truncate node=%s after=%d end=%d", self.config.node_id, index, self.end_index)
+        self._truncate_after = index
+        self.end_index = index
+        self.durable_index = min(self.durable_index, index)
+
+    def _set_committed(self, index: int) -> None:
+        assert index >= self.committed_index, f"commit went back {self.committed_index} -> {index}"
+        assert index <= self.end_index, f"commit {index} beyond end {self.end_index}"
+        if index > self.committed_index:
+            self.committed_index = index
+            self._commit_changed = True
+
+    def follower_commit(self, leader_committed: int, matched_end: int) -> None:
+        target = min(leader_committed, matched_end)
+        if target > self.committed_index:
+            self._set_committed(target)
+
+    # -- step ----------------------------------------------------------------------------------------
+    def step(self, event: Event) -> Ready:
+        self.end_index = self.log.end_index
+        t = type(event)
+        if t is Receive:
+            self._on_message(event.message)
+        elif t is Durable:
+            self._on_durable(event.index)
+        elif t is ClientAppend:
+            self._on_client_append(event)
+        elif t is Stored:
+            pass  # the leader pushes whatever the log holds after every step
+        elif t is Tick:
+            self._on_tick(event.now_ms)
+        elif t is StoreFailed:
+            self._on_store_failed(event)
+        elif t is TransferLeadership:
+            self.transfer.start(event.request_id, event.to)
+        else:
+            raise TypeError(f"unknown event {event!r}")
+        if self.member.role is _LEADER:
+            self._after_leader_step()
+        return self._ready()
+
+    def _ready(self) -> Ready:
+        member = self.member
+        if not (self._messages or self._appends or self._completions or self._commit_changed
+                or member.hard_state_dirty or self._truncate_after is not None):
+            return EMPTY_READY
+        hs = None
+        if member.hard_state_dirty:
+            hs = HardState(member.term, member.voted_for)
+            member.hard_state_dirty = False
+        ready = Ready(hs, self._truncate_after, tuple(self._appends), tuple(self._messages),
+                      tuple(self._completions), self.committed_index if self._commit_changed else None)
+        self._messages.clear()
+        self._appends.clear()
+        self._completions.clear()
+        self._truncate_after = None
+        self._commit_changed = False
+        return ready
+
+    # -- role changes ----------------------------------------------------------------------------------
+    def become_leader(self) -> None:
+        member = self.member
+        member.become_leader()
+        now = self.now_ms
+        self.leader_since_ms = now
+        self.last_heard_ms = {p: now for p in self.others}
+        self.dispatchers = {p: EntryDispatcher(self, p) for p in self.others}
+        self.handler.reset()
+        self._next_heartbeat_ms = now
+        self._disk_full_until_ms = -(1 << 62)
+        self._send_heartbeats()
+        if self.end_index > self.committed_index:
+            self._append_batch((NOOP_BODY,), None)
+
+    def step_down(self, term: int, leader_id: str | None) -> None:
+        """Leave leadership or candidacy (or follow a new term); fails every waiting client request."""
+        member = self.member
+        was_leader = member.role is _LEADER
+        new_term = term > member.term
+        member.become_follower(term, leader_id)
+        if was_leader:
+            self.pending.fail_all(ResponseCode.TERM_CHANGED, leader_id, self._completions)
+            self.dispatchers = {}
+        if new_term or was_leader:
+            self.handler.reset()
+        self.elector.pre_candidate = False
+        if was_leader:
+            self.elector.reset_timer()
+
+    def _follow(self, m) -> None:
+        """A leader's message of our term (or higher): follow it."""
+        member = self.member
+        if m.term > member.term or member.role is not Role.FOLLOWER or member.leader_id != m.frm:
+            if member.role is _LEADER and m.term == member.term:
+                log.error("two leaders in term %d: %s and %s", m.term, member.node_id, m.frm)
+                return
+            self.step_down(m.term, m.frm)
+            self.handler.reset()
+            self.transfer.observe_leader(m.term, m.frm)
+        self.elector.heard_from_leader()
+
+    # -- messages --------------------------------------------------------------------------------------
+    def _on_message(self, m: Message) -> None:
+        if m.to != self.config.node_id or m.frm not in self.config.peers or m.frm == self.config.node_id:
+            log.warning("dropping misaddressed message %r", m)
+            return
+        member = self.member
+        t = type(m)
+        if m.term > member.term:
+            if t is VoteRequest:
+                if m.pre_vote:
+                    self.elector.on_pre_vote_request(m)
+                    return
+                if self.config.check_quorum and self.elector.in_lease() and not m.leadership_transfer:
+                    # etcd: a voter that hears from a live leader ignores a disruptive candidate.
+                    self.send(VoteResponse(member.node_id, m.frm, member.term, VoteResult.REJECT_ALREADY_HAS_LEADER))
+                    return
+                self.step_down(m.term, None)
+            elif t is VoteResponse and m.pre_vote and m.granted:
+                pass  # a granted pre-vote carries the term we would campaign in
+            elif t is HeartbeatRequest or t is PushRequest or t is TakeLeadershipRequest:
+                self._follow(m)
+            else:
+                self.step_down(m.term, None)
+        elif m.term < member.term:
+            # Tell a stale leader or candidate about the newer term; ignore stale answers.
+            if t is HeartbeatRequest:
+                self.send(HeartbeatResponse(member.node_id, m.frm, member.term, ResponseCode.EXPIRED_TERM))
+            elif t is PushRequest:
+                self.send(PushResponse(member.node_id, m.frm, member.term, m.push_type, ResponseCode.EXPIRED_TERM,
+                                       m.prev_index, self.end_index, self.log.begin_index))
+            elif t is VoteRequest:
+                self.send(VoteResponse(member.node_id, m.frm, member.term, VoteResult.REJECT_EXPIRED_VOTE_TERM,
+                                       pre_vote=m.pre_vote))
+            return
+
+        if t is PushResponse:
+            if member.role is _LEADER:
+                self.last_heard_ms[m.frm] = self.now_ms
+                if self.dispatchers[m.frm].on_response(m):
+                    self._watermarks_moved = True
+        elif t is PushRequest:
+            self._follow(m)
+            if member.role is not _LEADER:
+                self.handler.on_push(m)
+        elif t is HeartbeatRequest:
+            self._follow(m)
+            if member.role is not _LEADER:
+                self.follower_commit(m.committed_index, self.handler.matched_end)
+                self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS))
+        elif t is HeartbeatResponse:
+            if member.role is _LEADER:
+                self.last_heard_ms[m.frm] = self.now_ms
+        elif t is VoteRequest:
+            if m.pre_vote:
+                self.elector.on_pre_vote_request(m)
+            else:
+                self.elector.on_vote_request(m)
+        elif t is VoteResponse:
+            self.elector.on_vote_response(m)
+        elif t is TakeLeadershipRequest:
+            if member.role is Role.FOLLOWER and member.leader_id == m.frm:
+                log.info("taking leadership node=%s term=%d from=%s", member.node_id, member.term, m.frm)
+                self.elector.campaign(leadership_transfer=True)
+        else:
+            raise TypeError(f"unknown message {m!r}")
+
+    # -- time ------------------------------------------------------------------------------------------
+    def _on_tick(self, now_ms: int) -> None:
+        assert now_ms >= self.now_ms, f"time went back {self.now_ms} -> {now_ms}"
+        self.now_ms = now_ms
+        self.elector.on_tick()
+        self.transfer.on_tick()
+        if self.member.role is _LEADER:
+            self.pending.expire(now_ms, self._completions)
+            for d in self.dispatchers.values():
+                d.on_tick(now_ms)
+            if now_ms >= self._next_heartbeat_ms:
+                self._send_heartbeats()
+        else:
+            self.handler.on_tick(now_ms)
+
+    def _send_heartbeats(self) -> None:
+        self._next_heartbeat_ms = self.now_ms + self.config.heartbeat_interval_ms
+        node, term, committed = self.config.node_id, self.member.term, self.committed_index
+        for p in self.others:
+            self.send(HeartbeatRequest(node, p, term, committed))
+
+    # -- store reports ---------------------------------------------------------------------------------
+    def _on_durable(self, index: int) -> None:
+        index = min(index, self.log.end_index)
+        if index <= self.durable_index:
+            return
+        self.durable_index = index
+        if self.member.role is _LEADER:
+            self._watermarks_moved = True
+        else:
+            self.handler.on_durable()
+
+    def _on_store_failed(self, event: StoreFailed) -> None:
+        log.warning("store failed node=%s code=%s reason=%s", self.config.node_id, event.code.name, event.reason)
+        self.end_index = self.log.end_index
+        self.durable_index = min(self.durable_index, self.end_index)
+        self.handler.matched_end = min(self.handler.matched_end, self.end_index)
+        self.handler.buffer.clear()
+        if event.code == ResponseCode.DISK_ERROR:
+            self.elector.no_campaign_until_ms = self.now_ms + 3 * self.config.election_timeout_max_ms
+        if self.member.role is not _LEADER:
+            return
+        self.pending.fail_all(event.code, self.member.leader_id, self._completions)
+        if event.code == ResponseCode.DISK_ERROR:
+            self.step_down(self.member.term, None)
+            self.member.leader_id = None
+        else:
+            self._disk_full_until_ms = self.now_ms + self.config.election_timeout_min_ms
+
+    # -- client appends --------------------------------------------------------------------------------
+    def _on_client_append(self, e: ClientAppend) -> None:
+        member = self.member
+        code = None
+        if not e.bodies:
+            code = ResponseCode.REQUEST_WITH_EMPTY_BODYS
+        elif member.role is not _LEADER:
+            code = ResponseCode.NOT_LEADER
+        elif self.transfer.active:
+            code = ResponseCode.LEADER_TRANSFERRING
+        elif self.now_ms < self._disk_full_until_ms:
+            code = ResponseCode.DISK_FULL
+        elif len(self.pending) >= self.config.max_pending_requests:
+            code = ResponseCode.LEADER_PENDING_FULL
+        if code is not None:
+            self._completions.append(Completion(e.request_id, code, leader_id=member.leader_id))
+            return
+        deadline = self.now_ms + self.config.max_wait_ack_ms
+        producer = None
+        if e.client_id != 0:
+            producer = (e.client_id, e.seq)
+            pa = self.pending.by_producer(producer)
+            if pa is not None:  # a retry of a batch still in flight: wait with it
+                self.pending.wait(pa, e.request_id, deadline)
+                return
+            hit = self.log.find_producer_batch(e.client_id, e.seq)
+            if hit is not None:  # already in our log: answer with the original indexes
+                if hit.last_index <= self.committed_index:
+                    self._completions.append(Completion(e.request_id, _SUCCESS, hit.first_index, hit.last_index,
+                                                        self.log.term_at(hit.first_index)))
+                else:
+                    pa = self.pending.add(hit.first_index, hit.last_index, self.log.term_at(hit.last_index), producer)
+                    self.pending.wait(pa, e.request_id, deadline)
+                return
+            floor = self.log.producer_window_floor(e.client_id)
+            if floor is not None and e.seq < floor:
+                self._completions.append(Completion(e.request_id, ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD,
+                                                    leader_id=member.leader_id))
+                return
+        first, last = self._append_batch(e.bodies, producer)
+        pa = self.pending.add(first, last, member.term, producer)
+        self.pending.wait(pa, e.request_id, deadline)
+
+    def _append_batch(self, bodies, producer: tuple[int, int] | None) -> tuple[int, int]:
+        first = self.end_index + 1
+        self._appends.append(AppendBatch(first, self.member.term, bodies, self.now_ms, producer))
+        self.end_index = first + len(bodies) - 1
+        return first, self.end_index
+
+    # -- leader bookkeeping after each step --------------------------------------------------------------
+    def _after_leader_step(self) -> None:
+        if self._watermarks_moved:
+            self._watermarks_moved = False
+            new = check_quorum_ack((d.watermark for d in self.dispatchers.values()), self.durable_index,
+                                   self.quorum, self.member.term, self.log.term_at, self.committed_index,
+                                   self._bug_commit_by_count)
+            if new > self.committed_index:
+                self._set_committed(new)
+                self.pending.complete_up_to(new, self._completions)
+        if self._bug_ack_before_quorum:
+            # PLANTED BUG ack_before_quorum (test-only): answer clients once the leader alone stored the batch.
+            self.pending.complete_up_to(self.log.end_index, self._completions)
+        for d in self.dispatchers.values():
+            d.pump()
+        self.transfer.pump()

@@ -1,0 +1,205 @@
+"""EntryHandler: the follower's side of replication (DLedger's EntryHandler).
+
+- APPEND pushes are kept by first index (DLedger's writeRequestMap) and stored strictly in order; one that
+  arrives early waits in the buffer, a second copy of a buffered push is answered REPEATED_PUSH, and a
+  buffered push that waits longer than `max_push_timeout_ms` is answered INCONSISTENT_STATE so the leader
+  re-COMPAREs at once (DLedger's checkAbnormalFuture fast-fail).
+- A push overlapping entries we hold is checked against our log (same term at the same index means the
+  same prefix: Raft's log matching) and answered SUCCESS or INCONSISTENT_STATE.
+- `matched_end` is the highest index known to agree with the current leader's log; acknowledgements carry
+  min(durable index, matched_end), so a follower never acks an entry that is not both on disk and the
+  leader's. Our commit is min(leader's committed, matched_end).
+- COMPARE/TRUNCATE clear the buffer (DLedger does too). TRUNCATE never drops a committed entry: a request to
+  keep less than our committed prefix keeps the committed prefix (it matches any leader's log anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..codes import ResponseCode
+from ..store import codec
+from ..wire.messages import PushRequest, PushResponse, PushType
+from .types import AppendRecords
+
+if TYPE_CHECKING:
+    from .core import RaftCore
+
+log = logging.getLogger(__name__)
+
+_APPEND = PushType.APPEND
+_SUCCESS = ResponseCode.SUCCESS
+
+
+def _chunk(m: PushRequest) -> bytes | memoryview:
+    chunks = m.records.chunks
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _record_at(data, first_index: int, index: int) -> tuple[int, int]:
+    """(byte offset, term) of record `index` inside raw records starting at first_index."""
+    off = 0
+    header = codec.HEADER
+    for _ in range(index - first_index):
+        off += header.unpack_from(data, off)[1]
+    h = header.unpack_from(data, off)
+    assert h[2] == index, (h[2], index)
+    return off, h[3]
+
+
+class EntryHandler:
+    __slots__ = ("core", "buffer", "matched_end", "acked", "ack_owed")
+
+    def __init__(self, core: "RaftCore") -> None:
+        self.core = core
+        self.buffer: dict[int, tuple[PushRequest, int]] = {}  # first_index -> (push, received_ms)
+        self.matched_end = core.committed_index
+        self.acked = -1
+        self.ack_owed = False
+
+    def reset(self) -> None:
+        """A new term (or a new leader): nothing of the old leader's is trusted beyond the commit point."""
+        self.buffer.clear()
+        self.matched_end = min(self.core.committed_index, self.core.end_index)
+        self.acked = -1
+        self.ack_owed = False
+
+    def watermark(self) -> int:
+        return min(self.core.durable_index, self.matched_end)
+
+    def _reply(self, m: PushRequest, code: ResponseCode, index: int) -> None:
+        core = self.core
+        core.send(PushResponse(core.config.node_id, m.frm, core.member.term, m.push_type, code, index,
+                               core.end_index, core.log.begin_index))
+
+    def _ack(self, m: PushRequest) -> None:
+        wm = self.watermark()
+        self.acked = max(self.acked, wm)
+        self.ack_owed = wm < self.matched_end
+        self._reply(m, _SUCCESS, wm)
+
+    # -- pushes ------------------------------------------------------------------------------------
+    def on_push(self, m: PushRequest) -> None:
+        t = m.push_type
+        if t is _APPEND or t == PushType.APPEND:
+            self._on_append(m)
+        elif t == PushType.COMMIT:
+            pass
+        elif t == PushType.COMPARE:
+            self._on_compare(m)
+        elif t == PushType.TRUNCATE:
+            self._on_truncate(m)
+        self.core.follower_commit(m.committed_index, self.matched_end)
+
+    def _on_append(self, m: PushRequest) -> None:
+        core = self.core
+        first = m.first_index
+        if first in self.buffer:
+            self._reply(m, ResponseCode.REPEATED_PUSH, first)
+            return
+        if first > core.end_index + 1:
+            if len(self.buffer) >= core.config.max_pending_pushes * 2:
+                self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
+            else:
+                self.buffer[first] = (m, core.now_ms)
+            return
+        if not self._apply(m):
+            return
+        buffer = self.buffer
+        while buffer:
+            nxt = core.end_index + 1
+            ready = [f for f in buffer if f <= nxt]
+            if not ready:
+                break
+            for f in sorted(ready):
+                pm, _ = buffer.pop(f)
+                if not self._apply(pm):
+                    return
+
+    def _apply(self, m: PushRequest) -> bool:
+        """Store (or confirm) one in-order push; False if it did not match our log (answered)."""
+        core = self.core
+        first, last = m.first_index, m.last_index
+        end = core.end_index
+        if first <= end:  # overlaps what we hold: a retry, or entries we already have
+            check = min(last, end)
+            data = _chunk(m)
+            off, push_term = _record_at(data, first, check)
+            if check > self.matched_end and core.log.term_at(check) != push_term:
+                self.buffer.clear()
+                self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
+                return False
+            self.matched_end = max(self.matched_end, check)
+            if last <= end:
+                self._ack(m)
+                return True
+            off += codec.HEADER.unpack_from(data, off)[1]
+            core.append_records(AppendRecords(check + 1, last, memoryview(data)[off:]))
+        else:
+            assert first == end + 1
+            prev = first - 1
+            if (prev > self.matched_end and "skip_compare" not in core.config.planted_bugs
+                    and not (prev < core.log.begin_index or core.log.term_at(prev) == m.prev_term)):
+                # PLANTED BUG skip_compare (test-only) also trusts an APPEND without checking prev, as DLedger
+                # does: its follower relies on the leader's COMPARE.
+                self.buffer.clear()
+                self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
+                return False
+            core.append_records(AppendRecords(first, last, _chunk(m)))
+        self.matched_end = last
+        self.ack_owed = True
+        return True
+
+    def _on_compare(self, m: PushRequest) -> None:
+        core = self.core
+        self.buffer.clear()
+        c = m.prev_index
+        log_view = core.log
+        if c < log_view.begin_index:
+            ok = True  # before our log (begin_index - 1 for an empty one): trivially agrees
+        elif c > core.end_index:
+            ok = False
+        else:
+            ok = log_view.term_at(c) == m.prev_term
+        if ok:
+            self.matched_end = max(self.matched_end, c)
+            self._reply(m, _SUCCESS, c)
+        else:
+            self._reply(m, ResponseCode.INCONSISTENT_TERM, c)
+
+    def _on_truncate(self, m: PushRequest) -> None:
+        core = self.core
+        self.buffer.clear()
+        i = m.prev_index
+        log_view = core.log
+        if not (i < log_view.begin_index or (i <= core.end_index and log_view.term_at(i) == m.prev_term)):
+            self._reply(m, ResponseCode.INCONSISTENT_STATE, i)
+            return
+        keep = max(i, core.committed_index)  # never drop a committed entry
+        if keep < core.end_index:
+            core.truncate_after(keep)
+        self.matched_end = keep
+        self.acked = min(self.acked, keep)
+        self._reply(m, _SUCCESS, i)
+
+    # -- durability and time ------------------------------------------------------------------------
+    def on_durable(self) -> None:
+        core = self.core
+        if not self.ack_owed or core.member.leader_id is None:
+            return
+        wm = self.watermark()
+        if wm > self.acked:
+            self.acked = wm
+            self.ack_owed = wm < self.matched_end
+            core.send(PushResponse(core.config.node_id, core.member.leader_id, core.member.term, _APPEND, _SUCCESS,
+                                   wm, core.end_index, core.log.begin_index))
+
+    def on_tick(self, now_ms: int) -> None:
+        if not self.buffer:
+            return
+        timeout = self.core.config.max_push_timeout_ms
+        expired = [f for f, (_, t) in self.buffer.items() if now_ms - t >= timeout]
+        for f in sorted(expired):
+            m, _ = self.buffer.pop(f)
+            self._reply(m, ResponseCode.INCONSISTENT_STATE, f)
