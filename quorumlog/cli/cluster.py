@@ -22,7 +22,7 @@ from rich.table import Table
 from ..client import Client
 from ..config import ConfigError, load_config
 from ..peers import format_peers
-from .common import CLUSTER_FILE, JsonOpt, die, err_console, out_console, print_json, run, usage
+from .common import CLUSTER_FILE, JsonOpt, die, out_console, print_json, run, setup_logging, usage
 
 cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_is_help=True)
 
@@ -177,6 +177,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
        timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up if no leader by then"),
        json_out: bool = JsonOpt) -> None:
     """Start N nodes in the background, write D/cluster.json, return once a leader is elected."""
+    setup_logging()
     if flush not in ("sync", "async"):
         usage(f"--flush {flush!r}: must be sync or async")
     if base_port + nodes - 1 > 65535 or (http_base_port and http_base_port + nodes - 1 > 65535):
@@ -237,10 +238,11 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             elected = run(wait_for_leader(peers, group, procs, timeout_s))
         except (RuntimeError, TimeoutError) as e:
             logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
-            err_console.print(logs, highlight=False, markup=False)
+            sys.stderr.write(logs + "\n")
             raise _StartFailed(str(e)) from None
     except _StartFailed as e:
         _stop_pids(node_docs, 2.0)
+        _remove(existing)  # nothing runs: a stale cluster.json would only mislead
         die(f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
     except BaseException:
         _stop_pids(node_docs, 2.0)
@@ -258,6 +260,13 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         out_console.print(f"peers: {peers_text}", highlight=False)
 
 
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 class _StartFailed(Exception):
     pass
 
@@ -267,6 +276,7 @@ def down(data_dir: str = typer.Option(..., "--data-dir", help="The directory giv
          grace_s: float = typer.Option(STOP_GRACE_S, "--grace-s", min=0, help="SIGKILL after this long"),
          json_out: bool = JsonOpt) -> None:
     """Stop the nodes: SIGTERM (flush, checkpoint), then SIGKILL after the grace period."""
+    setup_logging()
     path = os.path.join(data_dir, CLUSTER_FILE)
     try:
         with open(path, encoding="utf-8") as f:

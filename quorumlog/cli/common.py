@@ -80,6 +80,7 @@ def read_cluster_file(data_dir: str) -> dict:
 
 def resolve_target(peers: str | None, cluster: str | None, group: str | None) -> Target:
     """--peers P or --cluster D (exactly one); exits 2 naming the bad value."""
+    setup_logging()
     if (peers is None) == (cluster is None):
         usage("give exactly one of --peers P or --cluster DIR")
     doc = None

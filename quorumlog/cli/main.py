@@ -8,7 +8,7 @@ import typer
 
 from .bench import bench
 from .cluster import cluster_app
-from .common import EXIT_USAGE, setup_logging
+from .common import EXIT_USAGE
 from .data import append, read, status, transfer_leader
 from .node import node_command
 
@@ -24,7 +24,8 @@ app.command("bench")(bench)
 
 
 def main(argv: list[str] | None = None) -> None:
-    setup_logging()
+    # No logging set up here: `node` configures its own from its log_level; the other commands call
+    # setup_logging() (stderr, warnings) when they start.
     try:
         app(args=argv, prog_name="quorumlog", standalone_mode=True)
     except SystemExit as e:

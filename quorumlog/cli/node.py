@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from ..config import CONFIG_KEYS, ConfigError, load_config
-from .common import setup_logging, usage
+from .common import usage
 
 
 def _node(**flags: Any) -> None:
@@ -18,7 +18,6 @@ def _node(**flags: Any) -> None:
         cfg = load_config(config_file, flags=flags)
     except ConfigError as e:
         usage(str(e))
-    setup_logging(cfg.log_level)
     from ..server import run_node  # the runtime is heavy; only `node` needs it
 
     result = run_node(cfg)

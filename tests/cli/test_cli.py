@@ -1,0 +1,181 @@
+"""The `quorumlog` command: argument validation (exit 2, nothing written) and --json output shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import threading
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from quorumlog.cli.main import app
+
+from client.fake_cluster import FakeCluster  # tests/ is on sys.path (rootdir-relative packages)
+
+pytestmark = pytest.mark.timeout(60)
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def fake():
+    """A fake group served from a background thread, so CliRunner's commands run their own loops."""
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    ready = loop.create_future()
+
+    async def serve():
+        async with FakeCluster() as fc:
+            ready.set_result(fc)
+            await stop.wait()
+
+    t = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not ready.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    yield ready.result()
+    loop.call_soon_threadsafe(stop.set)
+    t.join(10)
+
+
+# -- bad input: exit 2, one message naming the value, nothing on stdout ----------------------------------
+@pytest.mark.parametrize("command", [["status"], ["append", "x"], ["read", "--from", "0"],
+                                     ["transfer-leader", "--to", "n0"], ["bench", "--duration-s", "0.1"]])
+@pytest.mark.parametrize("peers", ["n0=127.0.0.1", "n0=127.0.0.1:99999", "n0=h:1,n0=h:2", "bad id=h:1", ""])
+def test_bad_peers_exit_2_naming_the_value(command, peers):
+    r = invoke(*command, "--peers", peers, "--json")
+    assert r.exit_code == 2, r.output
+    assert r.stdout == ""
+    assert "peers" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_peers_and_cluster_are_exclusive_and_one_is_required(tmp_path):
+    r = invoke("status", "--peers", "n0=127.0.0.1:7001", "--cluster", str(tmp_path))
+    assert r.exit_code == 2 and "exactly one" in r.stderr
+    r = invoke("status")
+    assert r.exit_code == 2 and "exactly one" in r.stderr
+    r = invoke("status", "--cluster", str(tmp_path / "nope"))
+    assert r.exit_code == 2 and "cluster.json" in r.stderr
+
+
+def test_node_bad_config_exits_2_naming_the_key(tmp_path):
+    data = tmp_path / "d"
+    r = invoke("node", "--id", "n5", "--peers", "n0=127.0.0.1:7001", "--data-dir", str(data))
+    assert r.exit_code == 2 and "node_id='n5'" in r.stderr
+    r = invoke("node", "--id", "n0", "--peers", "n0=127.0.0.1:7001", "--data-dir", str(data), "--flush", "maybe")
+    assert r.exit_code == 2 and "flush='maybe'" in r.stderr
+    r = invoke("node", "--id", "n0", "--peers", "n0=127.0.0.1:x", "--data-dir", str(data))
+    assert r.exit_code == 2 and "bad port 'x'" in r.stderr
+    r = invoke("node", "--id", "n0", "--peers", "n0=127.0.0.1:7001", "--data-dir", str(data),
+               "--max-wait-ack-ms", "soon")
+    assert r.exit_code == 2 and "max_wait_ack_ms='soon'" in r.stderr
+    assert not data.exists()
+
+
+def test_node_has_a_flag_for_every_config_key():
+    from quorumlog.config import CONFIG_KEYS
+
+    r = invoke("node", "--help")
+    assert r.exit_code == 0
+    text = r.stdout.replace("\n", " ")
+    for k in CONFIG_KEYS:
+        assert k.flag in text, k.flag
+
+
+def test_cluster_up_rejects_bad_input_before_writing_anything(tmp_path):
+    d = tmp_path / "c"
+    for args, needle in ((["--flush", "later"], "--flush 'later'"),
+                         (["--set", "max_wait_ack_ms=0"], "max_wait_ack_ms=0"),
+                         (["--set", "no_such_key=1"], "no_such_key"),
+                         (["--set", "junk"], "KEY=VALUE"),
+                         (["--base-port", "65535"], "65535")):
+        r = invoke("cluster", "up", "--nodes", "3", "--data-dir", str(d), *args)
+        assert r.exit_code == 2, (args, r.output)
+        assert needle in r.stderr, (needle, r.stderr)
+        assert not d.exists()
+    r = invoke("cluster", "down", "--data-dir", str(d))
+    assert r.exit_code == 2 and "cluster.json" in r.stderr
+
+
+def test_append_needs_values_or_a_file():
+    r = invoke("append", "--peers", "n0=127.0.0.1:7001")
+    assert r.exit_code == 2
+    r = invoke("append", "x", "--file", "f", "--peers", "n0=127.0.0.1:7001")
+    assert r.exit_code == 2
+
+
+# -- JSON output: exactly one document on stdout -------------------------------------------------------
+def test_json_documents_of_append_read_status_transfer(fake, tmp_path):
+    p = fake.peers_text
+    r = invoke("append", "a", "b", "--peers", p, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == [{"index": 0, "term": 1}, {"index": 1, "term": 1}]
+    f = tmp_path / "lines"
+    f.write_bytes(b"c\n\xff\xfe\n")
+    r = invoke("append", "--file", str(f), "--peers", p, "--json")
+    assert [d["index"] for d in json.loads(r.stdout)] == [2, 3]
+
+    r = invoke("read", "--from", "1", "--peers", p, "--json")
+    docs = json.loads(r.stdout)
+    assert [d["index"] for d in docs] == [1, 2, 3]
+    assert docs[0]["body"] == "b" and docs[1]["body"] == "c"
+    assert "body" not in docs[2] and base64.b64decode(docs[2]["body_b64"]) == b"\xff\xfe"
+    assert set(docs[0]) == {"index", "term", "timestamp", "body"} and docs[0]["timestamp"].endswith("+00:00")
+    r = invoke("read", "--from", "0", "--to", "0", "--node", "n2", "--peers", p, "--json")
+    assert [d["body"] for d in json.loads(r.stdout)] == ["a"]
+    r = invoke("read", "--from", "0", "--node", "n7", "--peers", p)
+    assert r.exit_code == 2 and "n7" in r.stderr
+
+    r = invoke("status", "--peers", p, "--json")
+    nodes = json.loads(r.stdout)
+    assert [n["id"] for n in nodes] == ["n0", "n1", "n2"]
+    for n in nodes:
+        assert {"id", "role", "term", "leader_id", "begin_index", "end_index", "committed_index",
+                "watermarks"} <= set(n)
+    assert [n["role"] for n in nodes] == ["leader", "follower", "follower"]
+
+    r = invoke("transfer-leader", "--to", "n1", "--peers", p, "--json")
+    assert json.loads(r.stdout) == {"leader_id": "n1", "requested": "n1"}
+    assert fake.group.leader_id == "n1"
+
+
+def test_cluster_dir_is_read_for_peers_and_group(fake, tmp_path):
+    (tmp_path / "cluster.json").write_text(json.dumps({"group": "default", "peers": fake.peers_text,
+                                                       "flush": "sync", "nodes": []}))
+    r = invoke("status", "--cluster", str(tmp_path), "--json")
+    assert r.exit_code == 0 and len(json.loads(r.stdout)) == 3
+    r = invoke("status", "--cluster", str(tmp_path))  # the human table
+    assert r.exit_code == 0 and "leader" in r.stdout and "n2" in r.stdout
+
+
+def test_bench_json_reports_rates_latency_and_flush_mode(fake):
+    r = invoke("bench", "--peers", fake.peers_text, "--writers", "4", "--duration-s", "0.5", "--warmup-s", "0.1",
+               "--value-bytes", "64", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["flush"] == "sync" and doc["writers"] == 4 and doc["errors"] == 0
+    assert doc["appends"] > 0 and doc["appends_per_s"] > 0 and doc["mb_per_s"] >= 0
+    lat = doc["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+    # everything the bench appended is in the log (warm-up and measured), nothing twice
+    assert len(fake.group.bodies) >= doc["appends"]
+
+
+def test_status_of_a_cluster_nobody_answers_exits_1_with_json(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = invoke("status", "--peers", f"n0=127.0.0.1:{port}", "--json", "--timeout-ms", "500")
+    assert r.exit_code == 1
+    assert json.loads(r.stdout)[0]["role"] == "unreachable"
+    assert os.path.exists(tmp_path)
