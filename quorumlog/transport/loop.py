@@ -1,18 +1,24 @@
-"""The event loop: uvloop when it is importable (libuv: fewer syscalls, faster transports), asyncio otherwise."""
+"""The event loop: uvloop when it is importable (libuv: fewer syscalls, faster transports), asyncio otherwise.
+
+QUORUMLOG_EVENT_LOOP=asyncio forces the standard loop (to rule uvloop out when chasing a bug).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any, Awaitable, Callable, Coroutine, TypeVar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-try:  # pragma: no cover - depends on the platform
-    import uvloop as _uvloop
-except ImportError:  # pragma: no cover
-    _uvloop = None
+_uvloop = None
+if os.environ.get("QUORUMLOG_EVENT_LOOP", "").lower() != "asyncio":
+    try:  # pragma: no cover - depends on the platform
+        import uvloop as _uvloop
+    except ImportError:  # pragma: no cover
+        _uvloop = None
 
 
 def uvloop_available() -> bool:

@@ -1,0 +1,433 @@
+"""Real asyncio sockets on 127.0.0.1: pipelining, handshake refusals, bad input, storms, peer links."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from quorumlog.codes import ResponseCode
+from quorumlog.errors import NetworkError, Timeout, UnknownGroup
+from quorumlog.store.base import Records
+from quorumlog.transport import ClientConnection, PeerLinks
+from quorumlog.transport.frames import FRAME_HEADER, encode_frame
+from quorumlog.transport.handshake import (
+    PROTOCOL_VERSION, Hello, Role, decode_hello_error, decode_hello_ok, encode_hello,
+)
+from quorumlog.transport.kinds import Kind
+from quorumlog.wire.client import AppendRequest, AppendResponse, StatusRequest, StatusResponse
+from quorumlog.wire.messages import HeartbeatRequest, PushRequest, PushType
+
+from .netutil import GROUP, free_port, read_frames_until_eof, run_bounded, start_server, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def echo_handler(req, session):
+    """Answers appends at once: first_index = number of bodies, so a mismatch shows."""
+    if isinstance(req, AppendRequest):
+        session.send(AppendResponse(req.request_id, ResponseCode.SUCCESS, first_index=len(req.bodies),
+                                    last_index=req.seq))
+    elif isinstance(req, StatusRequest):
+        session.send(StatusResponse(req.request_id, ResponseCode.SUCCESS, b'{"ok": true}'))
+
+
+async def client(server, name="c") -> ClientConnection:
+    return await ClientConnection.open("127.0.0.1", server.port, group=GROUP, client_name=name, timeout_ms=3000)
+
+
+async def assert_served(server) -> None:
+    async with await client(server, "witness") as c:
+        r = await c.call(StatusRequest(c.next_request_id()), 3000)
+        assert r.code == ResponseCode.SUCCESS and r.status_json == b'{"ok": true}'
+
+
+# -- pipelining -------------------------------------------------------------------------------------
+def test_pipelined_requests_answered_out_of_order():
+    n = 500
+
+    async def main():
+        held: list = []
+        all_in = asyncio.Event()
+
+        def on_client(req, session):
+            held.append((req, session))
+            if len(held) == n:
+                all_in.set()
+
+        async def answer_shuffled():
+            await all_in.wait()
+            random.Random(7).shuffle(held)
+            for req, session in held:
+                session.send(AppendResponse(req.request_id, ResponseCode.SUCCESS, first_index=req.seq))
+
+        server = await start_server(on_client=on_client)
+        conn = await client(server)
+        answering = asyncio.create_task(answer_shuffled())
+        calls = [conn.call(AppendRequest(conn.next_request_id(), (b"x" * 100,), client_id=1, seq=i), 10_000)
+                 for i in range(n)]
+        responses = await asyncio.gather(*calls)
+        await answering
+        assert [r.first_index for r in responses] == list(range(n))
+        assert server.stats.client_connections_active == 1 and conn.in_flight == 0
+        await conn.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_async_handlers_and_in_flight_bound():
+    async def main():
+        async def on_client(req, session):
+            await asyncio.sleep(0)
+            echo_handler(req, session)
+
+        server = await start_server(on_client=on_client, max_in_flight=8)
+        conn = await ClientConnection.open("127.0.0.1", server.port, group=GROUP, client_name="c",
+                                           max_in_flight=4)
+        rs = await asyncio.gather(*[conn.call(AppendRequest(conn.next_request_id(), (b"a",) * (i % 5 + 1)), 5000)
+                                    for i in range(300)])
+        assert [r.first_index for r in rs] == [i % 5 + 1 for i in range(300)]
+        await conn.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_call_timeout_then_late_response_is_dropped():
+    async def main():
+        held = []
+        server = await start_server(on_client=lambda r, s: held.append((r, s)))
+        conn = await client(server)
+        with pytest.raises(Timeout):
+            await conn.call(StatusRequest(conn.next_request_id()), 50)
+        req, session = held[0]
+        assert session.send(StatusResponse(req.request_id, ResponseCode.SUCCESS, b"{}"))
+        # The connection still works for the next request.
+        t = asyncio.create_task(conn.call(StatusRequest(conn.next_request_id()), 3000))
+        await wait_until(lambda: len(held) == 2)
+        held[1][1].send(StatusResponse(held[1][0].request_id, ResponseCode.SUCCESS, b"2"))
+        assert (await t).status_json == b"2"
+        await conn.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_broken_connection_fails_pending_calls_with_network_error():
+    async def main():
+        server = await start_server(on_client=lambda r, s: None)  # never answers
+        conn = await client(server)
+        calls = [asyncio.create_task(conn.call(StatusRequest(conn.next_request_id()), 10_000)) for _ in range(5)]
+        await wait_until(lambda: server.stats.frames_in >= 6)
+        await server.close()
+        for t in calls:
+            with pytest.raises(NetworkError):
+                await t
+        assert conn.closed
+        with pytest.raises(NetworkError):
+            await conn.call(StatusRequest(conn.next_request_id()), 1000)
+        await conn.close()
+        await conn.close()  # idempotent
+
+    run_bounded(main())
+
+
+# -- handshake ----------------------------------------------------------------------------------------
+async def raw_hello(server, hello: Hello) -> list:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(encode_hello(hello))
+    frames = await read_frames_until_eof(reader)
+    writer.close()
+    return frames
+
+
+@pytest.mark.parametrize("hello, code, counter", [
+    (Hello("g", "n1", Role.PEER, magic=b"NOPE"), ResponseCode.PROTOCOL_ERROR, "closed_protocol_errors"),
+    (Hello("g", "n1", Role.PEER, version=PROTOCOL_VERSION + 9), ResponseCode.PROTOCOL_ERROR,
+     "closed_protocol_errors"),
+    (Hello("other", "n1", Role.PEER), ResponseCode.UNKNOWN_GROUP, "closed_handshake_errors"),
+    (Hello("g", "n7", Role.PEER), ResponseCode.UNKNOWN_MEMBER, "closed_handshake_errors"),
+])
+def test_refused_handshakes(hello, code, counter):
+    async def main():
+        closes = []
+        server = await start_server(on_client=echo_handler, on_protocol_error=lambda c, r: closes.append(c))
+        frames = await raw_hello(server, hello)
+        assert [k for k, _ in frames] == [Kind.HELLO_ERROR]
+        assert decode_hello_error(frames[0][1]).code == code
+        assert getattr(server.stats, counter) == 1 and closes == [counter]
+        await assert_served(server)
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_client_open_raises_unknown_group():
+    async def main():
+        server = await start_server()
+        with pytest.raises(UnknownGroup):
+            await ClientConnection.open("127.0.0.1", server.port, group="elsewhere", client_name="c")
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_hello_ok_names_the_server():
+    async def main():
+        server = await start_server()
+        frames = []
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_hello(Hello(GROUP, "n1", Role.PEER)))
+        data = await asyncio.wait_for(reader.readexactly(5), 5)
+        length, kind = FRAME_HEADER.unpack(data)
+        assert kind == Kind.HELLO_OK
+        ok = decode_hello_ok(await asyncio.wait_for(reader.readexactly(length - 1), 5))
+        assert ok.node_id == "n0" and ok.group == GROUP
+        writer.close()
+        await server.close()
+        del frames
+
+    run_bounded(main())
+
+
+def test_no_handshake_is_closed_after_timeout():
+    async def main():
+        server = await start_server(on_client=echo_handler, handshake_timeout_ms=200)
+        loop = asyncio.get_running_loop()
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"QL")  # a start, never finished
+        t0 = loop.time()
+        await read_frames_until_eof(reader, timeout_s=5)
+        elapsed = loop.time() - t0
+        assert 0.15 <= elapsed < 3, elapsed
+        assert server.stats.closed_handshake_timeouts == 1
+        await assert_served(server)
+        writer.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+# -- bad input after the handshake --------------------------------------------------------------------
+BAD_INPUTS = {
+    "garbage": bytes(random.Random(1).randrange(256) for _ in range(4096)),
+    "absurd_length": FRAME_HEADER.pack(0xFFFFFFF0, Kind.APPEND_REQUEST) + b"x" * 100,
+    "unknown_kind": encode_frame(99, b"hello"),
+    "bad_payload": encode_frame(Kind.APPEND_REQUEST, b"\x00" * 7),
+    "response_kind_from_client": encode_frame(Kind.APPEND_RESPONSE, b""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS) + ["half_frame", "garbage_before_hello"])
+def test_bad_input_closes_only_that_connection(name):
+    async def main():
+        server = await start_server(on_client=echo_handler, max_frame_bytes=1 << 20)
+        good = await client(server, "good")
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        if name != "garbage_before_hello":
+            writer.write(encode_hello(Hello(GROUP, "bad", Role.CLIENT)))
+        if name == "half_frame":
+            frame = encode_frame(Kind.STATUS_REQUEST, b"\x00" * 8)
+            writer.write(frame[:-3])
+            writer.write_eof()
+        elif name == "garbage_before_hello":
+            writer.write(BAD_INPUTS["garbage"])
+        else:
+            writer.write(BAD_INPUTS[name])
+        await read_frames_until_eof(reader)
+        await wait_until(lambda: server.stats.closed_protocol_errors == 1, what="protocol error close")
+        writer.close()
+        r = await good.call(AppendRequest(good.next_request_id(), (b"a", b"b"), seq=5), 3000)
+        assert (r.code, r.first_index, r.last_index) == (ResponseCode.SUCCESS, 2, 5)
+        assert server.stats.client_connections_active == 1
+        await good.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_frame_over_max_frame_bytes_closes_connection():
+    async def main():
+        server = await start_server(on_client=echo_handler, max_frame_bytes=64 * 1024)
+        conn = await client(server)
+        with pytest.raises(NetworkError):
+            await conn.call(AppendRequest(conn.next_request_id(), (b"z" * 100_000,)), 3000)
+        assert server.stats.closed_protocol_errors == 1
+        await assert_served(server)
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_peer_message_with_forged_sender_closes_link():
+    async def main():
+        got = []
+        server = await start_server(on_peer=got.append)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_hello(Hello(GROUP, "n1", Role.PEER)))
+        from quorumlog.transport import codec
+        writer.writelines(codec.encode(HeartbeatRequest("n1", "n0", 1, 0)))
+        writer.writelines(codec.encode(HeartbeatRequest("n2", "n0", 1, 0)))
+        frames = await read_frames_until_eof(reader)
+        assert [k for k, _ in frames] == [Kind.HELLO_OK]
+        assert got == [HeartbeatRequest("n1", "n0", 1, 0)]
+        assert server.stats.closed_protocol_errors == 1
+        writer.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+# -- storms ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("max_connections", [1024, 50])
+def test_connection_storm(max_connections):
+    n = 300
+
+    async def main():
+        server = await start_server(on_client=echo_handler, handshake_timeout_ms=10_000,
+                                    max_connections=max_connections)
+        good = await client(server, "good")
+        rnd = random.Random(3)
+        opened = await asyncio.gather(*[asyncio.open_connection("127.0.0.1", server.port) for _ in range(n)])
+        for i, (_, w) in enumerate(opened):
+            kind = i % 4
+            if kind == 0:
+                w.write(bytes(rnd.randrange(256) for _ in range(64)))  # garbage
+            elif kind == 1:
+                w.write(encode_hello(Hello(GROUP, f"c{i}", Role.CLIENT))[:7])  # a half handshake
+            elif kind == 2:
+                w.write(FRAME_HEADER.pack(3_000_000_000, 1))  # absurd length
+            # kind 3: silent
+        # The node keeps serving while the storm is on.
+        for _ in range(20):
+            r = await good.call(AppendRequest(good.next_request_id(), (b"v",), seq=1), 3000)
+            assert r.code == ResponseCode.SUCCESS
+        await wait_until(lambda: server.stats.connections_accepted + server.stats.connections_rejected >= n + 1,
+                         what="all storm connections seen")
+        assert server.stats.connections_active <= max_connections
+        if max_connections < n:
+            # Closed garbage connections free their slots, so more than max_connections get in overall.
+            assert server.stats.connections_rejected >= 1
+        # The garbage and absurd-length connections are closed at once; buffering stayed bounded.
+        assert sum(len(c.decoder._buf) for c in server.connections) <= len(server.connections) * 4096
+        for _, w in opened:
+            w.close()
+        await wait_until(lambda: server.stats.connections_active == 1, what="storm connections closed")
+        await assert_served(server)
+        await good.close()
+        await wait_until(lambda: server.stats.connections_active == 0, what="all closed")
+        await server.close()
+
+    run_bounded(main())
+
+
+# -- peer links ----------------------------------------------------------------------------------------
+def test_peer_links_deliver_in_order_including_big_pushes():
+    async def main():
+        got, done = [], asyncio.Event()
+        n = 200
+
+        def on_peer(m):
+            got.append(m)
+            if len(got) == n:
+                done.set()
+
+        server = await start_server(on_peer=on_peer)
+        links = PeerLinks(group=GROUP, node_id="n1", peers={"n0": ("127.0.0.1", server.port),
+                                                             "n1": ("127.0.0.1", 1)})
+        assert links.peer_ids == ("n0",)
+        big = bytes(random.Random(5).randrange(256) for _ in range(1 << 16)) * 20  # 1.25 MiB
+        sent = []
+        for i in range(n):
+            if i % 50 == 0:
+                rec = Records(i, i, (memoryview(big),), len(big))
+                m = PushRequest("n1", "n0", 1, PushType.APPEND, i, i - 1, 1, i, i, rec)
+            else:
+                m = HeartbeatRequest("n1", "n0", 1, i)
+            links.send(m)
+            sent.append(m)
+        await asyncio.wait_for(done.wait(), 20)
+        for a, b in zip(got, sent):
+            assert type(a) is type(b)
+            if isinstance(a, PushRequest):
+                assert bytes(a.records.chunks[0]) == big and a.records.size_bytes == len(big)
+            else:
+                assert a == b
+        assert links.stats()["n0"].dropped_messages == 0
+        await links.close()
+        await links.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_peer_links_drop_oldest_when_full_then_deliver_newest():
+    async def main():
+        port = free_port()
+        got, done = [], asyncio.Event()
+
+        def on_peer(m):
+            got.append(m.committed_index)
+            if len(got) == 10:
+                done.set()
+
+        links = PeerLinks(group=GROUP, node_id="n1", peers={"n0": ("127.0.0.1", port)}, max_queue_messages=10,
+                          reconnect_backoff_min_ms=5, reconnect_backoff_max_ms=50)
+        for i in range(100):
+            links.send(HeartbeatRequest("n1", "n0", 1, i))  # never blocks, nobody listening
+        st = links.stats()["n0"]
+        assert (st.dropped_messages, st.queued_messages, st.connected) == (90, 10, False)
+        await wait_until(lambda: links.stats()["n0"].connect_failures >= 1, what="a failed connect")
+        server = await start_server(on_peer=on_peer, port=port)
+        await asyncio.wait_for(done.wait(), 10)
+        assert got == list(range(90, 100))
+        await links.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_peer_links_reconnect_after_server_restart():
+    async def main():
+        got, arrived = [], asyncio.Event()
+
+        def on_peer(m):
+            got.append(m)
+            arrived.set()
+
+        server = await start_server(on_peer=on_peer)
+        port = server.port
+        links = PeerLinks(group=GROUP, node_id="n2", peers={"n0": ("127.0.0.1", port)},
+                          reconnect_backoff_min_ms=5, reconnect_backoff_max_ms=100)
+        links.send(HeartbeatRequest("n2", "n0", 1, 1))
+        await asyncio.wait_for(arrived.wait(), 5)
+        await server.close()
+        await wait_until(lambda: not links.connected("n0"), what="link down")
+        arrived.clear()
+        server = await start_server(on_peer=on_peer, port=port)
+        await wait_until(lambda: links.connected("n0"), timeout_s=10, what="link up again")
+        links.send(HeartbeatRequest("n2", "n0", 2, 2))
+        await asyncio.wait_for(arrived.wait(), 5)
+        assert got[-1] == HeartbeatRequest("n2", "n0", 2, 2)
+        assert links.stats()["n0"].connects == 2
+        await links.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_peer_link_refused_as_unknown_member_keeps_retrying_quietly():
+    async def main():
+        server = await start_server()
+        links = PeerLinks(group=GROUP, node_id="stranger", peers={"n0": ("127.0.0.1", server.port)},
+                          reconnect_backoff_min_ms=5, reconnect_backoff_max_ms=20)
+        links.send(HeartbeatRequest("stranger", "n0", 1, 1))
+        await wait_until(lambda: server.stats.closed_handshake_errors >= 2, what="refused twice")
+        assert not links.connected("n0")
+        assert links.stats()["n0"].last_error.startswith("UnknownMember")
+        await links.close()
+        await server.close()
+
+    run_bounded(main())
