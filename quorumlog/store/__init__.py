@@ -2,6 +2,13 @@
 
 from .base import LogStore, LogView, ProducerBatch, Records
 from .codec import Entry
+from .config import StoreConfig
+from .file_store import FileStore
+from .files import atomic_write_file
 from .memory import MemoryStore
+from .recovery import RecoveryError
 
-__all__ = ["Entry", "LogStore", "LogView", "MemoryStore", "ProducerBatch", "Records"]
+__all__ = [
+    "Entry", "FileStore", "LogStore", "LogView", "MemoryStore", "ProducerBatch", "Records", "RecoveryError",
+    "StoreConfig", "atomic_write_file",
+]

@@ -1,0 +1,58 @@
+"""The disk guard: appends are refused with DiskFull above disk_full_ratio; reads go on.
+
+statvfs is cached for disk_check_interval_ms so the guard costs a clock read per batch, not a syscall.
+The ratio is DLedger's: (total - free) / total, with `free` counting blocks reserved for root.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from ..errors import DiskFull
+
+log = logging.getLogger(__name__)
+
+
+def used_ratio(path: str) -> float:
+    st = os.statvfs(path)
+    if st.f_blocks == 0:
+        return 0.0
+    return (st.f_blocks - st.f_bfree) / st.f_blocks
+
+
+class DiskGuard:
+    def __init__(self, path: str, disk_full_ratio: float, check_interval_ms: int) -> None:
+        self.path = path
+        self.disk_full_ratio = disk_full_ratio
+        self.check_interval_s = check_interval_ms / 1000.0
+        self._next_check = 0.0
+        self._ratio = 0.0
+        self._full = False
+
+    @property
+    def ratio(self) -> float:
+        return self._ratio
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self.refresh(now)
+        if self._full:
+            raise DiskFull(f"disk usage {self._ratio:.1%} of {self.path} above disk_full_ratio {self.disk_full_ratio}")
+
+    def refresh(self, now: float | None = None) -> None:
+        self._ratio = used_ratio(self.path)
+        full = self._ratio > self.disk_full_ratio
+        if full != self._full:
+            log.warning("disk guard %s path=%s used_ratio=%.3f disk_full_ratio=%.3f",
+                        "refusing appends" if full else "accepting appends again", self.path, self._ratio,
+                        self.disk_full_ratio)
+        self._full = full
+        self._next_check = (time.monotonic() if now is None else now) + self.check_interval_s
+
+    def mark_full(self) -> None:
+        """A write hit ENOSPC: refuse appends until the next statvfs says otherwise."""
+        self._full = True
+        self._next_check = time.monotonic() + self.check_interval_s

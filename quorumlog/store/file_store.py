@@ -1,0 +1,912 @@
+"""FileStore: the durable segmented log (DLedger's mmap file store, rebuilt).
+
+    <dir>/data/<start offset, 20 digits>   data segments, fixed size, records + a blank at the end
+    <dir>/index/<first index, 20 digits>   index segments of 32-byte units: entry i at (i - start) * 32
+    <dir>/checkpoint                      end index and committed index, replaced atomically
+
+Writes: one pwrite per batch per segment for records, one per index segment for units. flush() fdatasyncs
+the *data* segments written since the last flush; index units are derived data and are fdatasynced by
+checkpoint() before the checkpoint names them, and recovery rebuilds every unit after the checkpoint from
+the data. That keeps a single-entry flush at one device flush, like the raw disk (measured in bench/store.py).
+
+Threads: appends, reads and truncation run on one thread (the event loop); flush() and checkpoint() may run
+on a worker thread at the same time. `_lock` guards the segment lists, the end/durable indexes and the dirty
+sets; `_sync_lock` serialises flush, checkpoint, truncate, retention and close, so no fd is closed or
+rewritten under a running fdatasync.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import logging
+import os
+import threading
+import time
+from typing import Sequence
+
+from ..errors import CorruptEntry, DiskError, DiskFull, EmptyBatch, EntryTooLarge, IndexOutOfRange
+from . import codec
+from .base import ProducerBatch, Records
+from .checkpoint import CHECKPOINT_NAME, Checkpoint, read_checkpoint, remove_stale_tmp, write_checkpoint
+from .codec import (
+    BLANK_MAGIC, CHAIN, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE,
+    POS, PRODUCER_TAG, PRODUCER_TAG_SIZE, Entry, crc32c,
+)
+from .config import StoreConfig
+from .disk_guard import DiskGuard
+from .encoder import encode_records_and_units, producer_tag
+from .files import TMP_SUFFIX, SegmentAllocator, fsync_dir, is_enospc, write_zeros, zero_nonzero
+from .producers import ProducerTable
+from .recovery import RecoveryError, check_record, scan_forward
+from .segments import Segment, list_segments, segment_name
+
+log = logging.getLogger(__name__)
+
+# On a torn tail, bytes this far past the cut are zeroed; anything further out cannot pass for a record of
+# this log (see recovery.py) and is overwritten by later appends.
+TORN_TAIL_ZERO_BYTES = 8 * 1024 * 1024
+
+_EMPTY_CHAIN = 0  # chain seed of entry 0
+
+
+class FileStore:
+    """LogStore on disk; see the module docstring for the layout and the threading rules."""
+
+    def __init__(self, path: str, config: StoreConfig | None = None) -> None:
+        self.path = os.path.abspath(path)
+        self.config = config or StoreConfig()
+        self.max_entry_bytes = self.config.max_entry_bytes
+        self.corrupt_records = 0  # distinct records found corrupt and refused (a metric)
+        self._corrupt_seen: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+        self._sync_lock = threading.RLock()
+        self._allocator = SegmentAllocator()
+        self._data_dir = os.path.join(self.path, "data")
+        self._index_dir = os.path.join(self.path, "index")
+        self._checkpoint_path = os.path.join(self.path, CHECKPOINT_NAME)
+        for d in (self.path, self._data_dir, self._index_dir):
+            os.makedirs(d, exist_ok=True)
+        self._disk = DiskGuard(self.path, self.config.disk_full_ratio, self.config.disk_check_interval_ms)
+        self._data: list[Segment] = []
+        self._data_starts: list[int] = []
+        self._index: dict[int, Segment] = {}
+        self._units_per_index = self.config.index_units_per_segment
+        self._dirty_data: dict[int, Segment] = {}  # id(segment) -> segment, written since the last flush
+        self._dirty_index: dict[int, Segment] = {}  # written since the last checkpoint
+        self._producers = ProducerTable()
+        self._begin = 0
+        self._end = -1
+        self._end_term = -1
+        self._end_chain = _EMPTY_CHAIN
+        self._write_pos = 0
+        self._durable = -1
+        self._committed = -1
+        self._checkpoint_end = -1
+        self._last_checkpoint_s = time.monotonic()
+        self._failed: str | None = None
+        self._closed = False
+        try:
+            self._recover()
+        except BaseException:
+            self._close_files()
+            raise
+
+    # -- LogView -----------------------------------------------------------------------------------
+    @property
+    def begin_index(self) -> int:
+        return self._begin
+
+    @property
+    def end_index(self) -> int:
+        return self._end
+
+    @property
+    def end_term(self) -> int:
+        return self._end_term
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    @property
+    def durable_index(self) -> int:
+        return self._durable
+
+    @property
+    def disk_used_ratio(self) -> float:
+        return self._disk.ratio
+
+    def term_at(self, index: int) -> int:
+        return self._unit(index)[2]
+
+    def chain_crc_at(self, index: int) -> int:
+        if index == self._end and index >= self._begin:
+            return self._end_chain
+        pos, size, _term = self._unit(index)
+        seg = self._data_seg(pos)
+        return HEADER.unpack_from(seg.view, pos - seg.start)[6]
+
+    def bytes_between(self, start: int, end: int) -> int:
+        if end < start:
+            return 0
+        ps, _ss, _ = self._unit(start)
+        pe, se, _ = self._unit(end)
+        i, j = self._data_seg_i(ps), self._data_seg_i(pe)
+        if i == j:
+            return pe + se - ps
+        total = self._records_end(i) - ps + (pe + se - self._data[j].start)
+        for k in range(i + 1, j):
+            total += self._records_end(k) - self._data[k].start
+        return total
+
+    def end_for_bytes(self, start: int, max_bytes: int, max_count: int) -> int:
+        self._check_range(start)
+        last = min(self._end, start + max(1, max_count) - 1)
+        if self.bytes_between(start, last) <= max_bytes:
+            return last
+        lo, hi = start, last  # largest j with bytes_between(start, j) <= max_bytes, at least start
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.bytes_between(start, mid) <= max_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def find_producer_batch(self, client_id: int, seq: int) -> ProducerBatch | None:
+        return self._producers.find(client_id, seq)
+
+    def producer_last_seq(self, client_id: int) -> int | None:
+        return self._producers.last_seq(client_id)
+
+    def producer_window_floor(self, client_id: int) -> int | None:
+        return self._producers.window_floor(client_id)
+
+    # -- reads -------------------------------------------------------------------------------------
+    def get(self, index: int) -> Entry:
+        pos, size, term = self._unit(index)
+        seg = self._data_seg(pos)
+        off = pos - seg.start
+        prev_chain = self._prev_chain(index)
+        why, h = check_record(seg.view, off, seg.size_bytes, seg.start, index, prev_chain)
+        if why is None and (h[1] != size or h[3] != term):
+            why = f"record size/term {h[1]}/{h[3]} disagree with index unit {size}/{term}"
+        if why is not None:
+            self._report_corrupt(seg.path, off, index, why)
+        body = seg.view[off + HEADER_SIZE: off + size]
+        user_body, _tag = codec.split_producer_tag(h[5], body)
+        return Entry(index, term, h[8], user_body)
+
+    def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
+        """Raw records as memoryview slices of the segments' mmaps (zero-copy), every one CRC-checked.
+
+        A corrupt record is never served: the read stops before it (CorruptEntry if it is the first).
+        The views stay valid after retention or truncation unmaps/rewrites the file only in the sense
+        that they keep the map alive; bytes of a truncated suffix may change under them.
+        """
+        last = self._end if end is None else min(end, self._end)
+        if start > last:
+            return Records(start, start - 1, (), 0)
+        stop = self.end_for_bytes(start, max_bytes, last - start + 1)
+        pos, _size, _term = self._unit(start)
+        seg_i = self._data_seg_i(pos)
+        seg = self._data[seg_i]
+        off = pos - seg.start
+        chunk_start = off
+        prev_chain = self._prev_chain(start)
+        chunks: list[memoryview] = []
+        total_bytes = 0
+        index = start
+        while index <= stop:
+            if off + MIN_BLANK_SIZE <= seg.size_bytes and codec.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
+                if off > chunk_start:
+                    chunks.append(seg.view[chunk_start:off])
+                    total_bytes += off - chunk_start
+                seg_i += 1
+                seg = self._data[seg_i]
+                off = chunk_start = 0
+                continue
+            why, h = check_record(seg.view, off, seg.size_bytes, seg.start, index, prev_chain)
+            if why is not None:
+                if index == start:
+                    self._report_corrupt(seg.path, off, index, why)
+                self._note_corrupt(seg.path, off, index, why)
+                break
+            prev_chain = h[6]
+            off += h[1]
+            index += 1
+        if off > chunk_start:
+            chunks.append(seg.view[chunk_start:off])
+            total_bytes += off - chunk_start
+        return Records(start, index - 1, tuple(chunks), total_bytes)
+
+    # -- writes ------------------------------------------------------------------------------------
+    def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
+                     producer: tuple[int, int] | None = None) -> int:
+        if not bodies:
+            raise EmptyBatch("empty batch")
+        lengths = list(map(len, bodies))
+        if max(lengths) > self.max_entry_bytes:
+            raise EntryTooLarge(f"entry of {max(lengths)} bytes > max_entry_bytes {self.max_entry_bytes}")
+        self._check_writable()
+        n = len(bodies)
+        tag = producer_tag(producer[0], producer[1], n) if producer is not None else None
+        first = self._end + 1
+        total = sum(lengths) + HEADER_SIZE * n + (PRODUCER_TAG_SIZE if tag else 0)
+        seg = self._data[-1]
+        if self._write_pos + total + MIN_BLANK_SIZE <= seg.end:  # the common case: one segment
+            records, units, chain = encode_records_and_units(first, term, bodies, timestamp_ms, self._write_pos,
+                                                             self._end_chain, tag)
+            self._commit_write([(seg, self._write_pos, records)], [], units, first, first + n - 1, term, chain,
+                               self._write_pos + total)
+        else:
+            sizes = [HEADER_SIZE + x for x in lengths]
+            if tag:
+                sizes[-1] += PRODUCER_TAG_SIZE
+            plan = self._plan(sizes)
+            writes, chain, index, new_segs = [], self._end_chain, first, []
+            all_units = []
+            try:
+                for k, (a, b, pos) in enumerate(plan):
+                    seg = self._segment_for_part(k, pos, new_segs)
+                    part = bodies[a:b]
+                    records, units, chain = encode_records_and_units(
+                        index, term, part, timestamp_ms, pos, chain, tag if b == n else None) if part else (b"", b"", chain)
+                    index += b - a
+                    all_units.append(units)
+                    end_pos = pos + len(records)
+                    if k + 1 < len(plan):
+                        records += codec.encode_blank(seg.end - end_pos) if seg.end > end_pos else b""
+                    writes.append((seg, pos, records))
+            except BaseException:
+                self._discard_new_segments(new_segs)
+                raise
+            self._commit_write(writes, new_segs, b"".join(all_units), first, first + n - 1, term, chain, end_pos)
+        if tag is not None:
+            self._producers.remember(producer[0], producer[1], first, first + n - 1)
+        return self._end
+
+    def append_records(self, data: bytes | memoryview) -> int:
+        view = memoryview(data).cast("B")
+        self._check_writable()
+        expected = self._end + 1
+        prev_chain: int | None = self._end_chain if (self._end >= self._begin or self._begin == 0) else None
+        starts: list[int] = []
+        sizes: list[int] = []
+        terms: list[int] = []
+        tags: list[tuple[int, int, int, int]] = []
+        off, n_bytes = 0, len(view)
+        max_body = self.max_entry_bytes + PRODUCER_TAG_SIZE
+        while off < n_bytes:
+            if n_bytes - off < HEADER_SIZE:
+                raise CorruptEntry(f"truncated record header at offset {off} of pushed records")
+            magic, total, index, term, _pos, channel, chain, body_crc, ts, body_size = HEADER.unpack_from(view, off)
+            if magic != ENTRY_MAGIC:
+                raise CorruptEntry(f"bad magic {magic:#x} at offset {off} of pushed records")
+            if body_size < 0 or total != HEADER_SIZE + body_size or off + total > n_bytes:
+                raise CorruptEntry(f"bad sizes total={total} body={body_size} at offset {off} of pushed records")
+            if body_size > max_body:
+                raise EntryTooLarge(f"record of {body_size} bytes > max_entry_bytes {self.max_entry_bytes}")
+            if index != expected:
+                raise CorruptEntry(f"record index {index}, expected {expected}")
+            if crc32c(view[off + HEADER_SIZE: off + total]) != body_crc:
+                raise CorruptEntry(f"body crc mismatch for index {index} at offset {off} of pushed records")
+            if prev_chain is not None and \
+                    crc32c(CHAIN.pack(index, term, channel, body_crc, ts, body_size), prev_chain) != chain:
+                raise CorruptEntry(f"chain crc mismatch at index {index}")
+            if channel & codec.CHANNEL_PRODUCER_TAG:
+                client_id, seq, count = PRODUCER_TAG.unpack_from(view, off + total - PRODUCER_TAG_SIZE)
+                tags.append((client_id, seq, index - count + 1, index))
+            prev_chain = chain
+            starts.append(off)
+            sizes.append(total)
+            terms.append(term)
+            expected += 1
+            off += total
+        if not sizes:
+            raise EmptyBatch("no records")
+        first = self._end + 1
+        plan = self._plan(sizes)
+        writes, new_segs, units = [], [], bytearray()
+        upack = INDEX_UNIT.pack
+        try:
+            for k, (a, b, pos) in enumerate(plan):
+                seg = self._segment_for_part(k, pos, new_segs)
+                buf = bytearray(view[starts[a]: starts[b - 1] + sizes[b - 1]]) if b > a else bytearray()
+                p, rel = pos, 0
+                for i in range(a, b):  # this node's layout: rewrite pos in place
+                    POS.pack_into(buf, rel + codec.POS_OFFSET, p)
+                    units += upack(INDEX_MAGIC, p, sizes[i], first + i, terms[i])
+                    p += sizes[i]
+                    rel += sizes[i]
+                end_pos = p
+                if k + 1 < len(plan) and seg.end > end_pos:
+                    buf += codec.encode_blank(seg.end - end_pos)
+                writes.append((seg, pos, buf))
+        except BaseException:
+            self._discard_new_segments(new_segs)
+            raise
+        self._commit_write(writes, new_segs, bytes(units), first, expected - 1, terms[-1], prev_chain or 0, end_pos)
+        for t in tags:
+            self._producers.remember(*t)
+        return self._end
+
+    def truncate_after(self, index: int) -> None:
+        assert index >= self._committed, f"truncate_after({index}) below committed {self._committed}"
+        assert index >= self._begin - 1, f"truncate_after({index}) below begin {self._begin}"
+        if index >= self._end:
+            return
+        self._check_not_failed()
+        with self._sync_lock:
+            old_end = self._end
+            if index >= self._begin:
+                pos, size, _ = self._unit(index)
+                cut = pos + size
+            else:
+                cut = self._data[0].start
+            seg_i = self._data_seg_i(cut)
+            seg = self._data[seg_i]
+            written_end = self._write_pos if seg_i == len(self._data) - 1 else self._records_end(seg_i) + MIN_BLANK_SIZE
+            try:
+                fd = seg.writable_fd()
+                write_zeros(fd, cut - seg.start, written_end - seg.start)
+                os.fdatasync(fd)
+                dropped = self._data[seg_i + 1:]
+                # Index units of the dropped entries: zero them so no later reader can mistake them.
+                first_drop = index + 1
+                unit_segs = self._zero_units(first_drop, old_end)
+                for useg in unit_segs:
+                    os.fdatasync(useg.writable_fd())
+            except OSError as e:
+                raise self._disk_error("truncate", seg.path, e) from e
+            with self._lock:
+                del self._data[seg_i + 1:]
+                del self._data_starts[seg_i + 1:]
+                for d in dropped:
+                    self._dirty_data.pop(id(d), None)
+                seg.records_end = -1
+                if seg.first_index > index:
+                    seg.first_index = -1
+                self._write_pos = cut
+                self._end = index
+                self._durable = min(self._durable, index)
+                if index >= self._begin:
+                    self._end_term = self.term_at(index)
+                    self._end_chain = self.chain_crc_at_record(index)
+                else:
+                    self._end_term, self._end_chain = -1, _EMPTY_CHAIN
+            for d in dropped:
+                d.delete()
+            self._drop_index_segments_after(index)
+            if dropped:
+                fsync_dir(self._data_dir)
+            self._producers.drop_after(index)
+            if self._checkpoint_end > index:
+                self._write_checkpoint(min(self._durable, index))
+            log.info("truncated log after index=%d old_end=%d file=%s offset=%d", index, old_end, seg.path,
+                     cut - seg.start)
+
+    def flush(self) -> int:
+        """fdatasync every data segment written since the last flush; safe to call from a worker thread
+        while appends go on: the returned index was captured before the sync started."""
+        with self._sync_lock:
+            self._check_not_failed()
+            with self._lock:
+                end = self._end
+                segs = list(self._dirty_data.values())
+                self._dirty_data.clear()
+            for seg in segs:
+                try:
+                    os.fdatasync(seg.writable_fd())
+                except OSError as e:
+                    raise self._disk_error("fdatasync", seg.path, e) from e
+            with self._lock:
+                if end > self._durable:
+                    self._durable = end
+                active = self._data[-1] if self._data else None
+                for seg in segs:
+                    if seg is not active and id(seg) not in self._dirty_data:
+                        seg.close_fd()  # sealed and synced: keep the mmap, free the fd
+            durable = self._durable
+            if (time.monotonic() - self._last_checkpoint_s) * 1000 >= self.config.checkpoint_interval_ms \
+                    and durable != self._checkpoint_end:
+                self._checkpoint_locked()
+            return durable
+
+    def set_committed_index(self, index: int) -> None:
+        assert index <= self._end, f"commit {index} beyond end {self._end}"
+        self._committed = max(self._committed, index)
+
+    def checkpoint(self) -> None:
+        with self._sync_lock:
+            self._check_not_failed()
+            self._checkpoint_locked()
+
+    def delete_expired(self, now_ms: int, safe_index: int) -> int:
+        """Retention: delete whole data segments last written more than file_reserved_hours ago whose
+        entries are all <= safe_index (what every replica has) and durable; returns how many."""
+        reserved_ms = self.config.file_reserved_hours * 3600 * 1000
+        deleted = 0
+        with self._sync_lock:
+            limit = min(safe_index, self._durable)
+            while len(self._data) > 1:
+                seg, nxt = self._data[0], self._data[1]
+                if nxt.first_index < 0 or nxt.first_index - 1 > limit:
+                    break
+                if now_ms - seg.last_write_ms < reserved_ms:
+                    break
+                with self._lock:
+                    del self._data[0]
+                    del self._data_starts[0]
+                    self._dirty_data.pop(id(seg), None)
+                    self._begin = nxt.first_index
+                seg.delete()
+                deleted += 1
+                log.info("retention deleted segment path=%s begin_index=%d", seg.path, self._begin)
+            if deleted:
+                u = self._units_per_index
+                for start in sorted(self._index):
+                    if start + u <= self._begin:
+                        useg = self._index.pop(start)
+                        self._dirty_index.pop(id(useg), None)
+                        useg.delete()
+                fsync_dir(self._data_dir)
+                fsync_dir(self._index_dir)
+        return deleted
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.flush()
+                self.checkpoint()
+        finally:
+            self._closed = True
+            self._close_files()
+
+    def __enter__(self) -> "FileStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals: writing ------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        self._check_not_failed()
+        self._disk.check()
+
+    def _check_not_failed(self) -> None:
+        if self._closed:
+            raise DiskError(f"store {self.path} is closed")
+        if self._failed is not None:
+            raise DiskError(f"store {self.path} failed earlier and refuses writes: {self._failed}")
+
+    def _disk_error(self, what: str, path: str, e: OSError) -> Exception:
+        if is_enospc(e):
+            self._disk.mark_full()
+            return DiskFull(f"{what} {path}: {e.strerror}")
+        # After a failed write or fsync the page cache state is unknown (fsyncgate): stop writing for good.
+        self._failed = f"{what} {path}: {e!r}"
+        log.error("disk error, store refuses further writes what=%s path=%s error=%r", what, path, e)
+        return DiskError(f"{what} {path}: {e.strerror}")
+
+    def _plan(self, sizes: list[int]) -> list[tuple[int, int, int]]:
+        """Split records over segments: (first record, end record, global pos) per segment, in order.
+
+        Every record leaves room for a blank behind it, so a segment always ends with a blank record.
+        """
+        parts = []
+        seg_size = self.config.data_segment_size_bytes
+        pos = acc = self._write_pos
+        seg_end = self._data[-1].end
+        if pos == seg_end:  # the active segment is full (its blank is written): start in a new one
+            seg_end += seg_size
+        a = 0
+        for i, s in enumerate(sizes):
+            if acc + s + MIN_BLANK_SIZE > seg_end:
+                parts.append((a, i, pos))
+                pos = acc = seg_end
+                seg_end += seg_size
+                a = i
+            acc += s
+        parts.append((a, len(sizes), pos))
+        return parts
+
+    def _segment_for_part(self, k: int, pos: int, new_segs: list[Segment]) -> Segment:
+        if k == 0:
+            seg = self._data[-1]
+            assert seg.start <= pos < seg.end or pos == seg.end == self._write_pos
+            if pos < seg.end:
+                return seg
+        seg = self._new_data_segment(pos)
+        new_segs.append(seg)
+        return seg
+
+    def _new_data_segment(self, start: int) -> Segment:
+        size = self.config.data_segment_size_bytes
+        path = os.path.join(self._data_dir, segment_name(start))
+        try:
+            self._allocator.take(path, size, self.config.preallocate)
+        except OSError as e:
+            raise self._disk_error("create segment", path, e) from e
+        seg = Segment(start, path, size)
+        self._allocator.prepare(os.path.join(self._data_dir, segment_name(start + size)), size,
+                                self.config.preallocate)
+        return seg
+
+    def _discard_new_segments(self, new_segs: list[Segment]) -> None:
+        for seg in new_segs:
+            try:
+                seg.delete()
+            except OSError:
+                log.exception("could not remove unused segment path=%s", seg.path)
+
+    def _commit_write(self, writes: list[tuple[Segment, int, bytes]], new_segs: list[Segment], units: bytes,
+                      first: int, last: int, term: int, chain: int, end_pos: int) -> None:
+        """Write records and units; on failure undo what was written and raise DiskFull/DiskError."""
+        done: list[tuple[Segment, int, int]] = []
+        unit_writes = self._unit_writes(first, units)
+        try:
+            for seg, pos, buf in writes:
+                self._pwrite_all(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
+            for useg, off, ubuf in unit_writes:
+                self._pwrite_all(useg.writable_fd(), ubuf, off, useg.path, done, useg)
+        except BaseException:
+            self._undo(done)
+            self._discard_new_segments(new_segs)
+            raise
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            for seg in new_segs:
+                self._data.append(seg)
+                self._data_starts.append(seg.start)
+            for seg, pos, buf in writes:
+                if seg.first_index < 0 and pos == seg.start and len(buf) >= HEADER_SIZE \
+                        and HEADER.unpack_from(buf, 0)[0] == ENTRY_MAGIC:
+                    seg.first_index = HEADER.unpack_from(buf, 0)[2]
+                seg.last_write_ms = now_ms
+                self._dirty_data[id(seg)] = seg
+            for useg, _off, _buf in unit_writes:
+                self._dirty_index[id(useg)] = useg
+            self._end = last
+            self._end_term = term
+            self._end_chain = chain
+            self._write_pos = end_pos
+
+    def _pwrite_all(self, fd: int, buf, off: int, path: str, done: list, seg: Segment) -> None:
+        view = memoryview(buf)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.pwrite(fd, view[written:], off + written)
+        except OSError as e:
+            done.append((seg, off, written))
+            raise self._disk_error("write", path, e) from e
+        done.append((seg, off, written))
+
+    def _undo(self, done: list[tuple[Segment, int, int]]) -> None:
+        """Erase a failed batch's bytes so recovery cannot find half of it (blocks are allocated: zeroing them
+        needs no new space)."""
+        for seg, off, n in done:
+            if n:
+                try:
+                    write_zeros(seg.writable_fd(), off, off + n)
+                except OSError:
+                    log.exception("could not undo a partial write path=%s offset=%d", seg.path, off)
+
+    def _unit_writes(self, first: int, units: bytes) -> list[tuple[Segment, int, bytes]]:
+        u = self._units_per_index
+        out = []
+        index, rel, n = first, 0, len(units) // INDEX_UNIT_SIZE
+        while rel < n:
+            useg = self._index_seg(index, create=True)
+            slot = index - useg.start
+            take = min(n - rel, u - slot)
+            out.append((useg, slot * INDEX_UNIT_SIZE, units[rel * INDEX_UNIT_SIZE: (rel + take) * INDEX_UNIT_SIZE]))
+            rel += take
+            index += take
+        return out
+
+    def _zero_units(self, first: int, last: int) -> list[Segment]:
+        touched = []
+        index = first
+        while index <= last:
+            useg = self._index_seg(index)
+            slot = index - useg.start if useg is not None else 0
+            take = min(last - index + 1, self._units_per_index - (index % self._units_per_index))
+            if useg is not None:
+                write_zeros(useg.writable_fd(), slot * INDEX_UNIT_SIZE, (slot + take) * INDEX_UNIT_SIZE)
+                touched.append(useg)
+            index += take
+        return touched
+
+    def _drop_index_segments_after(self, index: int) -> None:
+        keep_start = (index + 1) - (index + 1) % self._units_per_index
+        gone = [s for s in self._index if s > keep_start]
+        for start in gone:
+            useg = self._index.pop(start)
+            self._dirty_index.pop(id(useg), None)
+            useg.delete()
+        if gone:
+            fsync_dir(self._index_dir)
+
+    def _checkpoint_locked(self) -> None:
+        with self._lock:
+            end = self._durable
+            segs = list(self._dirty_index.values())
+            self._dirty_index.clear()
+        for seg in segs:
+            try:
+                os.fdatasync(seg.writable_fd())
+            except OSError as e:
+                raise self._disk_error("fdatasync", seg.path, e) from e
+        self._write_checkpoint(end)
+        current = self._index_seg(self._end + 1)
+        for seg in segs:
+            if seg is not current:
+                seg.close_fd()
+
+    def _write_checkpoint(self, end: int) -> None:
+        try:
+            write_checkpoint(self._checkpoint_path, Checkpoint(end, min(self._committed, end)))
+        except OSError as e:
+            raise self._disk_error("checkpoint", self._checkpoint_path, e) from e
+        self._checkpoint_end = end
+        self._last_checkpoint_s = time.monotonic()
+
+    # -- internals: lookups ------------------------------------------------------------------------
+    def _check_range(self, index: int) -> None:
+        if not self._begin <= index <= self._end:
+            raise IndexOutOfRange(f"index {index} outside [{self._begin}, {self._end}]")
+
+    def _index_seg(self, index: int, create: bool = False) -> Segment | None:
+        u = self._units_per_index
+        start = index - index % u
+        seg = self._index.get(start)
+        if seg is None and create:
+            path = os.path.join(self._index_dir, segment_name(start))
+            size = u * INDEX_UNIT_SIZE
+            try:
+                self._allocator.take(path, size, self.config.preallocate)
+            except OSError as e:
+                raise self._disk_error("create index segment", path, e) from e
+            seg = Segment(start, path, size)
+            with self._lock:
+                self._index[start] = seg
+            self._allocator.prepare(os.path.join(self._index_dir, segment_name(start + u)), size,
+                                    self.config.preallocate)
+        return seg
+
+    def _unit(self, index: int) -> tuple[int, int, int]:
+        """(pos, size, term) of entry `index` from its index unit, checked."""
+        self._check_range(index)
+        seg = self._index_seg(index)
+        if seg is None:
+            raise CorruptEntry(f"index segment for entry {index} missing in {self._index_dir}")
+        off = (index - seg.start) * INDEX_UNIT_SIZE
+        magic, pos, size, idx, term = INDEX_UNIT.unpack_from(seg.view, off)
+        if magic != INDEX_MAGIC or idx != index or size < HEADER_SIZE:
+            self._report_corrupt(seg.path, off, index, f"bad index unit magic={magic:#x} index={idx} size={size}")
+        return pos, size, term
+
+    def _data_seg_i(self, pos: int) -> int:
+        i = bisect.bisect_right(self._data_starts, pos) - 1
+        if i < 0 or pos >= self._data[i].end:
+            raise CorruptEntry(f"position {pos} is in no data segment of {self._data_dir}")
+        return i
+
+    def _data_seg(self, pos: int) -> Segment:
+        return self._data[self._data_seg_i(pos)]
+
+    def _records_end(self, i: int) -> int:
+        """Global offset where sealed segment i's records end (its blank starts)."""
+        seg = self._data[i]
+        if seg.records_end < 0:
+            nxt = self._data[i + 1]
+            if nxt.first_index < 0 or nxt.first_index - 1 < self._begin:
+                raise CorruptEntry(f"cannot place the end of segment {seg.path}")
+            pos, size, _ = self._unit(nxt.first_index - 1)
+            seg.records_end = pos + size
+        return seg.records_end
+
+    def _prev_chain(self, index: int) -> int | None:
+        """Chain CRC of entry index-1, to check entry `index`'s chain (None: not known, skip the check)."""
+        if index == 0:
+            return _EMPTY_CHAIN
+        if index - 1 < self._begin:
+            return None
+        pos, _size, _ = self._unit(index - 1)
+        seg = self._data_seg(pos)
+        return HEADER.unpack_from(seg.view, pos - seg.start)[6]
+
+    def chain_crc_at_record(self, index: int) -> int:
+        pos, _size, _ = self._unit(index)
+        seg = self._data_seg(pos)
+        return HEADER.unpack_from(seg.view, pos - seg.start)[6]
+
+
+    def _note_corrupt(self, path: str, offset: int, index: int, why: str) -> None:
+        key = (path, offset)
+        if key not in self._corrupt_seen:
+            self._corrupt_seen.add(key)
+            self.corrupt_records += 1
+            log.error("corrupt record refused file=%s offset=%d index=%d reason=%s", path, offset, index, why)
+
+    def _report_corrupt(self, path: str, offset: int, index: int, why: str) -> None:
+        self._note_corrupt(path, offset, index, why)
+        raise CorruptEntry(f"corrupt record for index {index} in {path} at offset {offset}: {why}")
+
+    # -- recovery ----------------------------------------------------------------------------------
+    def _recover(self) -> None:
+        t0 = time.monotonic()
+        for d in (self._data_dir, self._index_dir):
+            for name in os.listdir(d):
+                if name.endswith(TMP_SUFFIX):
+                    os.unlink(os.path.join(d, name))
+        remove_stale_tmp(self.path)
+        self._open_segments()
+        cp = read_checkpoint(self._checkpoint_path)
+        if not self._data:
+            if cp is not None and cp.end_index >= 0:
+                raise RecoveryError(f"checkpoint says end_index {cp.end_index} but {self._data_dir} has no segments",
+                                    path=self._data_dir, offset=0)
+            seg = self._new_data_segment(0)
+            self._data.append(seg)
+            self._data_starts.append(0)
+            self._write_pos = 0
+            return
+        first = self._data[0]
+        magic = codec.BLANK.unpack_from(first.view, 0)[0]
+        if magic == 0:
+            begin = 0 if first.start == 0 else -1
+        else:
+            why, h = check_record(first.view, 0, first.size_bytes, first.start, HEADER.unpack_from(first.view, 0)[2], None)
+            if why is not None:
+                begin = -1
+            else:
+                begin = h[2]
+        if begin < 0:
+            if first.start == 0 and (cp is None or cp.end_index < 0):
+                begin = 0  # a torn first batch of a new log
+            else:
+                raise RecoveryError(f"first record of {first.path} at offset 0 is unreadable: cannot tell begin_index",
+                                    path=first.path, offset=0)
+        self._begin = begin
+        start = self._scan_start(cp, begin)
+        if start is None:  # from the beginning
+            prev = _EMPTY_CHAIN if begin == 0 else None
+            scan = scan_forward(self._data, 0, 0, begin, prev, -1)
+            scan_first = begin
+        else:
+            seg_i, off, e_index, e_term, e_chain = start
+            scan = scan_forward(self._data, seg_i, off, e_index + 1, e_chain, e_term)
+            scan_first = e_index + 1
+        cp_end = cp.end_index if cp is not None else -1
+        bad_seg = self._data[scan.seg_i]
+        if scan.last_index < cp_end:
+            raise RecoveryError(
+                f"checkpoint end_index {cp_end} is ahead of the valid data: last valid entry is {scan.last_index},"
+                f" then {scan.reason or 'end of data'} in {bad_seg.path} at offset {scan.offset}",
+                path=bad_seg.path, offset=scan.offset)
+        # From here on we repair: cut the torn tail, drop later segments, rebuild index units.
+        if scan.torn:
+            log.warning("cutting torn tail file=%s offset=%d reason=%s last_valid_index=%d", bad_seg.path,
+                        scan.offset, scan.reason, scan.last_index)
+            fd = bad_seg.writable_fd()
+            zero_nonzero(fd, scan.offset, min(bad_seg.size_bytes, scan.offset + TORN_TAIL_ZERO_BYTES))
+        for seg in self._data[scan.seg_i + 1:]:
+            log.warning("dropping data segment after the end of the log path=%s", seg.path)
+            seg.delete()
+        del self._data[scan.seg_i + 1:]
+        del self._data_starts[scan.seg_i + 1:]
+        for seg_i, idx in scan.segment_firsts.items():
+            self._data[seg_i].first_index = idx
+        for seg in self._data:
+            if seg.first_index < 0:
+                if codec.BLANK.unpack_from(seg.view, 0)[0] == ENTRY_MAGIC:
+                    seg.first_index = HEADER.unpack_from(seg.view, 0)[2]
+        self._end = scan.last_index
+        self._write_pos = self._data[scan.seg_i].start + scan.offset
+        if self._end >= self._begin:
+            self._end_term, self._end_chain = scan.last_term, scan.last_chain
+        else:
+            self._end_term, self._end_chain = -1, _EMPTY_CHAIN
+        if scan.units:
+            self._write_units(scan_first, bytes(scan.units))
+        self._drop_index_segments_after(self._end)
+        # Make what we scanned durable (it may only have been in the page cache), then checkpoint it.
+        for seg in self._data[0 if start is None else start[0]:]:
+            os.fdatasync(seg.writable_fd())
+        for seg in list(self._index.values()):
+            if seg.fd is not None:
+                os.fdatasync(seg.fd)
+        fsync_dir(self._data_dir)
+        fsync_dir(self._index_dir)
+        self._durable = self._end
+        self._committed = min(cp.committed_index, self._end) if cp is not None else -1
+        self._write_checkpoint(self._end)
+        for seg in self._data[:-1]:
+            seg.close_fd()
+        self._rebuild_producers()
+        log.info("recovered store path=%s begin_index=%d end_index=%d committed_index=%d scanned=%d "
+                 "from_checkpoint=%s elapsed_ms=%.1f", self.path, self._begin, self._end, self._committed,
+                 max(0, scan.last_index - scan_first + 1), start is not None, (time.monotonic() - t0) * 1000)
+
+    def _open_segments(self) -> None:
+        seg_size = self.config.data_segment_size_bytes
+        found = list_segments(self._data_dir)
+        for k, (start, path) in enumerate(found):
+            size = found[k + 1][0] - start if k + 1 < len(found) else max(seg_size, os.path.getsize(path))
+            self._data.append(Segment(start, path, size))
+            self._data_starts.append(start)
+        index_found = list_segments(self._index_dir)
+        if index_found:
+            sizes = {os.path.getsize(p) for _s, p in index_found}
+            size = max(sizes)
+            if size % INDEX_UNIT_SIZE == 0 and size // INDEX_UNIT_SIZE != self._units_per_index:
+                log.warning("index segments hold %d units, config says %d: keeping the files' size",
+                            size // INDEX_UNIT_SIZE, self._units_per_index)
+                self._units_per_index = size // INDEX_UNIT_SIZE
+            for start, path in index_found:
+                if start % self._units_per_index:
+                    raise RecoveryError(f"index segment {path} does not start at a multiple of "
+                                        f"{self._units_per_index} units", path=path, offset=0)
+                self._index[start] = Segment(start, path, self._units_per_index * INDEX_UNIT_SIZE)
+
+    def _scan_start(self, cp: Checkpoint | None, begin: int) -> tuple[int, int, int, int, int] | None:
+        """(seg_i, offset after entry E, E, term, chain) for the checkpoint's entry E, if it checks out."""
+        if cp is None or cp.end_index < begin:
+            return None
+        e = cp.end_index
+        useg = self._index_seg(e)
+        if useg is None:
+            log.warning("checkpoint entry %d has no index segment: scanning from the beginning", e)
+            return None
+        magic, pos, size, idx, term = INDEX_UNIT.unpack_from(useg.view, (e - useg.start) * INDEX_UNIT_SIZE)
+        i = bisect.bisect_right(self._data_starts, pos) - 1
+        if magic != INDEX_MAGIC or idx != e or i < 0 or pos >= self._data[i].end:
+            log.warning("checkpoint entry %d has a bad index unit in %s: scanning from the beginning", e, useg.path)
+            return None
+        seg = self._data[i]
+        why, h = check_record(seg.view, pos - seg.start, seg.size_bytes, seg.start, e, None)
+        if why is not None or h[1] != size:
+            log.warning("checkpoint entry %d unreadable in %s at offset %d (%s): scanning from the beginning",
+                        e, seg.path, pos - seg.start, why)
+            return None
+        return i, pos - seg.start + size, e, h[3], h[6]
+
+    def _write_units(self, first: int, units: bytes) -> None:
+        for useg, off, ubuf in self._unit_writes(first, units):
+            os.pwrite(useg.writable_fd(), ubuf, off)
+            self._dirty_index[id(useg)] = useg
+
+    def _rebuild_producers(self) -> None:
+        self._producers.clear()
+        n = self.config.producer_scan_entries
+        if n <= 0 or self._end < self._begin:
+            return
+        index = max(self._begin, self._end - n + 1)
+        pos, _size, _ = self._unit(index)
+        seg_i = self._data_seg_i(pos)
+        seg, off = self._data[seg_i], pos - self._data[seg_i].start
+        while index <= self._end:
+            magic, total = codec.BLANK.unpack_from(seg.view, off)
+            if magic == BLANK_MAGIC:
+                seg_i += 1
+                seg, off = self._data[seg_i], 0
+                continue
+            h = HEADER.unpack_from(seg.view, off)
+            if h[5] & codec.CHANNEL_PRODUCER_TAG:
+                client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + total - PRODUCER_TAG_SIZE)
+                self._producers.remember(client_id, seq, index - count + 1, index)
+            off += total
+            index += 1
+
+    def _close_files(self) -> None:
+        self._allocator.close()
+        for seg in self._data:
+            seg.close()
+        for seg in self._index.values():
+            seg.close()
