@@ -1,0 +1,174 @@
+"""End to end through the `quorumlog` command: real node processes on loopback, started by `cluster up`.
+
+Each test stops what it started (cluster down, then SIGKILL of any pid left in cluster.json) in `finally`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import quorumlog
+from quorumlog.cli.cluster import pid_alive
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+CLI = [sys.executable, "-m", "quorumlog.cli"]
+CONVERGE_S = 10.0  # followers learn the commit point on the next push/heartbeat: well under this
+
+
+def free_base_port(n: int) -> int:
+    """A base port with n consecutive free ports (checked by binding; random so parallel workers differ)."""
+    for _ in range(200):
+        base = random.randrange(20_000, 40_000)
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
+
+
+def cli(*args: str, timeout_s: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout_s)
+    if check and r.returncode != 0:
+        raise AssertionError(f"quorumlog {' '.join(args)} → {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
+    return r
+
+
+def cli_json(*args: str, timeout_s: float = 60):
+    r = cli(*args, "--json", timeout_s=timeout_s)
+    return json.loads(r.stdout)  # exactly one document, or this fails
+
+
+def kill_leftovers(data_dir: str) -> None:
+    try:
+        with open(os.path.join(data_dir, "cluster.json")) as f:
+            nodes = json.load(f)["nodes"]
+    except (OSError, ValueError, KeyError):
+        return
+    for n in nodes:
+        try:
+            os.kill(n["pid"], signal.SIGKILL)
+        except (ProcessLookupError, TypeError):
+            pass
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    d = str(tmp_path / "cluster")
+    base = free_base_port(3)
+    try:
+        up = cli_json("cluster", "up", "--nodes", "3", "--data-dir", d, "--base-port", str(base),
+                      "--timeout-s", "60", timeout_s=90)
+        yield d, up
+    finally:
+        try:
+            cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30, check=False)
+        finally:
+            kill_leftovers(d)
+
+
+def read_all(d: str, node: str) -> list[dict]:
+    return cli_json("read", "--cluster", d, "--from", "0", "--node", node)
+
+
+def wait_converged(d: str, ids: list[str], expected: list[str]) -> None:
+    """Every node serves exactly `expected` (bodies in order), within CONVERGE_S."""
+    deadline = time.monotonic() + CONVERGE_S
+    while True:
+        got = {nid: [e["body"] for e in read_all(d, nid)] for nid in ids}
+        if all(v == expected for v in got.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nodes did not converge on {expected}: {got}")
+        time.sleep(0.1)
+
+
+def test_cluster_up_append_read_status_transfer_down(cluster):
+    d, up = cluster
+    with open(os.path.join(d, "cluster.json")) as f:
+        doc = json.load(f)
+    ids = [n["id"] for n in doc["nodes"]]
+    assert ids == ["n0", "n1", "n2"] and doc["group"] == "default" and doc["flush"] == "sync"
+    for n in doc["nodes"]:
+        assert {"id", "address", "pid", "data_dir", "log_file", "argv", "http_port"} <= set(n)
+        assert n["argv"][:3] == CLI and "--id" in n["argv"] and os.path.exists(n["log_file"])
+    assert up["leader_id"] in ids
+
+    appended = cli_json("append", "--cluster", d, "a", "b", "c")
+    assert [x["index"] for x in appended] == [0, 1, 2] and len({x["term"] for x in appended}) == 1
+    wait_converged(d, ids, ["a", "b", "c"])
+    entry = read_all(d, ids[0])[1]
+    assert entry["index"] == 1 and entry["timestamp"].endswith("+00:00")
+
+    status = cli_json("status", "--cluster", d)
+    assert [s["id"] for s in status] == ids
+    leaders = [s for s in status if s["role"] == "leader"]
+    assert len(leaders) == 1 and all(s["leader_id"] == leaders[0]["id"] for s in status)
+    assert all(s["committed_index"] >= 2 for s in leaders)
+
+    target = next(i for i in ids if i != leaders[0]["id"])
+    assert cli_json("transfer-leader", "--cluster", d, "--to", target)["leader_id"] == target
+    deadline = time.monotonic() + CONVERGE_S
+    while True:
+        status = cli_json("status", "--cluster", d)
+        roles = {s["id"]: s["role"] for s in status}
+        if roles[target] == "leader" and list(roles.values()).count("leader") == 1:
+            break
+        assert time.monotonic() < deadline, roles
+        time.sleep(0.1)
+    more = cli_json("append", "--cluster", d, "d")
+    assert more[0]["index"] == 3 and more[0]["term"] > appended[0]["term"]
+    wait_converged(d, ids, ["a", "b", "c", "d"])
+
+    with quorumlog.connect(doc["peers"]) as c:  # the Python client against the same cluster
+        r = c.append(b"e")
+        assert c.get(r.index).body == b"e"
+        assert [e.body for e in c.read(3)] == [b"d", b"e"]
+
+    down = cli_json("cluster", "down", "--data-dir", d)
+    assert sorted(down["stopped"] + down["killed"]) == ids
+    assert not any(pid_alive(n["pid"]) for n in doc["nodes"])  # gone, or a zombie left to init
+    again = cli_json("cluster", "down", "--data-dir", d)
+    assert again["not_running"] == ids
+
+
+def test_client_survives_kill_9_of_the_leader_without_loss_or_duplicates(cluster):
+    d, up = cluster
+    with open(os.path.join(d, "cluster.json")) as f:
+        doc = json.load(f)
+    pids = {n["id"]: n["pid"] for n in doc["nodes"]}
+    acked: list[tuple[int, bytes]] = []
+    with quorumlog.connect(doc["peers"], timeout_ms=15_000) as c:
+        for i in range(50):
+            acked.append((c.append(b"before-%d" % i).index, b"before-%d" % i))
+        leader = c.leader_id
+        os.kill(pids[leader], signal.SIGKILL)
+        t0 = time.monotonic()
+        r = c.append(b"after-0")  # retried until a new leader takes it
+        failover_s = time.monotonic() - t0
+        acked.append((r.index, b"after-0"))
+        for i in range(1, 50):
+            acked.append((c.append(b"after-%d" % i).index, b"after-%d" % i))
+        assert c.leader_id != leader
+        entries = list(c.read(0))
+    bodies = [e.body for e in entries]
+    assert len(bodies) == len(set(bodies)), "an entry was stored twice"
+    by_index = {e.index: e.body for e in entries}
+    for index, body in acked:
+        assert by_index.get(index) == body
+    assert failover_s < 5, failover_s
