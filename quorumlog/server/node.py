@@ -371,18 +371,18 @@ class Node:
 
     async def _retention(self) -> None:
         """Delete old segments below what every replica holds (leader) or below the commit point."""
-        apply = getattr(self._store, "apply_retention", None)
-        if apply is None:
+        delete_expired = getattr(self._store, "delete_expired", None)
+        if delete_expired is None:
             return
         st = self._core.status()
         safe = st.committed_index
         if st.role == Role.LEADER and st.watermarks:
             safe = min(safe, *st.watermarks.values())
         async with self._committer.io_lock:
-            removed = await asyncio.to_thread(apply, safe, self.config.file_reserved_hours)
+            removed = await asyncio.to_thread(delete_expired, int(time.time() * 1000), safe)
         if removed:
-            log.info("retention node=%s safe_index=%d removed=%s begin=%d", self.config.node_id, safe, removed,
-                     self._store.begin_index)
+            log.info("retention node=%s safe_index=%d segments_removed=%d begin=%d", self.config.node_id, safe,
+                     removed, self._store.begin_index)
 
     # -- status and metrics --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
