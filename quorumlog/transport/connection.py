@@ -51,6 +51,7 @@ DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024
 MAX_WRITE_BATCH_BYTES = 8 * 1024 * 1024  # one writelines call: enough to amortise, small enough to interleave
 _WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 _WRITE_LOW_WATER_BYTES = 1 * 1024 * 1024
+_CORK_FLUSH_BYTES = 256 * 1024
 assert DEFAULT_RECONNECT_BACKOFF_MIN_MS < DEFAULT_RECONNECT_BACKOFF_MAX_MS
 
 OnPeerMessage = Callable[[Message], None]
@@ -72,6 +73,40 @@ def _peername(transport: asyncio.BaseTransport) -> str:
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer)
+
+
+class _WriteCork:
+    """Coalesces the frames written during one loop iteration into one writelines (one syscall for many).
+
+    Pipelined traffic is many small frames: one send() each would cost more than everything else per request.
+    The cork is flushed by call_soon (so at most one loop iteration of added latency), at once when it holds
+    more than _CORK_FLUSH_BYTES (so backpressure sees big writes), and before a graceful close.
+    """
+
+    __slots__ = ("transport", "pending", "pending_bytes", "scheduled")
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.pending: list = []
+        self.pending_bytes = 0
+        self.scheduled = False
+
+    def write(self, buffers: list, size: int) -> None:
+        self.pending.extend(buffers)
+        self.pending_bytes += size
+        if self.pending_bytes >= _CORK_FLUSH_BYTES:
+            self.flush()
+        elif not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        if not self.pending:
+            return
+        buffers, self.pending, self.pending_bytes = self.pending, [], 0
+        if not self.transport.is_closing():
+            self.transport.writelines(buffers)
 
 
 # ==================================================================================================
@@ -124,12 +159,13 @@ _HANDSHAKE, _PEER, _CLIENT, _CLOSED = "handshake", "peer", "client", "closed"
 
 
 class _ServerConnection(asyncio.Protocol):
-    __slots__ = ("server", "transport", "decoder", "state", "remote", "node_id", "session", "in_flight",
+    __slots__ = ("server", "transport", "cork", "decoder", "state", "remote", "node_id", "session", "in_flight",
                  "reading_paused", "writing_paused", "handshake_timer")
 
     def __init__(self, server: "TransportServer") -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
+        self.cork: _WriteCork | None = None
         self.decoder = FrameDecoder(MAX_HELLO_FRAME_BYTES)
         self.state = _HANDSHAKE
         self.remote = "?"
@@ -143,6 +179,7 @@ class _ServerConnection(asyncio.Protocol):
     # -- asyncio callbacks ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's is not an asyncio.Transport subclass)
+        self.cork = _WriteCork(transport)
         self.remote = _peername(transport)
         srv = self.server
         if srv.closing or len(srv.connections) >= srv.max_connections:
@@ -270,14 +307,12 @@ class _ServerConnection(asyncio.Protocol):
 
     # -- helpers ----------------------------------------------------------------------------------
     def _write(self, buffers: list) -> None:
-        assert self.transport is not None
+        assert self.cork is not None
+        size = codec.encoded_size(buffers)
         stats = self.server.stats
         stats.frames_out += 1
-        stats.bytes_out += codec.encoded_size(buffers)
-        if len(buffers) == 1:
-            self.transport.write(buffers[0])
-        else:
-            self.transport.writelines(buffers)
+        stats.bytes_out += size
+        self.cork.write(buffers, size)
 
     def _update_reading(self) -> None:
         t = self.transport
@@ -333,6 +368,8 @@ class _ServerConnection(asyncio.Protocol):
             self.handshake_timer.cancel()
             self.handshake_timer = None
         if self.transport is not None:
+            if self.cork is not None:
+                self.cork.flush()  # a HelloOk/HelloError still corked goes out first
             if abort:
                 self.transport.abort()
             else:
@@ -740,11 +777,13 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(max_frame_bytes)
         self.hello_reply: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.cork: _WriteCork | None = None
         self.paused = False
         self.drain_waiters: list[asyncio.Future] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        self.cork = _WriteCork(transport)
         _nodelay(transport)
         transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER_BYTES, low=_WRITE_LOW_WATER_BYTES)
 
@@ -892,10 +931,8 @@ class ClientConnection:
             proto = self._protocol
             assert proto is not None and proto.transport is not None
             buffers = codec.encode(request)
-            if len(buffers) == 1:
-                proto.transport.write(buffers[0])
-            else:
-                proto.transport.writelines(buffers)
+            assert proto.cork is not None
+            proto.cork.write(buffers, codec.encoded_size(buffers))
             if proto.paused:
                 waiter = loop.create_future()
                 proto.drain_waiters.append(waiter)
