@@ -272,6 +272,7 @@ class RaftCore:
         elif t is HeartbeatResponse:
             if member.role is _LEADER:
                 self.last_heard_ms[m.frm] = self.now_ms
+                self.dispatchers[m.frm].on_heartbeat_response()
         elif t is VoteRequest:
             if m.pre_vote:
                 self.elector.on_pre_vote_request(m)

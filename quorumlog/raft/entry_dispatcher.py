@@ -31,7 +31,7 @@ _SUCCESS = ResponseCode.SUCCESS
 
 class EntryDispatcher:
     __slots__ = ("core", "peer", "state", "compare_index", "next_index", "match_index", "watermark",
-                 "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes")
+                 "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered")
 
     def __init__(self, core: "RaftCore", peer: str) -> None:
         self.core = core
@@ -45,6 +45,7 @@ class EntryDispatcher:
         self.quota_bytes = 0
         self.next_index = 0
         self.compare_index = -1
+        self.compare_answered = False
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
@@ -146,6 +147,7 @@ class EntryDispatcher:
             if self.state is not PushType.COMPARE or m.index != self.compare_index or self.in_flight_ms is None:
                 return False
             self.in_flight_ms = None
+            self.compare_answered = True
             if m.code == _SUCCESS:
                 if m.end_index == self.compare_index:
                     self.match_index = max(self.match_index, self.compare_index)
@@ -167,7 +169,6 @@ class EntryDispatcher:
 
     def _walk_back(self, m: PushResponse) -> None:
         c = self.compare_index
-        log_view = self.core.log
         if m.end_index < c:
             c = m.end_index
         else:
@@ -190,6 +191,19 @@ class EntryDispatcher:
                 hi = mid - 1
         return lo
 
+    def on_heartbeat_response(self) -> None:
+        """The follower is reachable: a COMPARE/TRUNCATE lost while it was not is sent again now."""
+        core = self.core
+        if (self.state is not _APPEND and self.in_flight_ms is not None
+                and core.now_ms - self.in_flight_ms >= core.config.heartbeat_interval_ms):
+            self._compare_timed_out()
+
+    def _compare_timed_out(self) -> None:
+        self.in_flight_ms = None  # the next pump sends it again
+        if self.state is PushType.COMPARE and not self.compare_answered:
+            # never heard back: probe at our end as it is now (we may have grown meanwhile)
+            self.compare_index = self.core.log.end_index
+
     def on_tick(self, now_ms: int) -> None:
         timeout = self.core.config.max_push_timeout_ms
         if self.state is _APPEND:
@@ -199,4 +213,4 @@ class EntryDispatcher:
                     p[1] = now_ms
                     self.core.send(p[2])
         elif self.in_flight_ms is not None and now_ms - self.in_flight_ms >= timeout:
-            self.in_flight_ms = None  # the next pump sends it again
+            self._compare_timed_out()

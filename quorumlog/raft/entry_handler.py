@@ -165,6 +165,7 @@ class EntryHandler:
         if ok:
             self.matched_end = max(self.matched_end, c)
             self._reply(m, _SUCCESS, c)
+            self._ack_watermark(m)
         else:
             self._reply(m, ResponseCode.INCONSISTENT_TERM, c)
 
@@ -182,6 +183,18 @@ class EntryHandler:
         self.matched_end = keep
         self.acked = min(self.acked, keep)
         self._reply(m, _SUCCESS, i)
+        self._ack_watermark(m)
+
+    def _ack_watermark(self, m: PushRequest) -> None:
+        """After a COMPARE/TRUNCATE: tell the leader at once what we durably hold of its log, so a new leader
+        learns its followers' watermarks without waiting for new entries."""
+        core = self.core
+        wm = self.watermark()
+        if wm > self.acked:
+            self.acked = wm
+            core.send(PushResponse(core.config.node_id, m.frm, core.member.term, _APPEND, _SUCCESS, wm,
+                                   core.end_index, core.log.begin_index))
+        self.ack_owed = wm < self.matched_end
 
     # -- durability and time ------------------------------------------------------------------------
     def on_durable(self) -> None:

@@ -1,0 +1,326 @@
+"""Log replication: Figure 8, stale leaders, repair of a far-behind follower, the EntryHandler's buffer."""
+
+import pytest
+
+from quorumlog.codes import ResponseCode
+from quorumlog.errors import CorruptEntry
+from quorumlog.raft.quorum_ack_checker import check_quorum_ack, quorum_index
+from quorumlog.raft.types import Receive, Role, Tick
+from quorumlog.wire.messages import PushRequest, PushResponse, PushType
+
+from .harness import Cluster
+
+BIG = 10**9  # a Tick far beyond any election timeout
+
+
+def _campaign(c: Cluster, nid: str) -> None:
+    """Make exactly `nid` time out and run for leader (others' clocks are not advanced)."""
+    c.now_ms = max(c.now_ms, c.core(nid).elector.election_deadline_ms)
+    c.step(nid, Tick(c.now_ms))
+    c.deliver()
+
+
+def test_quorum_ack_checker_counts_only_current_term():
+    terms = [1, 1, 2, 2, 4]
+    term_at = terms.__getitem__
+    assert quorum_index([4, 3, 1, -1, -1], 3) == 1
+    # a majority holds index 3 (term 2), but the leader is in term 4: nothing commits by counting
+    assert check_quorum_ack([3, 3, -1, -1], 3, 3, 4, term_at, 1) == 1
+    assert check_quorum_ack([3, 3, -1, -1], 3, 3, 4, term_at, 1, count_previous_terms=True) == 3
+    # once the term-4 entry reaches a majority, everything before it commits with it
+    assert check_quorum_ack([4, 4, -1, -1], 4, 3, 4, term_at, 1) == 4
+    # the leader counts itself only up to its durable index
+    assert check_quorum_ack([4, 4, -1, -1], 1, 3, 4, term_at, 1) == 1
+    assert check_quorum_ack([4, 4, 4, -1], 1, 3, 4, term_at, 1) == 4
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_figure_8_leader_must_not_commit_a_previous_term_entry_by_counting(bug):
+    """Raft paper, Figure 8, with 0-based indexes and one committed entry before it starts.
+
+    (a) S1 leads term 2 and gets entry 1 to S2 only. (b) S5 leads term 3 with S3, S4 and writes its own
+    entry 1. (c) S1 leads term 4 and copies its term-2 entry 1 to S3: a majority holds it, yet it must not
+    commit. (d) S5 leads term 5 (its last term 3 beats S2's and S3's 2) and overwrites entry 1 everywhere.
+    With the planted bug S1 commits entry 1 in (c), and (d) then destroys a committed entry.
+    """
+    bugs = frozenset({"commit_previous_term_by_count"}) if bug else frozenset()
+    c = Cluster(5, pre_vote=False, check_quorum=False, max_push_batch_bytes=1, planted_bugs=bugs)
+    s1, s2, s3, s4, s5 = c.ids
+    _campaign(c, s1)
+    assert c.leader() == s1
+    rid = c.append(s1, [b"base"])
+    c.deliver()
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    c.step(s1, Tick(c.now_ms))  # nothing more: every node holds entry 0
+    # (a) S1 leads term 2, entry 1 reaches S2 only
+    c.crash(s1)
+    c.restart(s1)
+    _campaign(c, s1)
+    assert c.core(s1).role is Role.LEADER and c.core(s1).term == 2
+    c.isolate(s1)
+    c.blocked -= {(s1, s2), (s2, s1)}
+    c.append(s1, [b"a"])
+    c.deliver()
+    assert c.log_terms(s2) == [1, 2] and c.log_terms(s3) == [1]
+    # (b) S1 crashes; S5 leads term 3 with S3, S4 and writes entry 1 only locally
+    c.crash(s1)
+    c.heal()
+    c.cut(s5, s2)
+    _campaign(c, s5)
+    assert c.core(s5).role is Role.LEADER and c.core(s5).term == 3
+    c.isolate(s5)
+    c.append(s5, [b"b"])
+    c.deliver()
+    assert c.log_terms(s5) == [1, 3]
+    # (c) S5 crashes; S1 leads term 4 and copies entry 1 (term 2) to S3 — but not its term-4 no-op
+    c.crash(s5)
+    c.heal()
+    c.restart(s1)
+    c.drop_filter = lambda m: isinstance(m, PushRequest) and m.push_type == PushType.APPEND and m.first_index >= 2
+    _campaign(c, s1)  # term 3: S3 and S4 already voted for S5 in term 3
+    _campaign(c, s1)  # term 4
+    assert c.core(s1).role is Role.LEADER and c.core(s1).term == 4
+    c.deliver()
+    for _ in range(3):
+        c.step(s1, Tick(c.now_ms))
+        c.deliver()
+    holders = [n for n in (s1, s2, s3, s4) if c.log_terms(n)[:2] == [1, 2]]
+    assert len(holders) >= 3  # a majority of five holds the term-2 entry
+    committed_in_c = c.core(s1).committed_index
+    assert committed_in_c == (1 if bug else 0)
+    # (d) S1 crashes; S5 leads term 5 and overwrites entry 1 on everyone it reaches
+    c.drop_filter = None
+    c.crash(s1)
+    c.restart(s5)
+    try:
+        _campaign(c, s5)  # term 4 is taken
+        _campaign(c, s5)
+        assert c.core(s5).role is Role.LEADER and c.core(s5).term == 5
+        for _ in range(3):
+            c.step(s5, Tick(c.now_ms))
+            c.deliver()
+        overwritten = all(c.bodies(n)[:2] == [b"base", b"b"] for n in (s2, s3, s4, s5))
+        assert overwritten
+        safety_violated = committed_in_c >= 1  # a committed entry was replaced
+    except CorruptEntry:
+        # a follower that learnt the wrong commit keeps entry 1 and its chain CRC refuses S5's entry 2
+        safety_violated = True
+    assert safety_violated is bug
+
+
+def test_stale_leader_comes_back_and_has_its_suffix_truncated():
+    c = Cluster(3)
+    old = c.elect()
+    rid0 = c.append(old, [b"committed"])
+    c.run_until(lambda: rid0 in c.completions)
+    c.isolate(old)
+    stale = [c.append(old, [b"stale-%d" % i]) for i in range(3)]
+    c.deliver()
+    assert c.nodes[old].store.end_index == 3  # stored locally, never committed
+    new = c.run_until(lambda: c.leader() not in (None, old), 3_000) and c.leader()
+    fresh = c.append(new, [b"fresh-1", b"fresh-2"])
+    c.run_until(lambda: fresh in c.completions)
+    assert all(c.completions[r].code in (ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
+               for r in stale)
+    c.heal()
+    c.run(1_000)
+    assert c.core(old).role is Role.FOLLOWER and c.core(old).leader_id == new
+    for nid in c.ids:
+        assert c.bodies(nid)[:3] == [b"committed", b"fresh-1", b"fresh-2"], nid
+        assert b"stale-0" not in c.bodies(nid)
+    truncates = [m for m in c.sent if isinstance(m, PushRequest) and m.to == old and m.push_type == PushType.TRUNCATE]
+    assert truncates and truncates[-1].prev_index == 0
+
+
+def test_follower_far_behind_is_repaired_in_byte_bounded_batches():
+    c = Cluster(3, max_push_batch_bytes=4096)
+    lagger = c.elect()
+    rid = c.append(lagger, [b"x" * 100] * 5)
+    c.run_until(lambda: rid in c.completions)
+    # the lagger, a leader cut off from the others, writes entries nobody else gets ...
+    c.isolate(lagger)
+    for _ in range(5):
+        c.append(lagger, [b"divergent"] * 10)
+    c.deliver()
+    assert c.nodes[lagger].store.end_index == 54
+    # ... while the other two elect a leader and write a lot
+    main = c.run_until(lambda: c.leader() not in (None, lagger), 5_000) is not None and c.leader()
+    main = next(n for n in c.leaders() if n != lagger)
+    for i in range(20):
+        rid = c.append(main, [b"%05d-%s" % (i, b"y" * 200)] * 100)
+    c.run_until(lambda: rid in c.completions)
+    start = len(c.sent)
+    c.heal()
+    c.run_until(lambda: c.nodes[lagger].store.end_index == c.nodes[main].store.end_index
+                and c.core(lagger).committed_index == c.core(main).committed_index, 10_000)
+    assert c.bodies(lagger) == c.bodies(main)
+    pushes = [m for m in c.sent[start:] if isinstance(m, PushRequest) and m.to == lagger]
+    compares = [m.prev_index for m in pushes if m.push_type == PushType.COMPARE]
+    assert len(compares) >= 2 and compares == sorted(compares, reverse=True)  # walked back
+    assert any(m.push_type == PushType.TRUNCATE for m in pushes)
+    appends = [m for m in pushes if m.push_type == PushType.APPEND]
+    assert len(appends) > 100
+    assert all(m.records.size_bytes <= 4096 for m in appends if m.count > 1)
+
+
+def _leader_with_captured_pushes(n_batches=4):
+    """A leader whose APPEND pushes to n1 are held back so the test can deliver them by hand."""
+    c = Cluster(3, max_push_batch_bytes=1)  # one entry per push
+    leader = c.elect()
+    target = next(n for n in c.ids if n != leader)
+    c.run(200)
+    held = []
+    c.drop_filter = lambda m: (isinstance(m, PushRequest) and m.to == target and m.push_type == PushType.APPEND
+                               and not held.append(m))
+    for i in range(n_batches):
+        c.append(leader, [b"e%d" % i])
+    c.deliver()
+    c.drop_filter = None
+    assert [m.first_index for m in held] == list(range(n_batches))
+    return c, leader, target, held
+
+
+def _responses_to(c, leader, start):
+    return [m for m in c.sent[start:] if isinstance(m, PushResponse) and m.to == leader]
+
+
+def test_out_of_order_pushes_are_buffered_and_stored_in_order():
+    c, leader, target, held = _leader_with_captured_pushes(4)
+    start = len(c.sent)
+    for m in reversed(held):
+        c.step(target, Receive(m))
+        c.deliver()
+    assert c.bodies(target) == [b"e0", b"e1", b"e2", b"e3"]
+    codes = {r.code for r in _responses_to(c, leader, start)}
+    assert codes == {ResponseCode.SUCCESS}
+
+
+def test_repeated_push_is_answered_repeated_push():
+    c, leader, target, held = _leader_with_captured_pushes(3)
+    start = len(c.sent)
+    c.step(target, Receive(held[2]))  # buffered: waits for 0 and 1
+    c.step(target, Receive(held[2]))
+    (resp,) = _responses_to(c, leader, start)
+    assert resp.code == ResponseCode.REPEATED_PUSH and resp.index == 2
+    # a push of entries already stored is confirmed, not stored twice
+    c.step(target, Receive(held[0]))
+    c.step(target, Receive(held[1]))
+    c.deliver()
+    c.step(target, Receive(held[0]))
+    assert c.bodies(target) == [b"e0", b"e1", b"e2"]
+    assert _responses_to(c, leader, start)[-1].code == ResponseCode.SUCCESS
+
+
+def test_push_with_a_mismatching_entry_is_answered_inconsistent_state():
+    c, leader, target, held = _leader_with_captured_pushes(2)
+    c.step(target, Receive(held[0]))
+    c.step(target, Receive(held[1]))
+    fake = PushRequest(leader, target, held[1].term, PushType.APPEND, -1, 0, 999, 1, 1, held[1].records)
+    start = len(c.sent)
+    c.step(target, Receive(fake))
+    # entry 1 is already held with the same term: the overlap is confirmed, prev_term is not re-read
+    assert _responses_to(c, leader, start)[-1].code == ResponseCode.SUCCESS
+    gap = PushRequest(leader, target, held[1].term, PushType.APPEND, -1, 1, 999, 2, 2, held[1].records)
+    # a push whose prev does not match at our end: INCONSISTENT_STATE, nothing stored
+    c.core(target).handler.matched_end = -1
+    c.step(target, Receive(gap))
+    assert _responses_to(c, leader, start)[-1].code == ResponseCode.INCONSISTENT_STATE
+    assert c.nodes[target].store.end_index == 1
+
+
+def test_buffered_push_that_waits_too_long_fails_fast():
+    c, leader, target, held = _leader_with_captured_pushes(3)
+    start = len(c.sent)
+    c.step(target, Receive(held[2]))
+    c.step(target, Tick(c.now_ms + c.core(target).config.max_push_timeout_ms))
+    (resp,) = _responses_to(c, leader, start)
+    assert resp.code == ResponseCode.INCONSISTENT_STATE
+    assert not c.core(target).handler.buffer
+
+
+def test_lost_push_is_sent_again_after_the_push_timeout():
+    c = Cluster(3)
+    leader = c.elect()
+    a, b = (n for n in c.ids if n != leader)
+    c.isolate(b)
+    c.blocked -= {(leader, b), (b, leader)}  # b hears the leader (no election), but its pushes are lost:
+    dropped = []
+    c.drop_filter = lambda m: (isinstance(m, PushRequest) and m.push_type == PushType.APPEND and m.to in (a, b)
+                               and len(dropped) < 2 and not dropped.append(m))
+    rid = c.append(leader, [b"retry-me"])
+    c.deliver()
+    assert len(dropped) == 2 and rid not in c.completions
+    took = c.run_until(lambda: rid in c.completions, 3_000)
+    timeout = c.core(leader).config.max_push_timeout_ms
+    assert timeout <= took < timeout + 100
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    resent = [m for m in c.sent if isinstance(m, PushRequest) and m.push_type == PushType.APPEND and m.to == a]
+    assert [m.first_index for m in resent] == [0, 0]
+
+
+def test_follower_acknowledges_only_durable_entries():
+    c = Cluster(3)
+    leader = c.elect()
+    for n in c.ids:
+        c.nodes[n].auto_flush = False
+    c.flush(leader)
+    rid = c.append(leader, [b"d"])
+    c.deliver()
+    followers = [n for n in c.ids if n != leader]
+    assert all(c.nodes[n].store.end_index == 0 for n in followers)
+    c.flush(leader)
+    c.deliver()
+    assert rid not in c.completions  # stored everywhere, durable only on the leader
+    c.flush(followers[0])
+    c.deliver()
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+
+
+def test_leader_counts_itself_only_when_durable():
+    c = Cluster(3)
+    leader = c.elect()
+    c.nodes[leader].auto_flush = False
+    followers = [n for n in c.ids if n != leader]
+    c.isolate(followers[1])
+    rid = c.append(leader, [b"d"])
+    c.deliver()
+    assert rid not in c.completions  # the follower acked; the leader's own copy is not durable
+    c.flush(leader)
+    c.deliver()
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+
+
+def test_followers_learn_the_commit_index_from_heartbeats_when_idle():
+    c = Cluster(3)
+    leader = c.elect()
+    c.drop_filter = lambda m: isinstance(m, PushRequest) and m.push_type == PushType.COMMIT
+    rid = c.append(leader, [b"x"])
+    c.deliver()
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    assert all(c.core(n).committed_index == -1 for n in c.ids if n != leader)
+    c.run(c.core(leader).config.heartbeat_interval_ms + 10)
+    assert all(c.core(n).committed_index == 0 for n in c.ids)
+    assert all(c.nodes[n].store.committed_index == 0 for n in c.ids)
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_skip_compare_lets_a_divergent_follower_keep_a_wrong_entry(bug):
+    bugs = frozenset({"skip_compare"}) if bug else frozenset()
+    c = Cluster(3, planted_bugs=bugs, pre_vote=False)
+    old = c.elect()
+    c.isolate(old)
+    c.append(old, [b"old-term"])  # stored on `old` only
+    c.deliver()
+    new = c.run_until(lambda: c.leader() not in (None, old), 5_000) is not None and c.leader()
+    new = next(n for n in c.leaders() if n != old)
+    rid = c.append(new, [b"new-term"])
+    c.run_until(lambda: rid in c.completions)
+    c.heal()
+    try:
+        rid2 = c.append(new, [b"next"])
+        c.run_until(lambda: rid2 in c.completions)
+        c.run(1_000)
+        diverged = c.bodies(old) != c.bodies(new)
+    except CorruptEntry:
+        diverged = True  # the store's chain CRC refused an APPEND that does not follow its log
+    assert diverged is bug
