@@ -1,0 +1,194 @@
+"""Client appends: validation, pending limit, timeouts, term changes, idempotence, store failures."""
+
+import pytest
+
+from quorumlog.codes import ResponseCode
+from quorumlog.raft.types import AppendBatch, Role, StoreFailed
+
+from .harness import Cluster
+
+
+def _cluster(**cfg):
+    c = Cluster(3, **cfg)
+    leader = c.elect()
+    c.run(200)
+    return c, leader, [n for n in c.ids if n != leader]
+
+
+def test_success_carries_indexes_and_term_of_each_batch():
+    c, leader, _ = _cluster()
+    a = c.append(leader, [b"1", b"2"])
+    b = c.append(leader, [b"3"])
+    c.deliver()
+    term = c.core(leader).term
+    assert (c.completions[a].first_index, c.completions[a].last_index, c.completions[a].term) == (0, 1, term)
+    assert (c.completions[b].first_index, c.completions[b].last_index) == (2, 2)
+
+
+def test_empty_batch_is_refused():
+    c, leader, _ = _cluster()
+    rid = c.append(leader, [])
+    assert c.completions[rid].code == ResponseCode.REQUEST_WITH_EMPTY_BODYS
+
+
+def test_not_leader_carries_the_leader_id():
+    c, leader, (f, _) = _cluster()
+    rid = c.append(f, [b"x"])
+    assert c.completions[rid].code == ResponseCode.NOT_LEADER
+    assert c.completions[rid].leader_id == leader
+
+
+def test_pending_limit_refuses_with_leader_pending_full():
+    c, leader, followers = _cluster(max_pending_requests=2)
+    for f in followers:
+        c.isolate(f)
+    ok = [c.append(leader, [b"x"]) for _ in range(2)]
+    full = c.append(leader, [b"y"])
+    assert c.completions[full].code == ResponseCode.LEADER_PENDING_FULL
+    assert not any(r in c.completions for r in ok)
+
+
+def test_wait_ack_timeout_after_max_wait_ack_ms():
+    c, leader, followers = _cluster(check_quorum=False)
+    for f in followers:
+        c.isolate(f)
+    rid = c.append(leader, [b"x"])
+    wait = c.core(leader).config.max_wait_ack_ms
+    c.run(wait - 20)
+    assert rid not in c.completions
+    c.run(40)
+    assert c.completions[rid].code == ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+
+
+def test_requests_cut_by_a_term_change_fail_with_term_changed():
+    c, leader, followers = _cluster()
+    c.isolate(leader)
+    rid = c.append(leader, [b"x"])
+    c.run_until(lambda: c.core(leader).role is not Role.LEADER, 2_000)  # check-quorum, before max_wait_ack_ms
+    assert c.completions[rid].code == ResponseCode.TERM_CHANGED
+
+
+def test_higher_term_message_fails_pending_with_term_changed():
+    c, leader, followers = _cluster(check_quorum=False, pre_vote=False)
+    c.isolate(leader)
+    rid = c.append(leader, [b"x"])
+    c.run_until(lambda: c.leader() not in (None, leader), 3_000)
+    assert rid not in c.completions
+    c.heal()
+    c.run(300)
+    assert c.completions[rid].code == ResponseCode.TERM_CHANGED
+    assert c.core(leader).role is Role.FOLLOWER
+
+
+def test_idempotent_duplicate_after_leader_change_returns_original_indexes():
+    c, leader, _ = _cluster()
+    c.append(leader, [b"pad"])
+    first = c.append(leader, [b"p1", b"p2"], client_id=7, seq=0)
+    c.deliver()
+    done = c.completions[first]
+    assert done.code == ResponseCode.SUCCESS and (done.first_index, done.last_index) == (1, 2)
+    c.crash(leader)
+    new = c.run_until(lambda: c.leader() not in (None, leader), 3_000) is not None and c.leader()
+    end_before = c.nodes[new].store.end_index
+    retry = c.append(new, [b"p1", b"p2"], client_id=7, seq=0)
+    c.run_until(lambda: retry in c.completions)
+    again = c.completions[retry]
+    assert again.code == ResponseCode.SUCCESS
+    assert (again.first_index, again.last_index, again.term) == (1, 2, done.term)
+    assert c.nodes[new].store.end_index == end_before  # nothing written twice
+    assert c.bodies(new).count(b"p1") == 1
+
+
+def test_idempotent_duplicate_of_an_in_flight_batch_joins_it():
+    c, leader, followers = _cluster()
+    c.isolate(followers[0])
+    c.isolate(followers[1])
+    a = c.append(leader, [b"once"], client_id=9, seq=5)
+    b = c.append(leader, [b"once"], client_id=9, seq=5)
+    assert c.nodes[leader].store.end_index == 0  # one write
+    c.heal()
+    c.run_until(lambda: a in c.completions and b in c.completions)
+    assert c.completions[a] .code == c.completions[b].code == ResponseCode.SUCCESS
+    assert c.completions[a].first_index == c.completions[b].first_index == 0
+
+
+def test_retry_of_an_uncommitted_batch_found_in_a_new_leaders_log_waits_for_its_commit():
+    """The batch reached a follower but the leader died before commit: the new leader has it, uncommitted,
+    from an earlier term; the retry joins it and the new leader's no-op commits it."""
+    c, leader, (f1, f2) = _cluster()
+    c.isolate(f2)
+    for n in c.ids:
+        c.nodes[n].auto_flush = n != leader  # the leader never makes it durable: no commit
+    rid = c.append(leader, [b"maybe"], client_id=3, seq=1)
+    c.deliver()
+    assert c.nodes[f1].store.end_index == 0 and rid not in c.completions
+    c.crash(leader)
+    c.heal()
+    new = c.run_until(lambda: c.leader() not in (None, leader), 3_000) is not None and c.leader()
+    retry = c.append(new, [b"maybe"], client_id=3, seq=1)
+    c.run_until(lambda: retry in c.completions)
+    assert c.completions[retry].code == ResponseCode.SUCCESS
+    assert c.completions[retry].first_index == 0
+    assert c.bodies(new)[0] == b"maybe" and c.bodies(new)[1] == b""  # the new leader's no-op
+    assert c.bodies(new).count(b"maybe") == 1
+
+
+def test_sequence_older_than_the_dedup_window_is_refused():
+    c, leader, _ = _cluster()
+    for seq in range(300):
+        c.append(leader, [b"s%d" % seq], client_id=11, seq=seq)
+    c.deliver()
+    rid = c.append(leader, [b"s0"], client_id=11, seq=0)
+    assert c.completions[rid].code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD
+    ok = c.append(leader, [b"s299"], client_id=11, seq=299)
+    assert c.completions[ok].code == ResponseCode.SUCCESS and c.completions[ok].first_index == 299
+
+
+def test_producer_tag_is_passed_to_the_store():
+    c, leader, _ = _cluster()
+    ready = c.step(leader, __import__("quorumlog.raft.types", fromlist=["ClientAppend"]).ClientAppend(
+        1000, (b"z",), 5, 42))
+    (batch,) = ready.appends
+    assert isinstance(batch, AppendBatch) and batch.producer == (5, 42)
+
+
+def test_disk_error_on_the_leader_fails_pending_and_steps_down():
+    c, leader, _ = _cluster()
+    for n in c.ids:
+        c.nodes[n].auto_flush = False
+    rid = c.append(leader, [b"x"])
+    c.step(leader, StoreFailed(ResponseCode.DISK_ERROR, "EIO"))
+    assert c.completions[rid].code == ResponseCode.DISK_ERROR
+    assert c.core(leader).role is Role.FOLLOWER
+    for n in c.ids:
+        c.nodes[n].auto_flush = True
+    new = c.run_until(lambda: c.leader() not in (None, leader), 3_000) is not None and c.leader()
+    assert new != leader
+    c.run(2_000)
+    assert c.leader() != leader  # it stays out of elections for a while
+
+
+def test_disk_full_on_the_leader_refuses_appends_but_keeps_leading():
+    c, leader, _ = _cluster()
+    rid = c.append(leader, [b"x"])
+    c.step(leader, StoreFailed(ResponseCode.DISK_FULL, "ENOSPC"))
+    assert c.completions[rid].code == ResponseCode.DISK_FULL
+    again = c.append(leader, [b"y"])
+    assert c.completions[again].code == ResponseCode.DISK_FULL
+    assert c.core(leader).role is Role.LEADER
+    c.run(c.core(leader).config.election_timeout_min_ms + 10)
+    later = c.append(leader, [b"z"])
+    c.deliver()
+    assert c.completions[later].code == ResponseCode.SUCCESS
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_ack_before_quorum_answers_before_any_follower_has_it(bug):
+    c, leader, followers = _cluster(planted_bugs=frozenset({"ack_before_quorum"}) if bug else frozenset())
+    for f in followers:
+        c.isolate(f)
+    rid = c.append(leader, [b"x"])
+    c.deliver()
+    acked = rid in c.completions and c.completions[rid].code == ResponseCode.SUCCESS
+    assert acked is bug
+    assert c.core(leader).committed_index == -1

@@ -1,0 +1,88 @@
+"""Leadership transfer and the preferred leader."""
+
+from quorumlog.codes import ResponseCode
+from quorumlog.raft.types import Role
+from quorumlog.wire.messages import TakeLeadershipRequest, VoteRequest
+
+from .harness import Cluster
+
+
+def test_transfer_leadership_hands_over_and_succeeds():
+    c = Cluster(3)
+    leader = c.elect()
+    c.run(200)
+    to = next(n for n in c.ids if n != leader)
+    term = c.core(leader).term
+    rid = c.transfer(leader, to)
+    c.run_until(lambda: rid in c.completions, 2_000)
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    assert c.leader() == to and c.core(to).term == term + 1
+    assert any(isinstance(m, TakeLeadershipRequest) and m.to == to for m in c.sent)
+    assert any(isinstance(m, VoteRequest) and m.leadership_transfer and m.frm == to for m in c.sent)
+    c.run(500)
+    assert c.leaders() == [to]
+
+
+def test_appends_are_refused_while_transferring_and_the_transferee_is_caught_up_first():
+    c = Cluster(3, max_push_timeout_ms=300)  # the lost push is sent again well within the transfer's time
+    leader = c.elect()
+    to = next(n for n in c.ids if n != leader)
+    c.run(200)
+    c.isolate(to)
+    c.blocked -= {(leader, to), (to, leader)}
+    held = []  # the transferee misses the last batch until the transfer starts
+    c.drop_filter = lambda m: m.to == to and type(m).__name__ == "PushRequest" and m.push_type == 0 and not held.append(m)
+    pending = c.append(leader, [b"a"] * 3)
+    c.deliver()
+    assert c.nodes[to].store.end_index == -1
+    c.drop_filter = None
+    rid = c.transfer(leader, to)
+    refused = c.append(leader, [b"b"])
+    assert c.completions[refused].code == ResponseCode.LEADER_TRANSFERRING
+    c.heal()
+    c.run_until(lambda: rid in c.completions, 3_000)
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    assert c.nodes[to].store.end_index >= 2
+    assert c.completions[pending].code in (ResponseCode.SUCCESS, ResponseCode.TERM_CHANGED)
+
+
+def test_transfer_to_an_unreachable_node_fails_after_an_election_timeout():
+    c = Cluster(3)
+    leader = c.elect()
+    c.run(200)
+    to = next(n for n in c.ids if n != leader)
+    c.isolate(to)
+    rid = c.transfer(leader, to)
+    took = c.run_until(lambda: rid in c.completions, 3_000)
+    assert c.completions[rid].code == ResponseCode.TAKE_LEADERSHIP_FAILED
+    assert took <= c.core(leader).config.election_timeout_max_ms + 20
+    assert c.leader() == leader
+    ok = c.append(leader, [b"after"])
+    c.deliver()
+    assert c.completions[ok].code == ResponseCode.SUCCESS  # appends resume
+
+
+def test_transfer_requests_are_validated():
+    c = Cluster(3)
+    leader = c.elect()
+    c.run(200)
+    follower = next(n for n in c.ids if n != leader)
+    assert c.completions[c.transfer(follower, leader)].code == ResponseCode.NOT_LEADER
+    assert c.completions[c.transfer(leader, "nobody")].code == ResponseCode.UNKNOWN_MEMBER
+    assert c.completions[c.transfer(leader, leader)].code == ResponseCode.SUCCESS
+
+
+def test_preferred_leader_gets_leadership_once_caught_up():
+    c = Cluster(3, preferred_leader_id="n2")
+    c.isolate("n2")
+    leader = c.elect()
+    assert leader != "n2"
+    rid = c.append(leader, [b"x"] * 10)
+    c.run_until(lambda: rid in c.completions)
+    c.run(1_000)
+    assert c.leader() == leader  # n2 cannot catch up while cut off
+    c.heal()
+    c.run_until(lambda: c.leader() == "n2", 3_000)
+    c.run(2_000)
+    assert c.leaders() == ["n2"]
+    assert c.bodies("n2")[:10] == [b"x"] * 10
