@@ -124,6 +124,7 @@ class TransportStats:
     closed_protocol_errors: int = 0  # garbage, bad length, half frame, wrong magic/version, bad payload
     closed_handshake_errors: int = 0  # a readable Hello we refused: other group, unknown member, bad token
     closed_handshake_timeouts: int = 0
+    closed_handshake_evictions: int = 0  # dropped mid-handshake to make room under max_connections
     frames_in: int = 0
     bytes_in: int = 0
     frames_out: int = 0
@@ -182,6 +183,12 @@ class _ServerConnection(asyncio.Protocol):
         self.cork = _WriteCork(transport)
         self.remote = _peername(transport)
         srv = self.server
+        if not srv.closing and len(srv.connections) >= srv.max_connections and srv.handshaking:
+            # Full: make room by dropping the oldest connection that has not finished its handshake, so a
+            # storm of idle sockets cannot lock out peers and clients (a real handshake takes one round trip).
+            victim = next(iter(srv.handshaking))
+            victim._close("evicted: max_connections reached while still in handshake",
+                          count="closed_handshake_evictions", abort=True)
         if srv.closing or len(srv.connections) >= srv.max_connections:
             srv.stats.connections_rejected += 1
             self.state = _CLOSED
@@ -190,6 +197,7 @@ class _ServerConnection(asyncio.Protocol):
             transport.abort()
             return
         srv.connections.add(self)
+        srv.handshaking[self] = None
         srv.stats.connections_accepted += 1
         srv.stats.connections_active = len(srv.connections)
         _nodelay(transport)
@@ -237,6 +245,7 @@ class _ServerConnection(asyncio.Protocol):
             self.handshake_timer.cancel()
             self.handshake_timer = None
         srv.connections.discard(self)
+        srv.handshaking.pop(self, None)
         srv.stats.connections_active = len(srv.connections)
 
     def pause_writing(self) -> None:
@@ -263,6 +272,7 @@ class _ServerConnection(asyncio.Protocol):
             self.handshake_timer.cancel()
             self.handshake_timer = None
         self.node_id = hello.node_id
+        srv.handshaking.pop(self, None)
         self.decoder.max_frame_bytes = srv.max_frame_bytes
         self._write([encode_hello_ok(HelloOk(srv.group, srv.node_id))])
         if hello.role == Role.PEER:
@@ -351,6 +361,10 @@ class _ServerConnection(asyncio.Protocol):
         if self.state == _CLOSED:
             return
         was = self.state
+        srv = self.server
+        srv.connections.discard(self)
+        srv.handshaking.pop(self, None)
+        srv.stats.connections_active = len(srv.connections)
         if was == _PEER:
             self.server.stats.peer_connections_active -= 1
         elif was == _CLIENT:
@@ -398,6 +412,7 @@ class TransportServer:
         self.on_protocol_error = on_protocol_error
         self.stats = TransportStats()
         self.connections: set[_ServerConnection] = set()
+        self.handshaking: dict[_ServerConnection, None] = {}  # insertion order: oldest first
         self.closing = False
         self._server: asyncio.AbstractServer | None = None
         # Request handlers the runtime returned; kept so they are not garbage-collected mid-flight and are
