@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from .node import SimNode
 
 
+NOOP_BODY = b""  # a new leader's no-op entry (Raft §8); clients never send an empty body
+
+
 class Violation(Exception):
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(f"{kind}: {detail}")
@@ -57,6 +60,7 @@ class Checker:
         self.sent: dict[bytes, tuple[Op, int]] = {}
         self.max_acked_index = -1
         self.acked_batches = 0
+        self.noops = 0
         self.role_seen: dict[str, tuple[Role, int]] = {}
         self._acks: list[tuple[str, Completion, Op]] = []
 
@@ -129,6 +133,9 @@ class Checker:
         self.committed_chain.append(chain)
         self.committed_term.append(term)
         self.committed_body.append(body)
+        if body == NOOP_BODY:
+            self.noops += 1
+            return
         if body in self.body_index:
             raise Violation("duplicate", f"body {body!r} committed at {self.body_index[body]} and again at {index}")
         self.body_index[body] = index

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .world import World
 
 CRASH_DOWN_MIN_MS = 50
-CRASH_DOWN_MAX_MS = 3_000
+PARTITION_MIN_MS = 50
 SLOW_DISK_MIN_MS = 200
 SLOW_DISK_MAX_MS = 3_000
 
@@ -51,35 +51,49 @@ class FaultInjector:
         getattr(self, f"_{name}")()
         self._schedule_next()
 
+    def _victim(self, candidates: list[str]) -> str:
+        leader = self.world.leader()
+        if leader is not None and leader.node_id in candidates and \
+                self.rng.random() < self.world.options.leader_victim_ratio:
+            return leader.node_id
+        return self.rng.choice(candidates)
+
     # -- actions -----------------------------------------------------------------------------------
     def _partition(self) -> None:
         world, rng = self.world, self.rng
         ids = world.node_ids
         shape = rng.randrange(5)
-        victim = rng.choice(ids)
+        victim = self._victim(ids)
         others = [n for n in ids if n != victim]
         net = world.network
         if shape == 0:
-            net.cut([victim], others)
-            net.cut(others, [victim])
+            links = net.cut([victim], others) + net.cut(others, [victim])
             what = f"isolate {victim}"
         elif shape == 1:
             minority = rng.sample(ids, rng.randint(1, len(ids) // 2))
             rest = [n for n in ids if n not in minority]
-            net.cut(minority, rest)
-            net.cut(rest, minority)
+            links = net.cut(minority, rest) + net.cut(rest, minority)
             what = f"split {sorted(minority)} | {rest}"
         elif shape == 2:
-            net.cut([victim], others)
+            links = net.cut([victim], others)
             what = f"mute {victim} (hears, cannot speak)"
         elif shape == 3:
-            net.cut(others, [victim])
+            links = net.cut(others, [victim])
             what = f"deafen {victim} (speaks, cannot hear)"
         else:
             to = rng.choice(others)
-            net.cut([victim], [to])
+            links = net.cut([victim], [to])
             what = f"cut link {victim}->{to}"
-        world.trace_line(lambda: f"FAULT partition: {what}; blocked {net.describe_blocked()}")
+        lasts_ms = rng.randint(PARTITION_MIN_MS, world.options.partition_max_ms)
+        world.trace_line(lambda: f"FAULT partition for {lasts_ms} ms: {what}; blocked {net.describe_blocked()}")
+        world.scheduler.after(lasts_ms, self._lift, links, net.generation, what)
+
+    def _lift(self, links: list[tuple[str, str]], generation: int, what: str) -> None:
+        net = self.world.network
+        if generation != net.generation:
+            return
+        net.uncut(links, generation)
+        self.world.trace_line(lambda: f"FAULT lift partition: {what}; blocked {net.describe_blocked()}")
 
     def _heal(self) -> None:
         self.world.network.heal()
@@ -90,10 +104,10 @@ class FaultInjector:
         alive = [n for n in world.node_ids if world.nodes[n].alive]
         if not alive:
             return
-        node = world.nodes[self.rng.choice(alive)]
+        node = world.nodes[self._victim(alive)]
         world.crash(node)
-        world.scheduler.after(self.rng.randint(CRASH_DOWN_MIN_MS, CRASH_DOWN_MAX_MS), self._restart, node.node_id,
-                              node.incarnation)
+        world.scheduler.after(self.rng.randint(CRASH_DOWN_MIN_MS, world.options.crash_down_max_ms), self._restart,
+                              node.node_id, node.incarnation)
 
     def _restart(self, node_id: str, incarnation: int) -> None:
         node = self.world.nodes[node_id]

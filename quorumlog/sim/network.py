@@ -29,7 +29,9 @@ class Network:
         self.duplicate_ratio = options.duplicate_ratio
         self.reorder_ratio = options.reorder_ratio
         self.client_drop_ratio = options.client_drop_ratio
-        self.blocked: set[tuple[str, str]] = set()  # membership tests only: never iterated unsorted
+        # (frm, to) -> how many partitions cut it; overlapping partitions lift one by one
+        self.blocked: dict[tuple[str, str], int] = {}
+        self.generation = 0  # bumped by heal(): partitions cut before it have nothing left to lift
         self.trace = trace
         self.sent = 0
         self.dropped = 0
@@ -42,13 +44,25 @@ class Network:
 
     def heal(self) -> None:
         self.blocked.clear()
+        self.generation += 1
 
-    def cut(self, frm: Iterable[str], to: Iterable[str]) -> None:
+    def cut(self, frm: Iterable[str], to: Iterable[str]) -> list[tuple[str, str]]:
+        """Cut every link frm→to; returns the links cut, for uncut()."""
         to = tuple(to)
-        for a in frm:
-            for b in to:
-                if a != b:
-                    self.blocked.add((a, b))
+        links = [(a, b) for a in frm for b in to if a != b]
+        for link in links:
+            self.blocked[link] = self.blocked.get(link, 0) + 1
+        return links
+
+    def uncut(self, links: list[tuple[str, str]], generation: int) -> None:
+        if generation != self.generation:
+            return  # a heal lifted them already
+        for link in links:
+            count = self.blocked[link]
+            if count == 1:
+                del self.blocked[link]
+            else:
+                self.blocked[link] = count - 1
 
     def describe_blocked(self) -> str:
         return " ".join(f"{a}->{b}" for a, b in sorted(self.blocked)) or "none"

@@ -17,7 +17,7 @@ FAULT_PHASE_MAX_MS = 6_000
 LIVENESS_TIMEOUT_MS = 12_000
 TICK_MIN_MS = 10
 TICK_MAX_MS = 25
-CLIENT_TIMEOUT_MS = 3_000  # > the core's default max_wait_ack_ms (2_500): the leader answers first
+CLIENT_TIMEOUT_MS = 3_000  # > every max_wait_ack_ms drawn below: the leader answers first
 assert TICK_MAX_MS * 4 <= 100  # several ticks per heartbeat interval (types.HEARTBEAT_INTERVAL_MS)
 
 PLANTED_BUGS = ("commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum")
@@ -30,6 +30,7 @@ def world_seed(seed: int) -> int:
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     seed: int
+    profile: str  # calm | mixed | churn
     node_count: int
     client_count: int
     idempotent_clients: int  # the first k clients send client_id/seq and retry the same batch
@@ -53,31 +54,47 @@ class SimOptions:
     slow_disk_weight: int
     transfer_weight: int
     heal_weight: int
+    partition_max_ms: int  # a partition lifts by itself after up to this long (or at a heal action)
+    crash_down_max_ms: int
     # disk
     flush_delay_max_ms: int
     slow_flush_delay_max_ms: int
     keep_unflushed_max: int  # a crash may keep up to this many unflushed entries (OS write-back)
+    leader_victim_ratio: float  # how often a crash or an isolation aims at the current leader
+    # the core's configuration: narrow election windows make split votes, tiny pushes make partial acks
+    election_timeout_min_ms: int
+    election_timeout_max_ms: int
+    max_push_batch_bytes: int
+    max_pending_pushes: int
+    max_wait_ack_ms: int
     planted_bugs: frozenset[str] = frozenset()
 
     @classmethod
     def from_seed(cls, seed: int, node_count: int | None = None,
                   planted_bugs: frozenset[str] = frozenset()) -> "SimOptions":
+        """Three profiles: calm (happy paths need coverage too), mixed (every fault, any mix), and churn
+        (leaders crash and are cut off every few hundred ms while clients write: Figure-8 material)."""
         rng = random.Random(seed)
         for bug in planted_bugs:
             assert bug in PLANTED_BUGS, f"unknown planted bug {bug!r}; known: {PLANTED_BUGS}"
         drawn_nodes = rng.choice((3, 5))
         nodes = node_count if node_count is not None else drawn_nodes
         assert nodes in (3, 5), nodes
+        roll = rng.random()
+        profile = "calm" if roll < 0.15 else "churn" if roll < 0.45 else "mixed"
+        calm, churn = profile == "calm", profile == "churn"
         client_count = rng.randint(1, 4)
         delay_min = rng.randint(0, 5)
-        calm = rng.random() < 0.15  # some worlds are nearly fault-free: happy paths need coverage too
+        election_min = 300 if churn else rng.choice((300, 500))
+        election_spread = rng.choice((30, 200) if churn else (30, 200, 500))
         return cls(
             seed=seed,
+            profile=profile,
             node_count=nodes,
             client_count=client_count,
             idempotent_clients=rng.randint(0, client_count),
             client_max_in_flight=rng.randint(1, 4),
-            client_think_max_ms=rng.choice((0, 20, 100, 300)),
+            client_think_max_ms=rng.choice((0, 20) if churn else (0, 20, 100, 300)),
             client_batch_max=rng.choice((1, 3, 8)),
             tick_ms=rng.randint(TICK_MIN_MS, TICK_MAX_MS),
             fault_phase_ms=rng.randint(FAULT_PHASE_MIN_MS, FAULT_PHASE_MAX_MS),
@@ -88,15 +105,24 @@ class SimOptions:
             duplicate_ratio=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
             reorder_ratio=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
             client_drop_ratio=0.0 if calm else rng.choice((0.0, 0.02, 0.1)),
-            fault_gap_mean_ms=rng.choice((150, 400, 1_000)) * (10 if calm else 1),
-            partition_weight=rng.randint(0, 4),
-            crash_weight=rng.randint(0, 4),
+            fault_gap_mean_ms=(rng.choice((100, 200)) if churn else rng.choice((150, 400, 1_000)) * (10 if calm else 1)),
+            partition_weight=rng.randint(1 if churn else 0, 4),
+            crash_weight=rng.randint(2 if churn else 0, 4),
             slow_disk_weight=rng.randint(0, 2),
             transfer_weight=rng.randint(0, 2),
-            heal_weight=rng.randint(1, 4),
+            heal_weight=rng.randint(0 if churn else 1, 2 if churn else 4),
+            partition_max_ms=rng.choice((300, 800)) if churn else rng.choice((500, 2_000, 5_000)),
+            crash_down_max_ms=rng.choice((300, 800)) if churn else rng.choice((500, 3_000)),
             flush_delay_max_ms=rng.choice((0, 1, 5)),
             slow_flush_delay_max_ms=rng.choice((50, 200, 600)),
             keep_unflushed_max=rng.choice((0, 0, 2, 10)),
+            leader_victim_ratio=rng.choice((0.6, 0.9)) if churn else rng.choice((0.0, 0.3, 0.7)),
+            election_timeout_min_ms=election_min,
+            election_timeout_max_ms=election_min + election_spread,
+            # 1 byte: one record per push, so a follower acks a batch entry by entry (partial quorums)
+            max_push_batch_bytes=rng.choice((1, 400) if churn else (1, 400, 4096, 1024 * 1024)),
+            max_pending_pushes=rng.choice((1, 4, 64)),
+            max_wait_ack_ms=rng.choice((800, 2_500)),
             planted_bugs=frozenset(planted_bugs),
         )
 

@@ -74,6 +74,11 @@ class World:
         self.nodes: dict[str, SimNode] = {}
         for node_id in self.node_ids:
             config = RaftConfig(node_id=node_id, peers=tuple(self.node_ids), preferred_leader_id=preferred,
+                                election_timeout_min_ms=options.election_timeout_min_ms,
+                                election_timeout_max_ms=options.election_timeout_max_ms,
+                                max_push_batch_bytes=options.max_push_batch_bytes,
+                                max_pending_pushes=options.max_pending_pushes,
+                                max_wait_ack_ms=options.max_wait_ack_ms,
                                 planted_bugs=options.planted_bugs)
             self.nodes[node_id] = SimNode(self, node_id, config, factory)
         self.checker = Checker(self.nodes)
