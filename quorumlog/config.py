@@ -65,6 +65,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "DLedger `storeBaseDir` (default ~/dledgerstore): required, no hidden default in $HOME.", required=True),
     _k("bind_host", "", "str", "Address to listen on; empty = the host given for this node in `peers`.",
        "Not in DLedger (it binds the peers address)."),
+    _k("bind_port", 0, "int", "Port to listen on; 0 = the port given for this node in `peers` (set it when peers "
+       "reach this node through a proxy or NAT).", "Not in DLedger (it binds the peers address).",
+       minimum=0, maximum=65535),
     _k("http_port", 0, "int", "Port of the HTTP /status and /metrics endpoint; 0 = off.",
        "Not in DLedger (it has no HTTP endpoint).", minimum=0, maximum=65535),
     # -- durability -----------------------------------------------------------------------------------------
@@ -155,6 +158,7 @@ class NodeConfig:
     data_dir: str
     group: str = "default"
     bind_host: str = ""
+    bind_port: int = 0
     http_port: int = 0
     flush: str = "sync"
     checkpoint_interval_ms: int = 1_000
@@ -194,6 +198,10 @@ class NodeConfig:
     @property
     def listen_host(self) -> str:
         return self.bind_host or self.peers[self.node_id][0]
+
+    @property
+    def listen_port(self) -> int:
+        return self.bind_port or self.peers[self.node_id][1]
 
     def raft_config(self) -> raft_types.RaftConfig:
         return raft_types.RaftConfig(

@@ -30,11 +30,11 @@ class RealTransport:
         self._links = PeerLinks(group=cfg.group, node_id=cfg.node_id, peers=cfg.peers,
                                  max_frame_bytes=cfg.max_frame_bytes)
         self._server = await TransportServer.start(
-            cfg.listen_host, cfg.address[1], **common, on_peer_message=on_peer_message,
+            cfg.listen_host, cfg.listen_port, **common, on_peer_message=on_peer_message,
             on_client_request=lambda request, session: on_client_request(session, request), max_frame_bytes=cfg.max_frame_bytes,
             max_connections=cfg.max_connections, handshake_timeout_ms=cfg.handshake_timeout_ms,
             on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
-        log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.address[1])
+        log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.listen_port)
 
     def send(self, msg: Any) -> None:
         self._links.send(msg)

@@ -121,19 +121,22 @@ class Cluster:
     n: int = 3
     extra_args: tuple[str, ...] = ()
     data_dirs: dict[str, str] = field(default_factory=dict)  # node_id -> data dir override
+    proxied: tuple[str, ...] = ()  # nodes that everyone reaches through a ThrottleProxy (see proxy_ports)
     nodes: dict[str, NodeProc] = field(default_factory=dict)
     peers: str = ""
+    proxy_ports: dict[str, int] = field(default_factory=dict)  # node_id -> the port peers and clients use
 
     def __post_init__(self) -> None:
-        ports = free_ports(2 * self.n)
+        ports = free_ports(2 * self.n + len(self.proxied))
         ids = [f"n{i}" for i in range(self.n)]
-        self.peers = ",".join(f"{nid}=127.0.0.1:{ports[i]}" for i, nid in enumerate(ids))
+        self.proxy_ports = {nid: ports[2 * self.n + k] for k, nid in enumerate(self.proxied)}
+        self.peers = ",".join(f"{nid}=127.0.0.1:{self.proxy_ports.get(nid, ports[i])}" for i, nid in enumerate(ids))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("QUORUMLOG_CONFIG", None)
         for i, nid in enumerate(ids):
             data_dir = self.data_dirs.get(nid) or os.path.join(self.base_dir, nid)
             argv = [PYTHON, "-m", "quorumlog.server", "--id", nid, "--peers", self.peers, "--data-dir", data_dir,
-                    "--http-port", str(ports[self.n + i]), *NODE_ARGS, *self.extra_args]
+                    "--http-port", str(ports[self.n + i]), "--bind-port", str(ports[i]), *NODE_ARGS, *self.extra_args]
             self.nodes[nid] = NodeProc(nid, ports[i], ports[self.n + i], data_dir,
                                        os.path.join(self.base_dir, f"{nid}.log"), argv, env)
 
@@ -263,3 +266,57 @@ async def time_to_first_write(client: Client, body: bytes, timeout_s: float = 10
     t0 = time.monotonic()
     await asyncio.wait_for(client.append(body), timeout_s)
     return time.monotonic() - t0
+
+
+class ThrottleProxy:
+    """A TCP proxy in the test's event loop: forwards listen_port → target_port, and while `rate_bytes_s` is
+    set, forwards toward the target at that many bytes per second (a slow link), in order."""
+
+    def __init__(self, listen_port: int, target_port: int) -> None:
+        self.listen_port = listen_port
+        self.target_port = target_port
+        self.rate_bytes_s: float | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> "ThrottleProxy":
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.listen_port)
+        return self
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_w))
+        for t in (asyncio.create_task(self._pump(reader, up_w, throttled=True)),
+                  asyncio.create_task(self._pump(up_r, writer, throttled=False))):
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, throttled: bool) -> None:
+        try:
+            while True:
+                data = await r.read(16 * 1024)
+                if not data:
+                    break
+                w.write(data)
+                await w.drain()
+                rate = self.rate_bytes_s
+                if throttled and rate:
+                    await asyncio.sleep(len(data) / rate)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            w.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._writers):
+            w.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -15,7 +15,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.transport import ClientConnection
 from quorumlog.wire.client import AppendRequest, StatusRequest
 
-from .harness import Cluster, History, check_logs, time_to_first_write, writer
+from .harness import Cluster, History, ThrottleProxy, check_logs, time_to_first_write, writer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -201,3 +201,43 @@ def test_restart_the_whole_cluster(tmp_path):
 
     with Cluster(str(tmp_path)) as cluster:
         asyncio.run(main(cluster))
+
+
+def test_follower_on_a_slow_link_catches_up_after_it_recovers(tmp_path):
+    """Pushes to n2 crawl (64 KiB/s, so 1 MiB pushes time out and are resent) for 4 s, then the link heals:
+    n2 must catch up (not loop on REPEATED_PUSH) while the others keep committing throughout."""
+    async def main(cluster: Cluster):
+        proxy = await ThrottleProxy(cluster.proxy_ports["n2"], cluster.nodes["n2"].port).start()
+        cluster.start()
+        history = History()
+        try:
+            async with cluster.client() as admin:
+                leader = await cluster.wait_leader(admin)
+                if leader == "n2":  # the slow follower must be a follower
+                    await admin.transfer_leader("n0")
+                    leader = await cluster.wait_leader(admin, exclude=("n2",))
+                finish = await _load(cluster, history, writers=4, body_bytes=32 * 1024)
+                await _acks_grow(history, 50)
+                proxy.rate_bytes_s = 64 * 1024
+                t_slow = time.monotonic()
+                await _acks_grow(history, 100, timeout_s=15)  # a majority without n2 keeps committing
+                await asyncio.sleep(max(0.0, 4.0 - (time.monotonic() - t_slow)))
+                st = await cluster.statuses(admin)
+                lag_when_healed = st[leader].end_index - st["n2"].end_index
+                acked_while_slow = len(history.acked)
+                proxy.rate_bytes_s = None
+                t_heal = time.monotonic()
+                await finish()
+                await cluster.wait_converged(admin, timeout_s=30)
+                catch_up_s = time.monotonic() - t_heal
+                ref = check_logs(history, await cluster.committed_logs(admin))
+                repeated = sum(n.log_text().count("REPEATED_PUSH") for n in cluster.nodes.values())
+                _report("slow_follower", lag_entries_when_healed=lag_when_healed, catch_up_s=round(catch_up_s, 2),
+                        acked=len(history.acked), acked_while_slow=acked_while_slow, log_len=len(ref),
+                        repeated_push_log_lines=repeated)
+                assert lag_when_healed > 0, "the throttle did not slow n2 down"
+        finally:
+            cluster.stop()
+            await proxy.close()
+
+    asyncio.run(main(Cluster(str(tmp_path), proxied=("n2",))))
