@@ -507,6 +507,9 @@ class PeerLinkStats:
     bytes_out: int = 0
     last_error: str = ""
 
+    def as_dict(self) -> dict[str, int | bool | str]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
 
 class _LinkProtocol(asyncio.Protocol):
     """One outbound connection: handshake reply in, then write-only. Any later inbound byte is an error."""
@@ -642,9 +645,12 @@ class _PeerLink:
         proto.transport.write(encode_hello(Hello(links.group, links.node_id, Role.PEER, links.token)))
         reply = await asyncio.wait_for(asyncio.shield(proto.hello_reply), timeout_s)
         if isinstance(reply, HelloError):
-            log.warning("peer refused our handshake node=%s peer=%s code=%s detail=%r", links.node_id,
-                        self.peer_id, reply.code.name, reply.message)
-            raise QuorumLogError.for_code(reply.code, reply.message)
+            err = QuorumLogError.for_code(reply.code, reply.message)
+            # Say it once per streak, not once per retry (a misconfigured member list retries every second).
+            level = logging.DEBUG if self.stats.last_error.startswith(type(err).__name__) else logging.WARNING
+            log.log(level, "peer refused our handshake node=%s peer=%s code=%s detail=%r", links.node_id,
+                    self.peer_id, reply.code.name, reply.message)
+            raise err
         assert isinstance(reply, HelloOk)
         if reply.node_id != self.peer_id or reply.group != links.group:
             raise ProtocolError(f"expected {self.peer_id}@{links.group}, reached {reply.node_id}@{reply.group}")
