@@ -1,10 +1,12 @@
 """Batch and streaming writes: every task appends with the idempotent client, so nothing lands twice.
 
 The idempotence key of each append is derived, never random:
-- client_id = hash(write identity, partition id): the batch job's id (made once on the driver and shipped
-  to every task, so a retried task has it too) or the streaming query's id (kept in its checkpoint, so it
-  survives a driver restart);
-- seq = position of the chunk in the task (batch) or (batch id << 20) | position (streaming).
+- client_id = hash(write identity, partition id, lane): the batch job's id (made once on the driver and
+  shipped to every task, so a retried task has it too) or the streaming query's id (kept in its checkpoint,
+  so it survives a driver restart). A task keeps `writesInFlight` appends in flight, chunk k on lane
+  k % writesInFlight, and each lane is a producer with one append at a time, so its seqs reach the leader in
+  order (the group answers a seq below a producer's oldest remembered one with DUPLICATE_SEQUENCE_TOO_OLD);
+- seq = the chunk's position in its lane (batch) or (batch id << 20) | that position (streaming).
 A retried task or a replayed micro-batch therefore re-sends the same (client_id, seq) pairs and the group
 answers with the original indexes instead of storing the entries again. Chunks are cut by rows and bytes
 from the task's row order, independently of how Spark sliced its Arrow batches, so the same input gives the
@@ -37,9 +39,10 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on every task of a s
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-def derive_client_id(identity: str, partition_id: int) -> int:
-    """A stable non-zero 64-bit producer id for (write identity, Spark partition)."""
-    digest = hashlib.blake2b(f"quorumlog-spark\0{identity}\0{partition_id}".encode(), digest_size=8).digest()
+def derive_client_id(identity: str, partition_id: int, lane: int = 0) -> int:
+    """A stable non-zero 64-bit producer id for (write identity, Spark partition, lane)."""
+    key = f"quorumlog-spark\0{identity}\0{partition_id}\0{lane}".encode()
+    digest = hashlib.blake2b(key, digest_size=8).digest()
     return int.from_bytes(digest, "big") & U64_MASK or 1
 
 
@@ -84,12 +87,15 @@ def chunk_bodies(batches: Iterable[pa.RecordBatch], max_rows: int, max_bytes: in
         yield chunk
 
 
-def append_chunks(remote, chunks: Iterable[list[bytes]], client_id: int, seq_of, in_flight: int,
+def append_chunks(remote, chunks: Iterable[list[bytes]], identity: str, seq_base: int, in_flight: int,
                   partition_id: int) -> AppendedRange:
-    """Append each chunk as one idempotent batch, up to `in_flight` at once.
+    """Append each chunk as one idempotent batch, up to `in_flight` at once (one per lane).
 
     Spark's row iterator is drained here, in the task's thread; only the appends run on the loop thread.
+    Chunk k goes on lane k % in_flight as that lane's (k // in_flight)-th batch; the deque is FIFO, so a
+    lane's previous batch is settled before its next one is sent.
     """
+    lanes = [derive_client_id(identity, partition_id, lane) for lane in range(in_flight)]
     pending: deque = deque()
     spans: list[tuple[int, int]] = []
     rows = chunks_sent = duplicates = 0
@@ -110,8 +116,10 @@ def append_chunks(remote, chunks: Iterable[list[bytes]], client_id: int, seq_of,
                 settle(pending.popleft())
             rows += len(bodies)
             chunks_sent += 1
-            pending.append(remote.submit(remote.client.append_batch(bodies, client_id=client_id,
-                                                                    seq=seq_of(position))))
+            lane, lane_position = position % in_flight, position // in_flight
+            assert lane_position < (1 << SEQ_CHUNK_BITS), lane_position
+            pending.append(remote.submit(remote.client.append_batch(bodies, client_id=lanes[lane],
+                                                                    seq=seq_base | lane_position)))
         while pending:
             settle(pending.popleft())
     finally:
@@ -142,10 +150,9 @@ class QuorumLogWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AppendedRange:
         ctx = _task_context()
         pid = ctx.partitionId()
-        client_id = derive_client_id(f"job:{self.job_id}", pid)
         chunks = chunk_bodies(iterator, self.opts.write_batch_rows, self.opts.write_batch_bytes)
         remote = remote_for(self.opts)
-        msg = append_chunks(remote, chunks, client_id, lambda pos: pos, self.opts.writes_in_flight, pid)
+        msg = append_chunks(remote, chunks, f"job:{self.job_id}", 0, self.opts.writes_in_flight, pid)
         log.info("wrote partition=%d attempt=%d rows=%d chunks=%d duplicates=%d", pid, ctx.attemptNumber(),
                  msg.rows, msg.chunks, msg.duplicate_chunks)
         return msg
@@ -177,16 +184,10 @@ class QuorumLogStreamWriter(DataSourceStreamArrowWriter):
                                f"({QUERY_ID_PROPERTY}={query_id!r}, {BATCH_ID_PROPERTY}={batch_text!r})")
         batch_id = int(batch_text)
         assert 0 <= batch_id <= MAX_BATCH_ID, batch_id
-        client_id = derive_client_id(f"query:{query_id}", pid)
-        base = batch_id << SEQ_CHUNK_BITS
-
-        def seq_of(position: int) -> int:
-            assert position < (1 << SEQ_CHUNK_BITS), position
-            return base | position
-
         chunks = chunk_bodies(iterator, self.opts.write_batch_rows, self.opts.write_batch_bytes)
         remote = remote_for(self.opts)
-        msg = append_chunks(remote, chunks, client_id, seq_of, self.opts.writes_in_flight, pid)
+        msg = append_chunks(remote, chunks, f"query:{query_id}", batch_id << SEQ_CHUNK_BITS,
+                            self.opts.writes_in_flight, pid)
         log.info("wrote query=%s batch=%d partition=%d rows=%d duplicates=%d", query_id, batch_id, pid, msg.rows,
                  msg.duplicate_chunks)
         return msg
