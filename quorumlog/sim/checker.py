@@ -5,7 +5,10 @@ Raft's own (Figure 3 of the paper): election safety (at most one leader per term
 completeness (a new leader holds every committed entry), state-machine safety (every node's committed
 prefix is the one global committed log, and a committed entry is never truncated). Plus durability: a
 committed entry is durable on a majority. And the clients': every acknowledged batch is in the committed
-log, once, where the ack says, in real-time order; no entry appears that no client sent.
+log, once, where the ack says, in real-time order; no entry appears that no client sent. And two protocol
+rules that the invariants above only notice once they cause damage, checked where they happen: a node
+grants one vote per term and persists it before sending it; a leader advances its commit point only to an
+entry of its own term (§5.4.2).
 
 A Violation is raised, never asserted: the simulator reports it with the seed that reproduces it.
 """
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..codes import ResponseCode
 from ..raft.types import Completion, Role
+from ..wire.messages import VoteResponse
 
 if TYPE_CHECKING:
     from .node import SimNode
@@ -52,6 +56,7 @@ class Checker:
         self.nodes = nodes
         self.majority = len(nodes) // 2 + 1
         self.leader_of_term: dict[int, str] = {}
+        self.votes: dict[tuple[str, int], str] = {}  # (voter, term) -> candidate
         self.entry_chain: dict[tuple[int, int], int] = {}  # (index, term) -> chain CRC, for log matching
         self.committed_chain: list[int] = []  # the global committed log, by index
         self.committed_term: list[int] = []
@@ -103,10 +108,26 @@ class Checker:
                                                        f"committed entry {first_dropped} (global committed "
                                                        f"{self.committed_index})")
 
+    def on_vote_granted(self, node: "SimNode", m: VoteResponse) -> None:
+        """One vote per node per term, and persisted (the Ready's hard_state) before the grant is sent."""
+        hs = node.hard_state
+        if hs.term != m.term or hs.voted_for != m.to:
+            raise Violation("vote_not_persisted", f"{node.node_id} grants {m.to} its vote in term {m.term} but "
+                                                  f"its HardState says term {hs.term} voted_for {hs.voted_for}")
+        holder = self.votes.setdefault((node.node_id, m.term), m.to)
+        if holder != m.to:
+            raise Violation("double_vote", f"{node.node_id} votes for {holder} and for {m.to} in term {m.term}")
+
     def on_commit(self, node: "SimNode") -> None:
+        """The node's committed_index advanced."""
         store = node.store
         ci = store.committed_index
         gc = self.committed_index
+        core = node.core
+        if core.role == Role.LEADER and store.term_at(ci) != core.term:
+            # Raft §5.4.2: a leader commits by counting replicas only entries of its own term.
+            raise Violation("commit_rule", f"leader {node.node_id} of term {core.term} commits {ci}, an entry of "
+                                           f"term {store.term_at(ci)}, by counting replicas")
         if ci <= gc:
             if ci >= 0 and store.chain_crc_at(ci) != self.committed_chain[ci]:
                 raise Violation("state_machine_safety", f"{node.node_id} committed entry {ci} "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..errors import QuorumLogError
 from ..raft.types import (AppendBatch, AppendRecords, Durable, Event, HardState, RaftConfig, Ready, Stored,
                           Tick)
+from ..wire.messages import VoteResponse
 from .checker import Violation
 from .disk import Disk, SimStore
 
@@ -122,6 +123,8 @@ class SimNode:
             self._follow_ups.append(Stored(store.end_index))
         for message in ready.messages:
             assert message.frm == self.node_id, message
+            if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
+                world.checker.on_vote_granted(self, message)
             world.network.send(message.frm, message.to, message, world.deliver_message)
         for completion in ready.completions:
             world.on_completion(self, completion)
@@ -129,6 +132,8 @@ class SimNode:
             if ready.committed_index > store.end_index:
                 raise Violation("contract", f"{self.node_id} commits {ready.committed_index} beyond its end "
                                             f"{store.end_index}")
+            before = store.committed_index
             store.set_committed_index(ready.committed_index)
             store.checkpoint()
-            world.checker.on_commit(self)
+            if store.committed_index > before:
+                world.checker.on_commit(self)

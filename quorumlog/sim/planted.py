@@ -13,9 +13,9 @@ from .world import SimResult, run_seed
 # What each planted bug should trip. "exception": the core's own assertions noticed first (e.g. a node that
 # granted a second vote in its term and then won becomes leader with voted_for naming someone else).
 EXPECTED_KINDS = {
-    "commit_previous_term_by_count": {"state_machine_safety", "committed_truncated", "leader_completeness",
+    "commit_previous_term_by_count": {"commit_rule", "state_machine_safety", "committed_truncated", "leader_completeness",
                                       "commit_without_quorum", "ack_mismatch", "log_matching", "exception"},
-    "double_vote": {"election_safety", "exception", "log_matching", "state_machine_safety"},
+    "double_vote": {"double_vote", "election_safety", "exception", "log_matching", "state_machine_safety"},
     "skip_compare": {"log_matching", "state_machine_safety", "committed_truncated", "commit_without_quorum",
                      "leader_completeness", "ack_mismatch", "exception"},
     "ack_before_quorum": {"ack_before_commit", "commit_without_quorum"},
