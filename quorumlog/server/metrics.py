@@ -52,6 +52,8 @@ class NodeMetrics:
                                  registry=r).labels(**labels)
         self.protocol_error_closes = Counter("quorumlog_protocol_error_closes",
                                              "Connections closed for a protocol error", names, registry=r).labels(**labels)
+        self.loop_stalls = Counter("quorumlog_event_loop_stalls", "Ticks that came over 100 ms late", names,
+                                   registry=r).labels(**labels)
         self.store_failures = Counter("quorumlog_store_failures", "Store writes/fsyncs that failed",
                                       names + ["code"], registry=r)
 

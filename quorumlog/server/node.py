@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 DISK_CHECK_INTERVAL_MS = 250
 STATUS_DISK_BYTES_INTERVAL_MS = 2_000
+LOOP_STALL_WARN_MS = 100
 
 
 def now_ms() -> int:
@@ -84,6 +85,7 @@ class Node:
         self._role: Role | None = None
         self._term = -1
         self._http = None
+        self._checkpointed: tuple[int, int, int] | None = None
         self.started_at = time.time()
         self.sync_flush = config.flush == "sync"
 
@@ -321,10 +323,17 @@ class Node:
 
     # -- periodic work -------------------------------------------------------------------------------------
     async def _ticker(self) -> None:
-        interval_s = self.config.tick_interval_ms / 1000
+        interval_ms = self.config.tick_interval_ms
+        last = now_ms()
         while True:
-            await asyncio.sleep(interval_s)
-            self._step(Tick(now_ms()))
+            await asyncio.sleep(interval_ms / 1000)
+            t = now_ms()
+            if t - last > interval_ms + LOOP_STALL_WARN_MS:
+                # Peers see a stalled node as dead: a stall near the election timeout costs leadership.
+                self.metrics.loop_stalls.inc()
+                log.warning("event loop stalled node=%s stall_ms=%d", self.config.node_id, t - last - interval_ms)
+            last = t
+            self._step(Tick(t))
             self._observe_role()
 
     async def _periodic(self, interval_ms: int, fn: Callable[[], Any]) -> None:
@@ -366,8 +375,13 @@ class Node:
         self._disk_full = full
 
     async def _checkpoint(self) -> None:
+        """Persist (end, committed) when either moved; the store also checkpoints from flush() under load."""
+        mark = (self._store.end_index, self._store.committed_index, self._committer.durable_index)
+        if mark == self._checkpointed:
+            return
         async with self._committer.io_lock:
             await asyncio.to_thread(self._store.checkpoint)
+        self._checkpointed = mark
 
     async def _retention(self) -> None:
         """Delete old segments below what every replica holds (leader) or below the commit point."""

@@ -241,3 +241,34 @@ def test_follower_on_a_slow_link_catches_up_after_it_recovers(tmp_path):
             await proxy.close()
 
     asyncio.run(main(Cluster(str(tmp_path), proxied=("n2",))))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_failover_time_over_ten_kills(tmp_path):
+    """kill -9 the leader ten times (restarting each victim); time from the kill to the first acknowledged
+    append of a client that knew the old leader. Every one must be < 2 s; the median is reported against the
+    benchmark target of 1 s (it is a measurement: on a loaded 2-core machine it drifts around 0.9-1.1 s)."""
+    async def main(cluster: Cluster):
+        history = History()
+        times: list[float] = []
+        async with cluster.client() as admin:
+            for k in range(10):
+                old = await cluster.wait_leader(admin)
+                async with cluster.client() as probe:
+                    r = await probe.append(b"before-%d" % k)
+                    history.acked[b"before-%d" % k] = r.index
+                    cluster.nodes[old].kill9()
+                    t = await time_to_first_write(probe, b"after-%d" % k)
+                    times.append(t)
+                cluster.nodes[old].start()
+                await cluster.wait_converged(admin, timeout_s=20)
+            ref = check_logs(history, await cluster.committed_logs(admin))
+        times.sort()
+        median = (times[4] + times[5]) / 2
+        _report("failover_10_kills", median_s=round(median, 3), min_s=round(times[0], 3),
+                max_s=round(times[-1], 3), all_s=[round(t, 3) for t in times], log_len=len(ref))
+        assert times[-1] < FAILOVER_LIMIT_S, times
+
+    with Cluster(str(tmp_path)) as cluster:
+        asyncio.run(main(cluster))
