@@ -145,6 +145,10 @@ def iter_records(buf) -> Iterator[tuple[RecordHeader, memoryview]]:
 def split_producer_tag(channel: int, body) -> tuple[bytes, ProducerTag | None]:
     if channel & CHANNEL_PRODUCER_TAG:
         cut = len(body) - PRODUCER_TAG_SIZE
+        if cut < 0:
+            from ..errors import CorruptEntry
+
+            raise CorruptEntry(f"producer-tagged body of {len(body)} bytes is shorter than its tag")
         return bytes(body[:cut]), ProducerTag(*PRODUCER_TAG.unpack_from(body, cut))
     return bytes(body), None
 

@@ -296,6 +296,8 @@ class FileStore:
                     crc32c(CHAIN.pack(index, term, channel, body_crc, ts, body_size), prev_chain) != chain:
                 raise CorruptEntry(f"chain crc mismatch at index {index}")
             if channel & codec.CHANNEL_PRODUCER_TAG:
+                if body_size < PRODUCER_TAG_SIZE:
+                    raise CorruptEntry(f"producer-tagged body of {body_size} bytes at index {index}")
                 client_id, seq, count = PRODUCER_TAG.unpack_from(view, off + total - PRODUCER_TAG_SIZE)
                 tags.append((client_id, seq, index - count + 1, index))
             prev_chain = chain
@@ -757,22 +759,7 @@ class FileStore:
             self._data_starts.append(0)
             self._write_pos = 0
             return
-        first = self._data[0]
-        magic = codec.BLANK.unpack_from(first.view, 0)[0]
-        if magic == 0:
-            begin = 0 if first.start == 0 else -1
-        else:
-            why, h = check_record(first.view, 0, first.size_bytes, first.start, HEADER.unpack_from(first.view, 0)[2], None)
-            if why is not None:
-                begin = -1
-            else:
-                begin = h[2]
-        if begin < 0:
-            if first.start == 0 and (cp is None or cp.end_index < 0):
-                begin = 0  # a torn first batch of a new log
-            else:
-                raise RecoveryError(f"first record of {first.path} at offset 0 is unreadable: cannot tell begin_index",
-                                    path=first.path, offset=0)
+        begin = self._find_begin(cp)
         self._begin = begin
         start = self._scan_start(cp, begin)
         if start is None:  # from the beginning
@@ -803,10 +790,6 @@ class FileStore:
         del self._data_starts[scan.seg_i + 1:]
         for seg_i, idx in scan.segment_firsts.items():
             self._data[seg_i].first_index = idx
-        for seg in self._data:
-            if seg.first_index < 0:
-                if codec.BLANK.unpack_from(seg.view, 0)[0] == ENTRY_MAGIC:
-                    seg.first_index = HEADER.unpack_from(seg.view, 0)[2]
         self._end = scan.last_index
         self._write_pos = self._data[scan.seg_i].start + scan.offset
         if self._end >= self._begin:
@@ -815,6 +798,9 @@ class FileStore:
             self._end_term, self._end_chain = -1, _EMPTY_CHAIN
         if scan.units:
             self._write_units(scan_first, bytes(scan.units))
+        for seg in self._data:
+            if seg.first_index < 0 and self._end >= self._begin:
+                seg.first_index = self._first_index_at_or_after(seg.start)
         self._drop_index_segments_after(self._end)
         # Make what we scanned durable (it may only have been in the page cache), then checkpoint it.
         for seg in self._data[0 if start is None else start[0]:]:
@@ -843,17 +829,52 @@ class FileStore:
             self._data_starts.append(start)
         index_found = list_segments(self._index_dir)
         if index_found:
-            sizes = {os.path.getsize(p) for _s, p in index_found}
-            size = max(sizes)
-            if size % INDEX_UNIT_SIZE == 0 and size // INDEX_UNIT_SIZE != self._units_per_index:
-                log.warning("index segments hold %d units, config says %d: keeping the files' size",
-                            size // INDEX_UNIT_SIZE, self._units_per_index)
-                self._units_per_index = size // INDEX_UNIT_SIZE
+            # The files' own geometry wins over the config (it may have changed): the gap between
+            # consecutive names, or a lone file's size when larger than the config's.
+            if len(index_found) > 1:
+                units = min(b[0] - a[0] for a, b in zip(index_found, index_found[1:]))
+            else:
+                size = os.path.getsize(index_found[0][1])
+                units = max(self._units_per_index, size // INDEX_UNIT_SIZE)
+            if units != self._units_per_index:
+                log.warning("index segments hold %d units, config says %d: keeping the files' geometry",
+                            units, self._units_per_index)
+                self._units_per_index = units
             for start, path in index_found:
                 if start % self._units_per_index:
                     raise RecoveryError(f"index segment {path} does not start at a multiple of "
                                         f"{self._units_per_index} units", path=path, offset=0)
                 self._index[start] = Segment(start, path, self._units_per_index * INDEX_UNIT_SIZE)
+
+    def _find_begin(self, cp: Checkpoint | None) -> int:
+        """begin_index: 0 for a log whose first segment starts at offset 0 (retention never deleted
+        anything), else the index in the first record's header, confirmed by its CRC or its index unit."""
+        first = self._data[0]
+        if first.start == 0:
+            return 0
+        h = HEADER.unpack_from(first.view, 0)
+        why, _ = check_record(first.view, 0, first.size_bytes, first.start, h[2], None)
+        if why is None:
+            return h[2]
+        useg = self._index_seg(h[2])
+        if h[0] == ENTRY_MAGIC and useg is not None:
+            unit = INDEX_UNIT.unpack_from(useg.view, (h[2] - useg.start) * INDEX_UNIT_SIZE)
+            if unit[0] == INDEX_MAGIC and unit[1] == first.start and unit[3] == h[2]:
+                return h[2]  # the record is damaged but its place is known: reads will refuse it
+        raise RecoveryError(f"first record of {first.path} at offset 0 is unreadable ({why}): cannot tell "
+                            f"begin_index", path=first.path, offset=0)
+
+    def _first_index_at_or_after(self, pos: int) -> int:
+        """Smallest index whose record starts at or after global offset `pos`, by binary search over the
+        index units (the records themselves may be damaged; -1 if none)."""
+        lo, hi = self._begin, self._end + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._unit(mid)[0] >= pos:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo if lo <= self._end else -1
 
     def _scan_start(self, cp: Checkpoint | None, begin: int) -> tuple[int, int, int, int, int] | None:
         """(seg_i, offset after entry E, E, term, chain) for the checkpoint's entry E, if it checks out."""
@@ -871,11 +892,38 @@ class FileStore:
             return None
         seg = self._data[i]
         why, h = check_record(seg.view, pos - seg.start, seg.size_bytes, seg.start, e, None)
-        if why is not None or h[1] != size:
+        if why is None and h[1] != size:
+            why = f"size {h[1]} disagrees with its index unit ({size})"
+        if why is None and not self._chain_confirmed(e, h, i, pos - seg.start + size):
+            why = "its chain crc agrees with neither neighbour"
+        if why is not None:
             log.warning("checkpoint entry %d unreadable in %s at offset %d (%s): scanning from the beginning",
                         e, seg.path, pos - seg.start, why)
             return None
         return i, pos - seg.start + size, e, h[3], h[6]
+
+    def _chain_confirmed(self, e: int, h: tuple, seg_i: int, next_off: int) -> bool:
+        """Entry e's chain field continues e-1's, or e+1 continues it: the scan may start from it."""
+        if e == 0:
+            prev: int | None = _EMPTY_CHAIN
+        elif e - 1 >= self._begin:
+            try:
+                pos, _size, _ = self._unit(e - 1)
+                pseg = self._data_seg(pos)
+                prev = HEADER.unpack_from(pseg.view, pos - pseg.start)[6]
+            except (CorruptEntry, IndexOutOfRange):
+                prev = None
+        else:
+            return True  # e is the first entry kept: nothing to compare with
+        if prev is not None and codec.chain_crc_of(prev, h[2], h[3], h[5], h[7], h[8], h[9]) == h[6]:
+            return True
+        seg, off = self._data[seg_i], next_off
+        if off + MIN_BLANK_SIZE <= seg.size_bytes and codec.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
+            if seg_i + 1 >= len(self._data):
+                return False
+            seg, off = self._data[seg_i + 1], 0
+        why, _ = check_record(seg.view, off, seg.size_bytes, seg.start, e + 1, h[6])
+        return why is None
 
     def _write_units(self, first: int, units: bytes) -> None:
         for useg, off, ubuf in self._unit_writes(first, units):
@@ -887,22 +935,23 @@ class FileStore:
         n = self.config.producer_scan_entries
         if n <= 0 or self._end < self._begin:
             return
-        index = max(self._begin, self._end - n + 1)
-        pos, _size, _ = self._unit(index)
-        seg_i = self._data_seg_i(pos)
-        seg, off = self._data[seg_i], pos - self._data[seg_i].start
-        while index <= self._end:
-            magic, total = codec.BLANK.unpack_from(seg.view, off)
-            if magic == BLANK_MAGIC:
-                seg_i += 1
-                seg, off = self._data[seg_i], 0
+        for index in range(max(self._begin, self._end - n + 1), self._end + 1):
+            useg = self._index_seg(index)
+            if useg is None:
                 continue
-            h = HEADER.unpack_from(seg.view, off)
-            if h[5] & codec.CHANNEL_PRODUCER_TAG:
-                client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + total - PRODUCER_TAG_SIZE)
-                self._producers.remember(client_id, seq, index - count + 1, index)
-            off += total
-            index += 1
+            magic, pos, size, idx, _term = INDEX_UNIT.unpack_from(useg.view, (index - useg.start) * INDEX_UNIT_SIZE)
+            i = bisect.bisect_right(self._data_starts, pos) - 1
+            if magic != INDEX_MAGIC or idx != index or i < 0 or pos - self._data_starts[i] + size > self._data[i].size_bytes:
+                continue
+            seg, off = self._data[i], pos - self._data_starts[i]
+            if not HEADER.unpack_from(seg.view, off)[5] & codec.CHANNEL_PRODUCER_TAG:
+                continue
+            why, _h = check_record(seg.view, off, seg.size_bytes, seg.start, index, None)
+            if why is not None:  # a damaged tag must not poison the dedup table
+                self._note_corrupt(seg.path, off, index, why)
+                continue
+            client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)
+            self._producers.remember(client_id, seq, index - count + 1, index)
 
     def _close_files(self) -> None:
         self._allocator.close()

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from ..errors import CorruptEntry
 from .codec import (
-    BLANK, BLANK_MAGIC, CHAIN, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, MIN_BLANK_SIZE, crc32c,
+    BLANK, BLANK_MAGIC, CHAIN, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, MIN_BLANK_SIZE, PRODUCER_TAG_SIZE,
+    crc32c,
 )
 from .segments import Segment
 
@@ -53,6 +54,8 @@ def check_record(view, off: int, seg_size: int, seg_start: int, expected_index: 
         return f"bad magic {magic:#x}", h
     if body_size < 0 or total != HEADER_SIZE + body_size or off + total + MIN_BLANK_SIZE > seg_size:
         return f"bad sizes total={total} body={body_size}", h
+    if channel & CHANNEL_PRODUCER_TAG and body_size < PRODUCER_TAG_SIZE:
+        return f"producer-tagged body of {body_size} bytes", h
     if index != expected_index:
         return f"index {index}, expected {expected_index}", h
     if pos != seg_start + off:

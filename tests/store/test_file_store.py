@@ -1,0 +1,429 @@
+"""FileStore on disk: segments and blanks, recovery, corruption, retention, the disk guard, flush threads."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+from quorumlog.errors import CorruptEntry, DiskFull, IndexOutOfRange
+from quorumlog.store import FileStore, RecoveryError, StoreConfig, atomic_write_file, codec
+from quorumlog.store.checkpoint import read_checkpoint
+from quorumlog.store.segments import list_segments
+
+from .conftest import SMALL
+from .test_behaviour import body_for, fill
+
+
+def data_files(path) -> list[str]:
+    return [p for _s, p in list_segments(os.path.join(path, "data"))]
+
+
+def index_files(path) -> list[str]:
+    return [p for _s, p in list_segments(os.path.join(path, "index"))]
+
+
+def check_prefix(store: FileStore, bodies: list[bytes], at_least: int = -1) -> None:
+    """The log is a valid prefix of `bodies`: every entry readable, equal, in order."""
+    assert store.begin_index == 0
+    assert at_least <= store.end_index <= len(bodies) - 1
+    for i in range(store.end_index + 1):
+        assert store.get(i).body == bodies[i]
+    if store.end_index >= 0:
+        r = store.read(0, 10 ** 9)
+        entries = codec.decode_records(b"".join(bytes(c) for c in r.chunks))
+        assert [e.body for e in entries] == bodies[: store.end_index + 1]
+
+
+def test_layout_names_blanks_and_reopen(tmp_path):
+    path = str(tmp_path / "g")
+    with FileStore(path, SMALL) as s:
+        bodies = fill(s, 60)
+        s.set_committed_index(20)
+    files = data_files(path)
+    assert len(files) > 5
+    for k, f in enumerate(files):  # named by start offset, zero-padded, fixed size
+        assert os.path.basename(f) == f"{k * SMALL.data_segment_size_bytes:020d}"
+        assert os.path.getsize(f) == SMALL.data_segment_size_bytes
+    for f in files[:-1]:  # every sealed segment ends with one blank record
+        raw = open(f, "rb").read()
+        off = 0
+        while codec.BLANK.unpack_from(raw, off)[0] == codec.ENTRY_MAGIC:
+            off += codec.BLANK.unpack_from(raw, off)[1]
+        assert codec.BLANK.unpack_from(raw, off) == (codec.BLANK_MAGIC, len(raw) - off)
+    assert all(os.path.getsize(f) == SMALL.index_segment_size_bytes for f in index_files(path))
+    cp = read_checkpoint(os.path.join(path, "checkpoint"))
+    assert (cp.end_index, cp.committed_index) == (len(bodies) - 1, 20)
+    with FileStore(path, SMALL) as s:
+        assert (s.end_index, s.committed_index, s.durable_index) == (len(bodies) - 1, 20, len(bodies) - 1)
+        check_prefix(s, bodies, len(bodies) - 1)
+        s.append_batch(50, [b"after-reopen"], 1)
+        assert s.get(len(bodies)).body == b"after-reopen"
+
+
+def test_one_big_batch_spans_many_segments(tmp_path):
+    with FileStore(str(tmp_path / "g"), SMALL) as s:
+        bodies = [body_for(i, 900) for i in range(40)]
+        assert s.append_batch(1, bodies, 1, producer=(1, 1)) == 39
+        assert len(s._data) >= 10
+        check_prefix(s, bodies, 39)
+        assert s.find_producer_batch(1, 1).first_index == 0
+        r = s.read(0, 10 ** 9)
+        assert len(r.chunks) == len(s._data)  # one chunk per segment, padding left out
+        assert r.size_bytes == s.bytes_between(0, 39) == sum(codec.HEADER_SIZE + len(b) for b in bodies) + 20
+
+
+def test_reads_are_zero_copy_views(tmp_path):
+    with FileStore(str(tmp_path / "g"), SMALL) as s:
+        fill(s, 5)
+        r = s.read(0, 10 ** 6)
+        assert all(isinstance(c, memoryview) for c in r.chunks)
+
+
+def test_config_validation_names_the_key():
+    for key, value in [("data_segment_size_bytes", 100), ("index_segment_size_bytes", 33), ("max_entry_bytes", 0),
+                       ("disk_full_ratio", 1.5), ("file_reserved_hours", -1), ("producer_scan_entries", -1),
+                       ("preallocate", "yes"), ("checkpoint_interval_ms", -5)]:
+        with pytest.raises(ValueError, match=key):
+            StoreConfig(**{key: value})
+    with pytest.raises(ValueError, match="data_segment_size_bytes"):  # must hold one largest record
+        StoreConfig(data_segment_size_bytes=8192, max_entry_bytes=8192)
+    assert StoreConfig().data_segment_size_bytes == 1024 ** 3
+
+
+def test_atomic_write_file(tmp_path):
+    p = str(tmp_path / "term")
+    atomic_write_file(p, b"one")
+    atomic_write_file(p, b"two")
+    assert open(p, "rb").read() == b"two"
+    assert os.listdir(tmp_path) == ["term"]
+
+
+# -- recovery ---------------------------------------------------------------------------------------
+def make_log(path, batches=25, checkpoint=False, seed=3) -> list[bytes]:
+    s = FileStore(path, unsafe_config())
+    bodies = fill(s, batches, seed=seed)
+    s.flush()
+    if checkpoint:
+        s.checkpoint()
+    s._close_files()  # like a crash after the flush: no close-time checkpoint
+    s._closed = True
+    return bodies
+
+
+@pytest.fixture
+def fast_dir(tmp_path):
+    """Loops that reopen a store hundreds of times run on tmpfs when there is one: same code paths,
+    fsync costs nothing there."""
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        d = tempfile.mkdtemp(prefix="quorumlog-store-", dir="/dev/shm")
+        try:
+            yield d
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    else:
+        yield str(tmp_path)
+
+
+def unsafe_config() -> StoreConfig:
+    return StoreConfig(data_segment_size_bytes=SMALL.data_segment_size_bytes,
+                       index_segment_size_bytes=SMALL.index_segment_size_bytes,
+                       max_entry_bytes=SMALL.max_entry_bytes, disk_full_ratio=1.0,
+                       checkpoint_interval_ms=10 ** 9)  # no checkpoint from flush()
+
+
+def test_torn_tail_is_cut_and_index_rebuilt(tmp_path):
+    path = str(tmp_path / "g")
+    s = FileStore(path, unsafe_config())
+    bodies = fill(s, 10)
+    s.flush()
+    pos, size, _ = s._unit(s.end_index)
+    seg = s._data_seg(pos)
+    s._close_files()
+    s._closed = True
+    with open(seg.path, "r+b") as f:  # tear the last record and scribble a half index unit
+        f.seek(pos - seg.start + size - 3)
+        f.write(b"\xff\xff\xff")
+    with open(index_files(path)[-1], "r+b") as f:
+        f.seek(0)
+        f.write(b"\x00" * 16)
+    with FileStore(path, unsafe_config()) as s2:
+        assert s2.end_index == len(bodies) - 2
+        check_prefix(s2, bodies, len(bodies) - 2)
+        s2.append_batch(9, [b"z"], 1)
+        assert s2.get(len(bodies) - 1).body == b"z"
+
+
+def test_truncate_data_file_at_every_offset(fast_dir):
+    """Cut the newest data segment at every byte: reopen gives exactly the records wholly before the cut
+    (a record whose cut-off bytes were zeros anyway is whole: the zero-extended file holds the same bytes)."""
+    base = os.path.join(fast_dir, "base")
+    bodies = make_log(base, batches=6)
+    newest = data_files(base)[-1]
+    raw = open(newest, "rb").read()
+    starts = [0]
+    while codec.BLANK.unpack_from(raw, starts[-1])[0] == codec.ENTRY_MAGIC:
+        starts.append(starts[-1] + codec.BLANK.unpack_from(raw, starts[-1])[1])
+    first_in_newest = codec.HEADER.unpack_from(raw, 0)[2]
+    work = os.path.join(fast_dir, "w")
+    for cut in range(0, starts[-1] + 1):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(base, work)
+        os.truncate(os.path.join(work, "data", os.path.basename(newest)), cut)
+        whole = 0
+        for end in starts[1:]:
+            if raw[cut:end].count(0) != len(raw[cut:end]):
+                break
+            whole += 1
+        with FileStore(work, unsafe_config()) as s:
+            assert s.end_index == first_in_newest + whole - 1, cut
+            check_prefix(s, bodies)
+
+
+def test_truncate_index_file_at_every_offset(fast_dir):
+    base = os.path.join(fast_dir, "base")
+    bodies = make_log(base, batches=3)
+    idx = index_files(base)[-1]
+    work = os.path.join(fast_dir, "w")
+    for cut in range(0, os.path.getsize(idx) + 1):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(base, work)
+        os.truncate(os.path.join(work, "index", os.path.basename(idx)), cut)
+        with FileStore(work, unsafe_config()) as s:
+            assert s.end_index == len(bodies) - 1
+            check_prefix(s, bodies, len(bodies) - 1)
+
+
+def test_byte_flips_never_serve_a_corrupt_record(fast_dir, caplog):
+    """Flip each byte of a small log. Above the checkpoint: cut at the flipped record. Below: the store
+    opens, reports and refuses the record (file + offset named), serves every other entry intact."""
+    base = os.path.join(fast_dir, "base")
+    s = FileStore(base, unsafe_config())
+    bodies = fill(s, 4, seed=9)
+    s.flush()
+    s.checkpoint()
+    ckpt_end = s.end_index
+    more = [body_for(len(bodies) + i, 60) for i in range(6)]
+    s.append_batch(9, more, 1)
+    bodies += more
+    s.flush()
+    spans = []  # (index, file, start, end) of every record
+    for i in range(s.end_index + 1):
+        pos, size, _ = s._unit(i)
+        seg = s._data_seg(pos)
+        spans.append((i, os.path.basename(seg.path), pos - seg.start, pos - seg.start + size))
+    s._close_files()
+    s._closed = True
+    work = os.path.join(fast_dir, "w")
+    rnd = random.Random(5)
+    outcomes = {"cut": 0, "refused": 0, "recovery_error": 0}
+    for i, fname, start, end in spans:
+        for at in range(start, end, 3):
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(base, work)
+            with open(os.path.join(work, "data", fname), "r+b") as f:
+                f.seek(at)
+                b = f.read(1)[0]
+                f.seek(at)
+                f.write(bytes([b ^ rnd.randrange(1, 256)]))
+            try:
+                st = FileStore(work, unsafe_config())
+            except RecoveryError as e:
+                assert i == ckpt_end and fname in str(e) and e.offset >= 0  # the checkpointed entry itself
+                outcomes["recovery_error"] += 1
+                continue
+            with st:
+                if i > ckpt_end:
+                    assert st.end_index == i - 1
+                    check_prefix(st, bodies)
+                    outcomes["cut"] += 1
+                    continue
+                assert st.end_index == len(bodies) - 1
+                refused = set()
+                for j in range(st.end_index + 1):
+                    try:
+                        assert st.get(j).body == bodies[j]
+                    except CorruptEntry as e:
+                        assert (fname if j == i else "data") in str(e) and "offset" in str(e)
+                        refused.add(j)
+                assert i in refused  # every header field is checked: CRCs, chain, index, pos
+                assert refused <= {i, i + 1}  # i+1 only via its chain, which starts from i's chain field
+                assert st.corrupt_records >= 1
+                try:
+                    r = st.read(0, 10 ** 9)
+                    served = codec.decode_records(b"".join(bytes(c) for c in r.chunks))
+                except CorruptEntry:
+                    assert i == 0
+                    served = []
+                assert [e.body for e in served] == bodies[: len(served)] and len(served) <= i
+                outcomes["refused"] += 1
+    assert all(outcomes.values()), outcomes
+    assert any("corrupt record refused" in r.message for r in caplog.records if r.levelno >= logging.ERROR)
+
+
+def test_checkpoint_ahead_of_data_is_a_clear_error(tmp_path):
+    path = str(tmp_path / "g")
+    s = FileStore(path, unsafe_config())
+    fill(s, 10)
+    s.flush()
+    s.checkpoint()
+    s._close_files()
+    s._closed = True
+    newest = data_files(path)[-1]
+    os.truncate(newest, 0)
+    with pytest.raises(RecoveryError, match="ahead of the valid data") as e:
+        FileStore(path, unsafe_config())
+    assert e.value.path == newest
+
+
+def test_truncate_after_survives_reopen(tmp_path):
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    bodies = fill(s, 30)
+    s.flush()
+    s.checkpoint()
+    s.truncate_after(17)  # below the checkpoint: the checkpoint moves down with it
+    s.flush()
+    s._close_files()
+    s._closed = True
+    with FileStore(path, SMALL) as s2:
+        assert s2.end_index == 17
+        check_prefix(s2, bodies, 17)
+
+
+# -- retention ----------------------------------------------------------------------------------------
+def test_retention_deletes_old_safe_segments_only(tmp_path):
+    path = str(tmp_path / "g")
+    cfg = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
+                      disk_full_ratio=1.0, file_reserved_hours=1)
+    with FileStore(path, cfg) as s:
+        bodies = fill(s, 60)
+        s.flush()
+        n_segs = len(s._data)
+        now = max(seg.last_write_ms for seg in s._data)
+        hour_ms = 3600 * 1000
+        assert s.delete_expired(now, safe_index=s.end_index) == 0  # too young
+        assert s.delete_expired(now + 2 * hour_ms, safe_index=-1) == 0  # nothing every replica has
+        safe = s._data[3].first_index - 1  # segments 0..2 are wholly <= safe
+        assert s.delete_expired(now + 2 * hour_ms, safe_index=safe) == 3
+        assert s.begin_index == safe + 1
+        assert len(data_files(path)) == n_segs - 3
+        with pytest.raises(IndexOutOfRange):
+            s.get(safe)
+        for i in range(s.begin_index, s.end_index + 1):
+            assert s.get(i).body == bodies[i]
+        deleted = s.delete_expired(now + 2 * hour_ms, safe_index=s.end_index)
+        assert len(s._data) == 1 and deleted == n_segs - 4  # the active segment always stays
+        assert min(int(os.path.basename(p)) for p in index_files(path)) + 8 > s.begin_index
+        begin = s.begin_index
+    with FileStore(path, cfg) as s:  # begin_index comes back from the files
+        assert s.begin_index == begin
+        assert [s.get(i).body for i in range(begin, s.end_index + 1)] == bodies[begin:]
+
+
+# -- disk guard -----------------------------------------------------------------------------------------
+def test_disk_guard_refuses_appends_reads_go_on(tmp_path):
+    path = str(tmp_path / "g")
+    with FileStore(path, SMALL) as s:
+        bodies = fill(s, 5)
+    cfg = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
+                      disk_full_ratio=0.0001)  # any real filesystem is fuller than this
+    with FileStore(path, cfg) as s:
+        with pytest.raises(DiskFull):
+            s.append_batch(1, [b"x"], 1)
+        with pytest.raises(DiskFull):
+            s.append_records(b"")
+        check_prefix(s, bodies, len(bodies) - 1)
+        assert s.disk_used_ratio > 0.0001
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount tmpfs: {r.stderr.decode().strip()}")
+    try:
+        yield str(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_real_full_disk_enospc_then_guard(tiny_tmpfs):
+    """A 4 MiB tmpfs really fills up: ENOSPC while preallocating a segment becomes DiskFull, nothing partial
+    is left behind, reads still work, and the store reopens to the same log."""
+    cfg = StoreConfig(data_segment_size_bytes=256 * 1024, index_segment_size_bytes=32 * 1024,
+                      max_entry_bytes=16 * 1024, disk_full_ratio=1.0, disk_check_interval_ms=0)
+    path = os.path.join(tiny_tmpfs, "g")
+    s = FileStore(path, cfg)
+    bodies: list[bytes] = []
+    with pytest.raises(DiskFull):
+        for b in range(1000):
+            batch = [body_for(len(bodies) + i, 8000) for i in range(4)]
+            s.append_batch(1, batch, b)
+            bodies += batch
+    assert s.end_index == len(bodies) - 1 > 100
+    s.flush()
+    check_prefix(s, bodies, len(bodies) - 1)
+    with pytest.raises(DiskFull):
+        s.append_batch(1, [b"x" * 8000] * 40, 1)
+    assert s.end_index == len(bodies) - 1
+    s.close()
+    with FileStore(path, StoreConfig(**{**cfg_dict(cfg), "disk_full_ratio": 0.85})) as s2:
+        check_prefix(s2, bodies, len(bodies) - 1)
+        with pytest.raises(DiskFull):  # the guard, from statvfs, before any write
+            s2.append_batch(1, [b"x"], 1)
+
+
+def cfg_dict(cfg: StoreConfig) -> dict:
+    return {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
+
+
+# -- flush from a worker thread --------------------------------------------------------------------------
+def test_flush_from_a_thread_while_appending(tmp_path):
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    stop = threading.Event()
+    results: list[tuple[int, int]] = []  # (durable returned, end seen before the call)
+    errors: list[BaseException] = []
+
+    def flusher():
+        try:
+            while not stop.is_set():
+                before = s.end_index
+                results.append((s.flush(), before))
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    t = threading.Thread(target=flusher)
+    t.start()
+    bodies = []
+    try:
+        for b in range(400):
+            batch = [body_for(len(bodies) + i, 150) for i in range(1 + b % 5)]
+            s.append_batch(1, batch, b)
+            bodies += batch
+            if b % 97 == 0:
+                s.checkpoint()
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not t.is_alive() and not errors
+    assert len(results) > 5
+    durables = [d for d, _ in results]
+    assert durables == sorted(durables)  # monotonic
+    assert all(d >= before for d, before in results)  # covers what was there when it started
+    assert all(d <= len(bodies) - 1 for d in durables)
+    final = s.flush()
+    assert final == len(bodies) - 1
+    check_prefix(s, bodies, final)
+    s.close()
