@@ -253,7 +253,7 @@ def check_logs(history: History, logs: dict[str, list[Entry]], *, must_be_equal:
         assert view == ref_view[:len(view)], f"{nid}'s committed log diverges from the longest"
         if must_be_equal:
             assert len(view) == len(ref_view), f"{nid} has {len(view)} committed entries, another {len(ref_view)}"
-    bodies = [e.body for e in ref]
+    bodies = [e.body for e in ref if e.body]  # empty bodies are new leaders' no-op entries (Raft §8)
     assert len(set(bodies)) == len(bodies), "an entry is duplicated in the committed log"
     for body, index in history.acked.items():
         assert index < len(ref), f"acknowledged entry {body[:40]!r} at {index} lost (log has {len(ref)})"
