@@ -531,18 +531,16 @@ class _LinkProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self.decoder.feed(data)
-            frame = self.decoder.next_frame()
-            if frame is NEED_DATA:
-                return
-            if self.hello_reply.done():
-                raise ProtocolError("unexpected data on an outbound peer link")
-            kind, payload = frame
-            if kind == Kind.HELLO_OK:
-                self.hello_reply.set_result(decode_hello_ok(payload))
-            elif kind == Kind.HELLO_ERROR:
-                self.hello_reply.set_result(decode_hello_error(payload))
-            else:
-                raise ProtocolError(f"expected a handshake reply, got frame kind {kind}")
+            while (frame := self.decoder.next_frame()) is not NEED_DATA:
+                if self.hello_reply.done():
+                    raise ProtocolError("unexpected data on an outbound peer link")
+                kind, payload = frame
+                if kind == Kind.HELLO_OK:
+                    self.hello_reply.set_result(decode_hello_ok(payload))
+                elif kind == Kind.HELLO_ERROR:
+                    self.hello_reply.set_result(decode_hello_error(payload))
+                else:
+                    raise ProtocolError(f"expected a handshake reply, got frame kind {kind}")
         except ProtocolError as e:
             self._set_lost(e)
             assert self.transport is not None
@@ -954,10 +952,14 @@ class ClientConnection:
             buffers = codec.encode(request)
             assert proto.cork is not None
             proto.cork.write(buffers, codec.encoded_size(buffers))
-            if proto.paused:
+            if proto.paused:  # the server is not reading: wait for room, but not past our deadline
                 waiter = loop.create_future()
                 proto.drain_waiters.append(waiter)
-                await waiter
+                try:
+                    await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    raise Timeout(f"server at {self.host}:{self.port} accepted no bytes within "
+                                  f"{timeout_s * 1000:.0f} ms") from None
             timer = loop.call_at(deadline, _expire, fut, rid, timeout_s)
             try:
                 return await fut

@@ -478,3 +478,31 @@ def test_session_send_after_close_returns_false():
         await server.close()
 
     run_bounded(main())
+
+
+def test_peer_link_drops_a_server_that_talks_after_hello_ok():
+    """Peer links are write-only after the handshake: a chatty 'server' is not a quorumlog node."""
+    async def main():
+        accepted = asyncio.Event()
+        writers = []
+
+        async def fake_node(reader, writer):
+            await reader.read(4096)  # the Hello
+            from quorumlog.transport.handshake import HelloOk, encode_hello_ok
+            writer.write(encode_hello_ok(HelloOk(GROUP, "n0")) + encode_frame(Kind.STATUS_RESPONSE, b"??"))
+            writers.append(writer)
+            accepted.set()
+
+        fake = await asyncio.start_server(fake_node, "127.0.0.1", 0)
+        port = fake.sockets[0].getsockname()[1]
+        links = PeerLinks(group=GROUP, node_id="n1", peers={"n0": ("127.0.0.1", port)},
+                          reconnect_backoff_min_ms=5, reconnect_backoff_max_ms=20)
+        await asyncio.wait_for(accepted.wait(), 5)
+        await wait_until(lambda: "unexpected data" in links.stats()["n0"].last_error, what="link dropped")
+        await links.close()
+        for w in writers:
+            w.close()
+        fake.close()
+        await fake.wait_closed()
+
+    run_bounded(main())
