@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..codes import ResponseCode
 from ..raft.types import ClientAppend, Completion
 from .checker import Op
-from .options import CLIENT_TIMEOUT_MS, SimOptions
+from .options import SimOptions
 
 if TYPE_CHECKING:
     from .world import World
@@ -32,6 +32,7 @@ class SimClient:
         self.max_in_flight = 1 if idempotent else options.client_max_in_flight
         self.think_max_ms = options.client_think_max_ms
         self.batch_max = options.client_batch_max
+        self.timeout_ms = options.client_timeout_ms
         self.leader_hint: str | None = None
         self.next_op_no = 0
         self.next_seq = 0
@@ -83,7 +84,7 @@ class SimClient:
         world.trace_line(lambda: f"{self.name} -> {target} append req={request_id} op={op.op_no} "
                                  f"n={len(op.bodies)} seq={op.seq}")
         world.network.send_client((target, event), world.deliver_client_request)
-        world.scheduler.after(CLIENT_TIMEOUT_MS, self._timeout, request_id)
+        world.scheduler.after(self.timeout_ms, self._timeout, request_id)
 
     # -- answers -----------------------------------------------------------------------------------
     def on_completion(self, completion: Completion) -> None:

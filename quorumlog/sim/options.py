@@ -17,7 +17,6 @@ FAULT_PHASE_MAX_MS = 6_000
 LIVENESS_TIMEOUT_MS = 12_000
 TICK_MIN_MS = 10
 TICK_MAX_MS = 25
-CLIENT_TIMEOUT_MS = 3_000  # > every max_wait_ack_ms drawn below: the leader answers first
 assert TICK_MAX_MS * 4 <= 100  # several ticks per heartbeat interval (types.HEARTBEAT_INTERVAL_MS)
 
 PLANTED_BUGS = ("commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum")
@@ -67,6 +66,7 @@ class SimOptions:
     max_push_batch_bytes: int
     max_pending_pushes: int
     max_wait_ack_ms: int
+    client_timeout_ms: int  # > max_wait_ack_ms: a live leader answers before the client gives up
     planted_bugs: frozenset[str] = frozenset()
 
     @classmethod
@@ -83,8 +83,9 @@ class SimOptions:
         roll = rng.random()
         profile = "calm" if roll < 0.15 else "churn" if roll < 0.45 else "mixed"
         calm, churn = profile == "calm", profile == "churn"
-        client_count = rng.randint(1, 4)
+        client_count = rng.randint(1, 5)
         delay_min = rng.randint(0, 5)
+        max_wait_ack_ms = rng.choice((800, 2_500))
         election_min = 300 if churn else rng.choice((300, 500))
         election_spread = rng.choice((30, 200) if churn else (30, 200, 500))
         return cls(
@@ -94,7 +95,7 @@ class SimOptions:
             client_count=client_count,
             idempotent_clients=rng.randint(0, client_count),
             client_max_in_flight=rng.randint(1, 4),
-            client_think_max_ms=rng.choice((0, 20) if churn else (0, 20, 100, 300)),
+            client_think_max_ms=rng.choice((0, 5, 20) if churn else (0, 5, 20, 100)),
             client_batch_max=rng.choice((1, 3, 8)),
             tick_ms=rng.randint(TICK_MIN_MS, TICK_MAX_MS),
             fault_phase_ms=rng.randint(FAULT_PHASE_MIN_MS, FAULT_PHASE_MAX_MS),
@@ -122,7 +123,8 @@ class SimOptions:
             # 1 byte: one record per push, so a follower acks a batch entry by entry (partial quorums)
             max_push_batch_bytes=rng.choice((1, 400) if churn else (1, 400, 4096, 1024 * 1024)),
             max_pending_pushes=rng.choice((1, 4, 64)),
-            max_wait_ack_ms=rng.choice((800, 2_500)),
+            max_wait_ack_ms=max_wait_ack_ms,
+            client_timeout_ms=max_wait_ack_ms + rng.choice((200, 1_000)),
             planted_bugs=frozenset(planted_bugs),
         )
 

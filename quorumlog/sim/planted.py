@@ -17,7 +17,7 @@ EXPECTED_KINDS = {
                                       "commit_without_quorum", "ack_mismatch", "log_matching", "exception"},
     "double_vote": {"double_vote", "election_safety", "exception", "log_matching", "state_machine_safety"},
     "skip_compare": {"log_matching", "state_machine_safety", "committed_truncated", "commit_without_quorum",
-                     "leader_completeness", "ack_mismatch", "exception"},
+                     "leader_completeness", "ack_mismatch", "duplicate", "liveness", "exception"},
     "ack_before_quorum": {"ack_before_commit", "commit_without_quorum"},
 }
 
