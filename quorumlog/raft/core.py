@@ -156,7 +156,10 @@ class RaftCore:
             self.transfer.start(event.request_id, event.to)
         else:
             raise TypeError(f"unknown event {event!r}")
-        if self.member.role is _LEADER:
+        if self.member.role is _LEADER and t is not ClientAppend:
+            # Not after a ClientAppend: its entries are not in the log before the runtime executes the Ready,
+            # and a runtime taking many appends per loop turn steps Stored once after them, so waiting for
+            # that step lets one push carry them all.
             self._after_leader_step()
         return self._ready()
 
@@ -218,6 +221,7 @@ class RaftCore:
             self.step_down(m.term, m.frm)
             self.handler.reset()
             self.transfer.observe_leader(m.term, m.frm)
+            self.elector.reset_timer()
         self.elector.heard_from_leader()
 
     # -- messages --------------------------------------------------------------------------------------

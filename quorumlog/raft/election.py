@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class LeaderElector:
-    __slots__ = ("core", "election_deadline_ms", "leader_contact_ms", "pre_candidate", "votes",
-                 "no_campaign_until_ms", "transfer_campaign")
+    __slots__ = ("core", "election_deadline_ms", "election_timeout_ms", "leader_contact_ms", "pre_candidate",
+                 "votes", "no_campaign_until_ms", "transfer_campaign")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
@@ -40,9 +40,10 @@ class LeaderElector:
         self.reset_timer()
 
     def reset_timer(self) -> None:
+        """Arm the election timer with a fresh random timeout (after a campaign, a vote or a role change)."""
         cfg = self.core.config
-        self.election_deadline_ms = self.core.now_ms + self.core.rng.randint(
-            cfg.election_timeout_min_ms, cfg.election_timeout_max_ms)
+        self.election_timeout_ms = self.core.rng.randint(cfg.election_timeout_min_ms, cfg.election_timeout_max_ms)
+        self.election_deadline_ms = self.core.now_ms + self.election_timeout_ms
 
     def in_lease(self) -> bool:
         """Heard from a live leader within the minimum election timeout (or is the leader)."""
@@ -53,9 +54,11 @@ class LeaderElector:
                 and core.now_ms - self.leader_contact_ms < core.config.election_timeout_min_ms)
 
     def heard_from_leader(self) -> None:
-        self.leader_contact_ms = self.core.now_ms
+        # Keep the timeout drawn when this leader was first seen: no rng draw per heartbeat or push.
+        now = self.core.now_ms
+        self.leader_contact_ms = now
         self.pre_candidate = False
-        self.reset_timer()
+        self.election_deadline_ms = now + self.election_timeout_ms
 
     # -- timers ------------------------------------------------------------------------------------
     def on_tick(self) -> None:
