@@ -143,12 +143,12 @@ async def fetch_page(remote: Remote, opts: SourceOptions, node: str | None, lo: 
     A replica that is unreachable or has not committed `lo` within followerWaitMs hands the page to the
     leader. Retention past `lo`: DataLoss, or a skip to begin_index with failOnDataLoss=false.
     """
-    client = remote.client
     loop = asyncio.get_running_loop()
     deadline = loop.time() + opts.timeout_ms / 1000
     replica_until = loop.time() + opts.follower_wait_ms / 1000
     while True:
         wait_ms = int(max(0, min(LONG_POLL_MS, (deadline - loop.time()) * 1000)))
+        client = remote.client if node is None else remote.replica_client
         try:
             records, committed, begin = await client.read_records(lo, end=hi - 1, max_bytes=opts.page_bytes,
                                                                   node=node, wait_ms=wait_ms)

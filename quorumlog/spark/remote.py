@@ -23,6 +23,8 @@ from .options import SourceOptions
 
 log = logging.getLogger(__name__)
 
+REPLICA_MIN_TIMEOUT_MS = 500
+REPLICA_REQUEST_TIMEOUT_MS = 2_000
 STATUS_RETRY_MS = 100  # between status rounds while a group has no leader (an election takes ~1 s)
 
 
@@ -45,11 +47,17 @@ class Remote:
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-spark", daemon=True)
         self._thread.start()
-        self.client: Client = self.run(self._make_client())
+        self.client, self.replica_client = self.run(self._make_clients())
         self._closed = False
 
-    async def _make_client(self) -> Client:
-        return Client(self.opts.peers, group=self.opts.group, timeout_ms=self.opts.timeout_ms)
+    async def _make_clients(self) -> tuple[Client, Client]:
+        """One client for the leader (patient: it follows elections), one for a named replica (quick to
+        give up, so a partition fails over to the leader instead of waiting out a dead follower)."""
+        o = self.opts
+        replica_ms = max(REPLICA_MIN_TIMEOUT_MS, o.follower_wait_ms)
+        return (Client(o.peers, group=o.group, timeout_ms=o.timeout_ms),
+                Client(o.peers, group=o.group, timeout_ms=replica_ms,
+                       request_timeout_ms=min(replica_ms, REPLICA_REQUEST_TIMEOUT_MS), max_retries=1))
 
     def submit(self, coro: Coroutine) -> Future:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -63,6 +71,7 @@ class Remote:
         self._closed = True
         try:
             self.run(self.client.close(), timeout_s=5)
+            self.run(self.replica_client.close(), timeout_s=5)
         except Exception:  # closing is best effort: the process may be on its way out
             log.debug("closing quorumlog client failed", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)

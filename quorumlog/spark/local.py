@@ -1,0 +1,145 @@
+"""A local Spark session and a local 3-node cluster, as the demo, the benchmark and the tests start them.
+
+The session is quiet and offline (no UI, no fixed ports, no downloads) and its Python workers run this
+interpreter, which imports the installed quorumlog. The cluster is started and stopped through the CLI
+(`quorumlog cluster up/down`), exactly as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# Small segments: a node zero-fills a whole segment ahead of use, and 1 GiB ones cost seconds and disk.
+CLUSTER_SETTINGS = ("data_segment_size=67108864", "index_segment_size=8388608")
+CLUSTER_UP_TIMEOUT_S = 60
+
+
+def spark_env() -> None:
+    """Environment every Spark process needs: workers on this venv's interpreter, loopback only."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def spark_session(app_name: str = "quorumlog", master: str | None = None, conf: dict[str, str] | None = None):
+    """A SparkSession (master from `master`, else $SPARK_MASTER, else local[2]) with format("quorumlog")."""
+    spark_env()
+    from pyspark.sql import SparkSession
+
+    from . import register
+
+    builder = (SparkSession.builder.appName(app_name)
+               .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def free_base_port(n: int, tries: int = 50) -> int:
+    """A port p such that p..p+n-1 are free on loopback now (cluster up takes consecutive ports)."""
+    import random
+
+    for _ in range(tries):
+        base = random.randint(20_000, 60_000)
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports found")
+
+
+@dataclass
+class LocalCluster:
+    """A cluster started with `quorumlog cluster up` in data_dir (its cluster.json says the rest)."""
+
+    data_dir: Path
+    doc: dict
+
+    @property
+    def peers(self) -> str:
+        return self.doc["peers"]
+
+    @property
+    def group(self) -> str:
+        return self.doc.get("group", "default")
+
+    def node(self, node_id: str) -> dict:
+        return next(n for n in self.doc["nodes"] if n["id"] == node_id)
+
+    def pid(self, node_id: str) -> int:
+        return int(self.node(node_id)["pid"])
+
+    def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
+        os.kill(self.pid(node_id), sig)
+
+    @classmethod
+    def up(cls, data_dir: str | Path, nodes: int = 3, settings: tuple[str, ...] = CLUSTER_SETTINGS) -> "LocalCluster":
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        base = free_base_port(nodes)
+        argv = [sys.executable, "-m", "quorumlog.cli", "cluster", "up", "--nodes", str(nodes), "--data-dir",
+                str(data_dir), "--base-port", str(base), "--json"]
+        for kv in settings:
+            argv += ["--set", kv]
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=CLUSTER_UP_TIMEOUT_S + 30)
+        if res.returncode != 0:
+            raise RuntimeError(f"cluster up failed ({res.returncode}): {res.stderr[-2000:]}")
+        doc = json.loads((data_dir / "cluster.json").read_text())
+        return cls(data_dir, doc)
+
+    def down(self) -> None:
+        subprocess.run([sys.executable, "-m", "quorumlog.cli", "cluster", "down", "--data-dir", str(self.data_dir)],
+                       capture_output=True, text=True, timeout=60)
+        # Whatever cluster down could not stop (a SIGSTOPped node ignores SIGTERM until continued).
+        for n in self.doc.get("nodes", []):
+            _kill_if_ours(int(n["pid"]), n["data_dir"])
+
+
+def _kill_if_ours(pid: int, data_dir: str) -> None:
+    """SIGKILL pid only if it still is that node (its command line names its data dir): pids get reused."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if data_dir.encode() not in cmdline:
+        return
+    try:
+        os.kill(pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} not reached within {timeout_s} s")
+        time.sleep(interval_s)
