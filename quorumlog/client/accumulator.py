@@ -48,6 +48,8 @@ class Accumulator:
     async def add(self, body: bytes):
         if self._closing:
             raise NetworkError("client is closed")
+        if self._sender.done():  # never expected; without this guard an append would wait forever
+            raise NetworkError(f"append sender stopped: {self._sender!r}")
         fut = asyncio.get_running_loop().create_future()
         self._pending.append(PendingAppend(body, fut))
         self._pending_bytes += len(body)

@@ -39,6 +39,7 @@ class FakeGroup:
     seen: list[Seen] = field(default_factory=list)
     # Misbehaviour knobs, consumed one per append request that reaches the leader:
     drop_responses: int = 0  # apply the append but never answer it
+    abort_connections: int = 0  # apply the append, then cut the client's connection instead of answering
     error_codes: list[ResponseCode] = field(default_factory=list)  # answer these codes first
     append_delay_s: float = 0.0
     status_down: set[str] = field(default_factory=set)  # nodes whose status answers an error
@@ -117,6 +118,10 @@ class FakeNode:
                     g.producers[key] = (first, last, term)
             if g.drop_responses:
                 g.drop_responses -= 1
+                return
+            if g.abort_connections:
+                g.abort_connections -= 1
+                session._conn.transport.abort()  # test-only reach into the transport: a crash mid-answer
                 return
             session.send(AppendResponse(req.request_id, ResponseCode.SUCCESS, first_index=first, last_index=last,
                                         term=term))

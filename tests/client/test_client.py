@@ -77,6 +77,32 @@ def test_a_lost_answer_is_retried_with_the_same_seq_and_stored_once():
     run(go())
 
 
+def test_a_cut_connection_is_reopened_and_the_batch_retried_with_the_same_seq():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            await c.append(b"warm")
+            fc.group.abort_connections = 1
+            r = await c.append_batch([b"x", b"y"])
+            sent = fc.group.appends()[1:]
+            assert len(sent) == 2 and sent[0].seq == sent[1].seq
+            assert fc.group.bodies == [b"warm", b"x", b"y"] and [x.index for x in r] == [1, 2]
+    run(go())
+
+
+def test_a_dead_leader_is_forgotten_and_the_new_one_discovered():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            await c.append(b"a")
+            await fc.nodes["n0"].server.close()  # n0 is gone; the group elected n1
+            fc.group.leader_id, fc.group.term = "n1", 2
+            r = await c.append(b"b")
+            assert r == quorumlog.AppendResult(1, 2) and c.leader_id == "n1"
+            assert fc.group.bodies == [b"a", b"b"]
+            nodes = await c.status()
+            assert [n.role for n in nodes] == ["unreachable", "leader", "follower"]
+    run(go())
+
+
 def test_retriable_codes_are_retried_and_others_are_raised_with_their_code():
     async def go():
         async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
