@@ -86,6 +86,12 @@ class FileStore:
         self._last_checkpoint_s = time.monotonic()
         self._failed: str | None = None
         self._closed = False
+        # The next data and index segments are zero-filled in the background once the active one is half
+        # full: early enough to be ready at rollover, late enough that the fill costs disk bandwidth in
+        # proportion to what is written.
+        self._prepare_at_bytes = self.config.data_segment_size_bytes // 2
+        self._prepared_after: Segment | None = None
+        self._prepared_index_after = -1
         try:
             self._recover()
         except BaseException:
@@ -533,10 +539,7 @@ class FileStore:
             self._allocator.take(path, size, self.config.preallocate)
         except OSError as e:
             raise self._disk_error("create segment", path, e) from e
-        seg = Segment(start, path, size)
-        self._allocator.prepare(os.path.join(self._data_dir, segment_name(start + size)), size,
-                                self.config.preallocate)
-        return seg
+        return Segment(start, path, size)
 
     def _discard_new_segments(self, new_segs: list[Segment]) -> None:
         for seg in new_segs:
@@ -576,6 +579,17 @@ class FileStore:
             self._end_term = term
             self._end_chain = chain
             self._write_pos = end_pos
+        active = self._data[-1]
+        if end_pos - active.start >= self._prepare_at_bytes and self._prepared_after is not active:
+            self._prepared_after = active
+            self._allocator.prepare(os.path.join(self._data_dir, segment_name(active.end)),
+                                    self.config.data_segment_size_bytes, self.config.preallocate)
+        u = self._units_per_index
+        index_start = (last + 1) - (last + 1) % u
+        if (last + 1 - index_start) * 2 >= u and self._prepared_index_after != index_start:
+            self._prepared_index_after = index_start
+            self._allocator.prepare(os.path.join(self._index_dir, segment_name(index_start + u)),
+                                    u * INDEX_UNIT_SIZE, self.config.preallocate)
 
     def _pwrite_all(self, fd: int, buf, off: int, path: str, done: list, seg: Segment) -> None:
         view = memoryview(buf)
@@ -677,8 +691,6 @@ class FileStore:
             seg = Segment(start, path, size)
             with self._lock:
                 self._index[start] = seg
-            self._allocator.prepare(os.path.join(self._index_dir, segment_name(start + u)), size,
-                                    self.config.preallocate)
         return seg
 
     def _unit(self, index: int) -> tuple[int, int, int]:
