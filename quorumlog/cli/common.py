@@ -26,7 +26,21 @@ EXIT_USAGE = 2
 CLUSTER_FILE = "cluster.json"
 
 err_console = Console(stderr=True)
-out_console = Console()
+
+
+class _Out:
+    """stdout's rich Console, made at first use: a pipe or file gets 160 columns instead of rich's 80, so
+    tables stay one line per row in logs and `| less`."""
+
+    _console: Console | None = None
+
+    def print(self, *args, **kwargs) -> None:
+        if self._console is None or self._console.file is not sys.stdout:
+            self._console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+        self._console.print(*args, **kwargs)
+
+
+out_console = _Out()
 
 
 def die(message: str, code: int = EXIT_FAILED) -> NoReturn:

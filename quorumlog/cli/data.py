@@ -42,7 +42,7 @@ def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
             role = n.role if n.reachable else f"[red]{n.role}[/red]"
             if n.role == "leader":
                 role = f"[green]{n.role}[/green]"
-            marks = " ".join(f"{k}={v}" for k, v in n.watermarks.items())
+            marks = ",".join(f"{k}={v}" for k, v in n.watermarks.items())
             cells = [n.id, n.address, role] + (
                 [str(n.term), n.leader_id or "-", str(n.begin_index), str(n.end_index), str(n.committed_index),
                  marks] if n.reachable else ["", "", "", "", "", n.error or ""])
