@@ -80,6 +80,14 @@ def test_node_bad_config_exits_2_naming_the_key(tmp_path):
     assert not data.exists()
 
 
+def test_node_bad_environment_variable_exits_2_naming_it(tmp_path):
+    data = tmp_path / "d"
+    r = runner.invoke(app, ["node", "--id", "n0", "--peers", "n0=127.0.0.1:7001", "--data-dir", str(data)],
+                      env={"QUORUMLOG_FLUSH": "sometimes"}, catch_exceptions=False)
+    assert r.exit_code == 2 and "flush='sometimes'" in r.stderr
+    assert not data.exists()
+
+
 def test_node_has_a_flag_for_every_config_key():
     from quorumlog.config import CONFIG_KEYS
 

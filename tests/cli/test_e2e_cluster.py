@@ -193,3 +193,28 @@ def test_client_survives_kill_9_of_the_leader_without_loss_or_duplicates(cluster
     for index, body in acked:
         assert by_index.get(index) == body
     assert failover_s < 5, failover_s
+
+    # cluster.json's argv restarts the killed node by hand; it catches up and serves the same entries
+    node = next(n for n in doc["nodes"] if n["id"] == leader)
+    with open(node["log_file"], "ab") as log:
+        proc = subprocess.Popen(node["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + CONVERGE_S * 2
+        while True:
+            try:
+                got = {e["index"]: e.get("body") for e in cli_json("read", "--cluster", d, "--from", "0",
+                                                                      "--node", leader, "--timeout-ms", "2000")}
+            except AssertionError:
+                got = {}
+            if all(got.get(i) == b.decode() for i, b in acked):
+                break
+            assert time.monotonic() < deadline, f"restarted {leader} did not catch up: {len(got)} entries"
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
