@@ -208,11 +208,21 @@ class _ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.state == _CLOSED:
             return
-        stats = self.server.stats
-        stats.bytes_in += len(data)
+        self.server.stats.bytes_in += len(data)
         try:
             self.decoder.feed(data)
-            while self.state != _CLOSED:
+        except ProtocolError as e:
+            self._fail(str(e))
+            return
+        self._process_frames()
+
+    def _process_frames(self) -> None:
+        """Handle buffered frames until none is complete, or until reading is paused: a chunk may hold
+        thousands of small requests, and answering them all while the client reads nothing would buffer
+        their responses without bound."""
+        stats = self.server.stats
+        try:
+            while self.state != _CLOSED and not self.reading_paused:
                 frame = self.decoder.next_frame()
                 if frame is NEED_DATA:
                     break
@@ -228,7 +238,8 @@ class _ServerConnection(asyncio.Protocol):
             self._fail(str(e))
 
     def eof_received(self) -> bool | None:
-        if self.state != _CLOSED and not self.decoder.at_frame_boundary:
+        self._process_frames()
+        if self.state != _CLOSED and not self.decoder.at_frame_boundary and not self.decoder.has_complete_frame:
             self._fail(f"half frame at end of stream ({self.decoder.buffered_bytes} bytes)")
         else:
             self._close("eof", count=None)
@@ -335,6 +346,13 @@ class _ServerConnection(asyncio.Protocol):
         elif not want_pause and self.reading_paused and self.in_flight <= self.server.max_in_flight // 2:
             self.reading_paused = False
             t.resume_reading()
+            if not self.decoder.at_frame_boundary:
+                # Frames read before the pause wait in the decoder; handle them outside the caller's stack.
+                asyncio.get_running_loop().call_soon(self._resume_frames)
+
+    def _resume_frames(self) -> None:
+        if self.state != _CLOSED and not self.reading_paused:
+            self._process_frames()
 
     def _handshake_timed_out(self) -> None:
         self.handshake_timer = None

@@ -88,6 +88,17 @@ class FrameDecoder:
         """True when no partial frame is buffered (so an EOF now is clean)."""
         return self.buffered_bytes == 0
 
+    @property
+    def has_complete_frame(self) -> bool:
+        """True when next_frame() would return a frame (without consuming it)."""
+        for buf, pos in ((self._chunk, self._chunk_pos), (self._buf, self._buf_pos)):
+            if buf is not None and len(buf) - pos >= FRAME_HEADER_SIZE:
+                (length,) = _LENGTH.unpack_from(buf, pos)
+                return MIN_FRAME_BYTES <= length <= self.max_frame_bytes and pos + 4 + length <= len(buf)
+            if buf is not None and len(buf) - pos > 0:
+                return False
+        return False
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._broken:
             raise ProtocolError("decoder already failed")

@@ -11,7 +11,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.errors import NetworkError, QuorumLogError, Timeout, UnknownGroup
 from quorumlog.store.base import Records
 from quorumlog.transport import ClientConnection, PeerLinks
-from quorumlog.transport.frames import FRAME_HEADER, encode_frame
+from quorumlog.transport.frames import FRAME_HEADER, NEED_DATA, FrameDecoder, encode_frame
 from quorumlog.transport.handshake import (
     PROTOCOL_VERSION, Hello, Role, decode_hello_error, decode_hello_ok, encode_hello,
 )
@@ -504,5 +504,69 @@ def test_peer_link_drops_a_server_that_talks_after_hello_ok():
             w.close()
         fake.close()
         await fake.wait_closed()
+
+    run_bounded(main())
+
+
+def test_client_that_does_not_read_is_not_read_either():
+    """Responses to a client that reads nothing pile up only to the write high-water mark, then we stop
+    reading its requests; once it reads, every request is answered."""
+    n, doc = 3000, b"x" * 16 * 1024
+    handled = 0
+
+    def on_client(req, session):
+        nonlocal handled
+        if session.client_name == "witness":
+            return echo_handler(req, session)
+        handled += 1
+        session.send(StatusResponse(req.request_id, ResponseCode.SUCCESS, doc))
+
+    async def main():
+        from quorumlog.transport import codec
+        server = await start_server(on_client=on_client)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_hello(Hello(GROUP, "lazy", Role.CLIENT)))
+        writer.write(b"".join(b"".join(codec.encode(StatusRequest(i))) for i in range(n)))
+        await wait_until(lambda: any(c.reading_paused for c in server.connections), what="server paused reading")
+        (conn,) = server.connections
+        assert handled < n
+        assert conn.transport.get_write_buffer_size() <= 4 * 1024 * 1024 + 512 * 1024
+        await assert_served(server)  # others are served meanwhile
+        got = 0
+        dec = FrameDecoder()
+        while got < n + 1:  # HelloOk + n responses
+            data = await asyncio.wait_for(reader.read(1 << 20), 10)
+            assert data
+            dec.feed(data)
+            while dec.next_frame() is not NEED_DATA:
+                got += 1
+        assert handled == n
+        writer.close()
+        await server.close()
+
+    run_bounded(main())
+
+
+def test_server_stops_reading_at_max_in_flight():
+    async def main():
+        held = []
+        server = await start_server(on_client=lambda r, s: held.append((r, s)), max_in_flight=8)
+        conn = await ClientConnection.open("127.0.0.1", server.port, group=GROUP, client_name="c",
+                                           max_in_flight=100)
+        calls = [asyncio.create_task(conn.call(StatusRequest(i), 10_000)) for i in range(50)]
+        answered = 0
+        while answered < 50:
+            await wait_until(lambda: len(held) == min(8, 50 - answered), what="a window of requests")
+            (sc,) = server.connections
+            if len(held) == 8:
+                assert sc.reading_paused and sc.in_flight == 8
+            batch, held[:] = held[:], []
+            for req, session in batch:
+                session.send(StatusResponse(req.request_id, ResponseCode.SUCCESS, b"%d" % req.request_id))
+            answered += len(batch)
+        results = await asyncio.gather(*calls)
+        assert [r.status_json for r in results] == [b"%d" % i for i in range(50)]
+        await conn.close()
+        await server.close()
 
     run_bounded(main())
