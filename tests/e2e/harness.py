@@ -155,7 +155,7 @@ class Cluster:
         self.stop()
 
     def logs(self) -> str:
-        return "\n".join(f"---- {nid} ----\n{node.log_text()[-6000:]}" for nid, node in self.nodes.items())
+        return "\n".join(f"---- {nid} ----\n{node.log_text()[-4000:]}" for nid, node in self.nodes.items())
 
     def client(self, **kw: Any) -> Client:
         kw.setdefault("timeout_ms", 10_000)
@@ -197,7 +197,8 @@ class Cluster:
                     return st
             if time.monotonic() > deadline:
                 raise AssertionError(f"members did not converge within {timeout_s}s: "
-                                     f"{ {s.id: (s.role, s.term, s.end_index, s.committed_index) for s in sub} }")
+                                     f"{ {s.id: (s.role, s.term, s.end_index, s.committed_index) for s in sub} }"
+                                     f"\n{self.logs()}")
             await asyncio.sleep(0.05)
 
     async def committed_log(self, client: Client, node_id: str) -> list[Entry]:

@@ -200,7 +200,7 @@ def test_full_disk_refuses_appends_with_disk_full_while_reads_work(tmp_path, sma
             status = {nid: s for nid, s in st.items()}
             _report("disk_full", acked=len(history.acked), disk_full_after_entries=disk_full_at,
                     log_len=len(ref), other_codes=codes,
-                    used=[os.statvfs(d).f_bfree for d in small_disks.values()])
+                    free_bytes=[os.statvfs(d).f_bavail * os.statvfs(d).f_frsize for d in small_disks.values()])
             assert all(s.role in ("leader", "follower") for s in status.values())
 
     args = ("--data-segment-size", str(2 * 1024 * 1024), "--index-segment-size", str(64 * 1024),
