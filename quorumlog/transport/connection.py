@@ -23,7 +23,7 @@ import logging
 import random
 import socket
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Iterable, Mapping
 
 from ..codes import ResponseCode

@@ -11,7 +11,7 @@ from quorumlog.errors import ProtocolError
 from quorumlog.store.base import Records
 from quorumlog.store.codec import encode_batch, iter_records
 from quorumlog.transport import codec
-from quorumlog.transport.frames import FRAME_HEADER_SIZE, FrameDecoder, NEED_DATA
+from quorumlog.transport.frames import FrameDecoder, NEED_DATA
 from quorumlog.transport.kinds import Kind
 from quorumlog.wire.client import AppendRequest, ReadResponse
 from quorumlog.wire.messages import PushRequest, PushType

@@ -177,7 +177,6 @@ def test_client_open_raises_unknown_group():
 def test_hello_ok_names_the_server():
     async def main():
         server = await start_server()
-        frames = []
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(encode_hello(Hello(GROUP, "n1", Role.PEER)))
         data = await asyncio.wait_for(reader.readexactly(5), 5)
@@ -187,7 +186,6 @@ def test_hello_ok_names_the_server():
         assert ok.node_id == "n0" and ok.group == GROUP
         writer.close()
         await server.close()
-        del frames
 
     run_bounded(main())
 
