@@ -21,7 +21,8 @@ from ..errors import QuorumLogError
 log = logging.getLogger(__name__)
 
 ASYNC_FLUSH_INTERVAL_MS = 10  # flush mode async: background fsync period (DLedger's flushFileInterval)
-FAILED_FLUSH_BACKOFF_MS = 100
+FAILED_FLUSH_BACKOFF_MS = 100  # first retry after a failed fsync; doubles up to the max
+FAILED_FLUSH_BACKOFF_MAX_MS = 5_000
 
 
 class GroupCommitter:
@@ -39,6 +40,7 @@ class GroupCommitter:
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # serializes worker-thread store I/O (flush, checkpoint)
         self._closed = False
+        self._failures = 0  # consecutive failed fsyncs
         self.fsyncs = 0
 
     @property
@@ -87,12 +89,15 @@ class GroupCommitter:
                 code = e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
                 if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
                     code = ResponseCode.DISK_ERROR
-                log.error("flush failed code=%s reason=%s", code.name, e)
+                self._failures += 1
+                log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
                 self._on_failed(code, str(e))
-                await asyncio.sleep(FAILED_FLUSH_BACKOFF_MS / 1000)
+                backoff_ms = min(FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS * 2 ** (self._failures - 1))
+                await asyncio.sleep(backoff_ms / 1000)
                 self._wake.set()
                 return self._durable
             self.fsyncs += 1
+            self._failures = 0
             self._observe_fsync_s(time.perf_counter() - started)
             if self._truncated_to is not None:
                 durable = min(durable, self._truncated_to)

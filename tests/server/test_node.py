@@ -204,3 +204,19 @@ def test_stop_flushes_and_checkpoints(tmp_path):
         await node.stop()  # idempotent
         assert store.durable_index == 0 and store._checkpoint_committed == 0
     asyncio.run(main())
+
+
+def test_retention_uses_the_lowest_watermark_on_a_leader(tmp_path):
+    async def main():
+        node, transport, store = await _started(tmp_path)
+        calls = []
+        store.delete_expired = lambda now_ms, safe: calls.append((now_ms, safe)) or 0
+        from quorumlog.raft.types import NodeStatus, Role
+        node._core.status = lambda: NodeStatus("n0", Role.LEADER, 1, "n0", 0, 10, 9, {"n0": 10, "n1": 4})
+        await node._retention()
+        node._core.status = lambda: NodeStatus("n0", Role.FOLLOWER, 1, "n1", 0, 10, 9, {})
+        await node._retention()
+        assert [safe for _, safe in calls] == [4, 9]
+        assert all(now_ms > 1_600_000_000_000 for now_ms, _ in calls)  # wall-clock ms, like segment mtimes
+        await node.stop()
+    asyncio.run(main())
