@@ -61,6 +61,7 @@ class Accumulator:
         return await fut
 
     def _take(self) -> list[PendingAppend]:
+        """The next batch: waiting appends in arrival order up to max_batch_bytes (at least one)."""
         batch: list[PendingAppend] = []
         size = 0
         while self._pending:
@@ -68,11 +69,12 @@ class Accumulator:
             if batch and size + len(nxt.body) > self._max_batch_bytes:
                 break
             self._pending.popleft()
+            self._pending_bytes -= len(nxt.body)
             if nxt.future.cancelled():
                 continue  # cancelled before it left: not sent at all
             batch.append(nxt)
             size += len(nxt.body)
-        self._pending_bytes = sum(len(p.body) for p in self._pending) if self._pending else 0
+        assert self._pending_bytes >= 0 and (self._pending or self._pending_bytes == 0)
         if self._pending_bytes < self._max_batch_bytes:
             self._full.clear()
         return batch

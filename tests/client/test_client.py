@@ -138,6 +138,22 @@ def test_concurrent_appends_are_coalesced_into_few_frames_each_with_its_own_inde
     run(go())
 
 
+def test_an_append_cancelled_before_it_left_is_never_sent():
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, max_in_flight=1) as c:
+            await c.append(b"warm")
+            fc.group.append_delay_s = 0.2
+            first = asyncio.ensure_future(c.append(b"in-flight"))
+            await asyncio.sleep(0.05)  # first is on the wire and holds the only slot
+            second = asyncio.ensure_future(c.append(b"cancelled"))
+            await asyncio.sleep(0.01)
+            second.cancel()
+            assert (await first).index == 1
+            third = await c.append(b"after")
+            assert fc.group.bodies == [b"warm", b"in-flight", b"after"] and third.index == 2
+    run(go())
+
+
 def test_linger_and_max_batch_bytes_bound_a_frame():
     async def go():
         async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, linger_ms=20, max_batch_bytes=1000) as c:
