@@ -144,9 +144,11 @@ def test_an_append_cancelled_before_it_left_is_never_sent():
             await c.append(b"warm")
             fc.group.append_delay_s = 0.2
             first = asyncio.ensure_future(c.append(b"in-flight"))
-            await asyncio.sleep(0.05)  # first is on the wire and holds the only slot
+            while len(fc.group.appends()) < 2:  # first is on the wire and holds the only slot
+                await asyncio.sleep(0.005)
             second = asyncio.ensure_future(c.append(b"cancelled"))
-            await asyncio.sleep(0.01)
+            while not c._accumulator._pending:  # queued behind it
+                await asyncio.sleep(0)
             second.cancel()
             assert (await first).index == 1
             third = await c.append(b"after")
