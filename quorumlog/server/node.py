@@ -366,9 +366,7 @@ class Node:
             return
         self._disk_usage = (usage.used, usage.total)
         ratio = usage.used / usage.total if usage.total else 0.0
-        store_full = bool(getattr(self._store, "is_disk_full", lambda: False)()) \
-            if callable(getattr(self._store, "is_disk_full", None)) else False
-        full = ratio >= self.config.disk_full_ratio or store_full
+        full = ratio >= self.config.disk_full_ratio
         if full != self._disk_full:
             log.warning("disk guard node=%s full=%s used_ratio=%.3f limit=%.3f", self.config.node_id, full, ratio,
                         self.config.disk_full_ratio)

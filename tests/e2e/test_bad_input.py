@@ -18,6 +18,8 @@ from quorumlog.codes import ResponseCode
 from quorumlog.errors import DiskFull, EntryTooLarge, UnknownGroup
 from quorumlog.store.codec import decode_records
 from quorumlog.transport import ClientConnection
+from quorumlog.transport.handshake import Hello, Role as HelloRole, decode_hello_error, encode_hello
+from quorumlog.transport.kinds import Kind
 from quorumlog.wire.client import AppendRequest, ReadRequest
 
 from .harness import Cluster, History, check_logs, writer
@@ -68,6 +70,22 @@ async def _garbage_connection(port: int, kind: int, rng: random.Random) -> str:
         w.close()
 
 
+async def _peer_hello(port: int, group: str, node_id: str) -> ResponseCode:
+    """Handshake as a peer; the node's answer code (SUCCESS for HELLO_OK)."""
+    reader, w = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        w.write(encode_hello(Hello(group, node_id, HelloRole.PEER)))
+        head = await asyncio.wait_for(reader.readexactly(5), 5)
+        length, kind = struct.unpack(">IB", head)
+        payload = await asyncio.wait_for(reader.readexactly(length - 1), 5)
+        if kind == Kind.HELLO_OK:
+            return ResponseCode.SUCCESS
+        assert kind == Kind.HELLO_ERROR
+        return ResponseCode(decode_hello_error(memoryview(payload)).code)
+    finally:
+        w.close()
+
+
 def test_garbage_and_a_connection_storm_leave_the_cluster_serving(tmp_path):
     async def main(cluster: Cluster):
         history = History()
@@ -101,12 +119,14 @@ def test_garbage_and_a_connection_storm_leave_the_cluster_serving(tmp_path):
             assert outcomes.get("open", 0) == 0, f"connections left open: {outcomes}"
             closes = _metric(node.http_port, "quorumlog_protocol_error_closes_total")
             assert closes > 0
-            # a wrong group is refused by name
+            # a wrong group is refused by name, and so is a peer that is not a member
             try:
                 await ClientConnection.open("127.0.0.1", node.port, group="other", client_name="x")
                 raise AssertionError("wrong group accepted")
             except UnknownGroup:
                 pass
+            assert await _peer_hello(node.port, "default", "intruder") == ResponseCode.UNKNOWN_MEMBER
+            assert await _peer_hello(node.port, "other", "n1") == ResponseCode.UNKNOWN_GROUP
             await cluster.wait_converged(admin)
             check_logs(history, await cluster.committed_logs(admin))
             _report("garbage_storm", connections=450, outcomes=outcomes, storm_s=round(storm_s, 2),
