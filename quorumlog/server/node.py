@@ -78,6 +78,8 @@ class Node:
         self._tasks: list[asyncio.Task] = []
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
+        self.fatal = asyncio.Event()  # set on fail-stop: the process should exit non-zero
+        self.failed: str | None = None
         self._disk_full = False
         self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
         self._store_bytes = 0
@@ -165,14 +167,23 @@ class Node:
         log.info("node stopped node=%s", self.config.node_id)
 
     # -- the core loop -------------------------------------------------------------------------------------
+    def _fail_stop(self, reason: str) -> None:
+        log.critical("fail-stop node=%s reason=%s", self.config.node_id, reason)
+        self.failed = reason
+        self._events.clear()
+        self._stopping.set()
+        self.fatal.set()
+
     def _step(self, event: Any) -> None:
         """Feed one event to the core and execute the Readys it causes, to quiescence, in order."""
+        if self.failed:
+            return
         self._events.append(event)
         if self._stepping:
             return  # the outer call drains the queue: no reentrancy into the core
         self._stepping = True
         try:
-            while self._events:
+            while self._events and not self.failed:
                 ready = self._core.step(self._events.popleft())
                 if ready:
                     self._execute(ready)
@@ -181,12 +192,18 @@ class Node:
 
     def _execute(self, ready: Ready) -> None:
         store = self._store
-        if ready.hard_state is not None:
-            save_hard_state(self.config.data_dir, ready.hard_state)  # fsync before any vote goes out
-        if ready.truncate_after is not None:
-            store.truncate_after(ready.truncate_after)
-            self._committer.truncated(ready.truncate_after)
-            log.info("truncated node=%s after=%d", self.config.node_id, ready.truncate_after)
+        try:
+            if ready.hard_state is not None:
+                save_hard_state(self.config.data_dir, ready.hard_state)  # fsync before any vote goes out
+            if ready.truncate_after is not None:
+                store.truncate_after(ready.truncate_after)
+                self._committer.truncated(ready.truncate_after)
+                log.info("truncated node=%s after=%d", self.config.node_id, ready.truncate_after)
+        except (OSError, QuorumLogError) as e:
+            # The core already counts on this state; carrying on could grant a vote twice or serve a log
+            # the core thinks is cut. Fail-stop: nothing of this Ready goes out, and the node exits.
+            self._fail_stop(f"cannot persist hard state / truncate: {e}")
+            return
         if ready.appends:
             stored = self._write(ready.appends)
             if stored is not None:

@@ -41,10 +41,17 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
         return EXIT_FAILED
     log.info("node running node=%s address=%s:%d http_port=%d flush=%s", config.node_id, *config.address,
              config.http_port, config.flush)
-    await stop.wait()
-    log.info("signal received; shutting down node=%s", config.node_id)
+    fatal = asyncio.ensure_future(node.fatal.wait())
+    signalled = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([fatal, signalled], return_when=asyncio.FIRST_COMPLETED)
+    fatal.cancel()
+    signalled.cancel()
+    if node.failed:
+        log.error("node failed node=%s reason=%s", config.node_id, node.failed)
+    else:
+        log.info("signal received; shutting down node=%s", config.node_id)
     await node.stop()
-    return EXIT_OK
+    return EXIT_FAILED if node.failed else EXIT_OK
 
 
 def run_node(config: NodeConfig) -> int:

@@ -220,3 +220,18 @@ def test_retention_uses_the_lowest_watermark_on_a_leader(tmp_path):
         assert all(now_ms > 1_600_000_000_000 for now_ms, _ in calls)  # wall-clock ms, like segment mtimes
         await node.stop()
     asyncio.run(main())
+
+
+def test_a_hard_state_that_cannot_be_persisted_stops_the_node_before_sending(tmp_path, monkeypatch):
+    async def main():
+        import quorumlog.server.node as node_module
+
+        def broken(data_dir, hs):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(node_module, "save_hard_state", broken)
+        node, transport, _ = await _started(tmp_path)
+        await asyncio.wait_for(node.fatal.wait(), 5)
+        assert "No space left" in node.failed
+        assert transport.sent == []  # the message that depended on the vote never left
+        await node.stop()
+    asyncio.run(main())
