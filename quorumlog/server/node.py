@@ -280,7 +280,7 @@ class Node:
 
     # -- inputs --------------------------------------------------------------------------------------------
     def _on_peer_message(self, msg: Any) -> None:
-        if not self._stopped.is_set():
+        if not self._stopping.is_set():  # once stopping, nothing new reaches the store after the final flush
             self._step(Receive(msg))
 
     def _on_client_request(self, session: Any, request: Any) -> Any:
