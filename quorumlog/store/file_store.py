@@ -770,6 +770,8 @@ class FileStore:
             self._data.append(seg)
             self._data_starts.append(0)
             self._write_pos = 0
+            self._index_seg(0, create=True)  # created now, not inside the first append
+            self._write_checkpoint(-1)
             return
         begin = self._find_begin(cp)
         self._begin = begin
@@ -828,6 +830,7 @@ class FileStore:
         for seg in self._data[:-1]:
             seg.close_fd()
         self._rebuild_producers()
+        self._index_seg(self._end + 1, create=True)
         log.info("recovered store path=%s begin_index=%d end_index=%d committed_index=%d scanned=%d "
                  "from_checkpoint=%s elapsed_ms=%.1f", self.path, self._begin, self._end, self._committed,
                  max(0, scan.last_index - scan_first + 1), start is not None, (time.monotonic() - t0) * 1000)

@@ -67,17 +67,28 @@ def zero_nonzero(fd: int, start: int, end: int) -> int:
     return rewritten
 
 
-def create_segment_file(path: str, size_bytes: int, preallocate: bool) -> None:
+ZERO = "zero"  # blocks written now: later overwrites + fdatasync need no extent update (fastest appends)
+FALLOCATE = "fallocate"  # blocks reserved at once (no ENOSPC later), written on first use
+SPARSE = "sparse"
+
+
+def create_segment_file(path: str, size_bytes: int, mode: str) -> None:
     """Create a segment of exactly size_bytes, durably (tmp, fill, fsync, rename, fsync dir).
 
-    Zero-filled when `preallocate` (blocks allocated now, so appends never hit ENOSPC or extent updates),
-    sparse otherwise. Raises OSError (ENOSPC...) after removing the partial file.
+    Raises OSError (ENOSPC...) after removing the partial file.
     """
     tmp = path + TMP_SUFFIX
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        if preallocate:
+        if mode == ZERO:
             write_zeros(fd, 0, size_bytes)
+        elif mode == FALLOCATE:
+            try:
+                os.posix_fallocate(fd, 0, size_bytes)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                write_zeros(fd, 0, size_bytes)
         else:
             os.ftruncate(fd, size_bytes)
         os.fsync(fd)
@@ -100,8 +111,10 @@ def _unlink_quietly(path: str) -> None:
 class SegmentAllocator:
     """Creates the next segment file in a background thread (RocketMQ's AllocateMappedFileService idea).
 
-    Zero-filling a 1 GiB segment takes about a second; done inline at rollover it would stall appends.
-    Small segments (tests) are created inline: a thread would cost more than it saves.
+    With preallocation, a segment prepared ahead is zero-filled (the fastest to append into); one needed at
+    once (a new store's first segment, or a rollover that came before the fill finished) is fallocated, since
+    zero-filling 1 GiB inline would stall the open or the append for seconds. Small segments (tests) are
+    zero-filled inline: a thread would cost more than it saves.
     """
 
     BACKGROUND_MIN_BYTES = 8 * 1024 * 1024
@@ -120,7 +133,7 @@ class SegmentAllocator:
 
             def run() -> None:
                 try:
-                    create_segment_file(path, size_bytes, preallocate)
+                    create_segment_file(path, size_bytes, ZERO if preallocate else SPARSE)
                 except BaseException as e:  # reported to take(); the inline retry raises it for real
                     errors.append(e)
 
@@ -137,7 +150,11 @@ class SegmentAllocator:
             if pending[1]:
                 log.warning("background segment allocation failed path=%s error=%s", path, pending[1][0])
         if not os.path.exists(path):
-            create_segment_file(path, size_bytes, preallocate)
+            if not preallocate:
+                mode = SPARSE
+            else:
+                mode = ZERO if size_bytes < self.BACKGROUND_MIN_BYTES else FALLOCATE
+            create_segment_file(path, size_bytes, mode)
 
     def close(self) -> None:
         with self._lock:
