@@ -6,11 +6,12 @@ Exit status 1 when any seed broke an invariant; every failure prints the command
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 
 from .options import PLANTED_BUGS
-from .world import SimResult, run_seed
+from .world import SimResult, run_seed, run_seed_star
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -24,6 +25,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                    help="plant a known bug in the core (RaftConfig.planted_bugs); may repeat")
     p.add_argument("--stop-on-first", action="store_true", help="stop a --seeds run at the first failure")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per seed")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes for a --seeds run (results in seed order)")
     args = p.parse_args(argv)
     if args.seed is not None and args.seeds is not None:
         p.error("--seed and --seeds are exclusive")
@@ -57,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     steps = virtual_ms = 0
     failures: list[SimResult] = []
     by_nodes = {3: 0, 5: 0}
-    for seed in range(args.start, args.start + count):
-        r = run_seed(seed, args.nodes, bugs)
+    seeds = range(args.start, args.start + count)
+    pool = multiprocessing.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else None
+    results = (pool.imap(run_seed_star, [(seed, args.nodes, bugs) for seed in seeds]) if pool
+               else (run_seed(seed, args.nodes, bugs) for seed in seeds))
+    for r in results:
+        seed = r.seed
         steps += r.steps
         virtual_ms += r.virtual_ms
         by_nodes[r.options.node_count] += 1
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             _report_failure(r, out)
             if args.stop_on_first:
                 break
+    if pool:
+        pool.terminate()
     wall_s = time.perf_counter() - started
     ran = by_nodes[3] + by_nodes[5]
     print(f"seeds={ran} ({by_nodes[3]}×3 nodes, {by_nodes[5]}×5 nodes) from {args.start} steps={steps} "

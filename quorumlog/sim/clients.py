@@ -48,7 +48,9 @@ class SimClient:
         self.world.scheduler.after(self.rng.randint(0, 50), self._fill)
 
     def heal(self, now_ms: int) -> None:
+        """Liveness phase: one batch at a time until one sent from now on is acknowledged."""
         self.healed_at_ms = now_ms
+        self.max_in_flight = 1
         self.world.scheduler.after(0, self._fill)
 
     @property

@@ -304,3 +304,8 @@ def run_seed(seed: int, node_count: int | None = None, planted_bugs: frozenset[s
     if digest is not None:
         result.trace_sha256 = digest.hexdigest()
     return result
+
+
+def run_seed_star(args: tuple[int, int | None, frozenset[str]]) -> SimResult:
+    """run_seed(seed, node_count, planted_bugs) for a process pool (must live in an importable module)."""
+    return run_seed(*args)
