@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+from bisect import bisect_left
 
 from ..codes import ResponseCode
 from ..store.base import LogView
@@ -68,6 +69,11 @@ class RaftCore:
         self._next_heartbeat_ms = 0
         self._disk_full_until_ms = -(1 << 62)
         self._watermarks_moved = False
+        # Batch boundaries a push may end at (pushes never split a client batch, so no node ever holds a torn
+        # one that a later leader could commit half of): our own term's batch ends, and the end of the
+        # uncommitted tail we inherited (pushed as one piece, since we do not know its batches).
+        self._batch_ends: list[int] = []
+        self._inherited_end = -1
 
         # outputs of the current step
         self._messages: list[Message] = []
@@ -192,6 +198,8 @@ class RaftCore:
         self.handler.reset()
         self._next_heartbeat_ms = now
         self._disk_full_until_ms = -(1 << 62)
+        self._batch_ends = []
+        self._inherited_end = self.end_index
         self._send_heartbeats()
         if self.end_index > self.committed_index:
             self._append_batch((NOOP_BODY,), None)
@@ -387,7 +395,16 @@ class RaftCore:
         first = self.end_index + 1
         self._appends.append(AppendBatch(first, self.member.term, bodies, self.now_ms, producer))
         self.end_index = first + len(bodies) - 1
+        self._batch_ends.append(self.end_index)
         return first, self.end_index
+
+    def batch_end_at_or_after(self, index: int) -> int:
+        """The first index ≥ `index` a push may end at without splitting a batch."""
+        if index <= self._inherited_end:
+            return self._inherited_end
+        ends = self._batch_ends
+        k = bisect_left(ends, index)
+        return ends[k] if k < len(ends) else self.log.end_index
 
     # -- leader bookkeeping after each step --------------------------------------------------------------
     def _after_leader_step(self) -> None:
@@ -399,6 +416,9 @@ class RaftCore:
             if new > self.committed_index:
                 self._set_committed(new)
                 self.pending.complete_up_to(new, self._completions)
+                ends = self._batch_ends
+                if ends and ends[0] <= new:  # a push ending at or below the commit point needs no boundary
+                    del ends[:bisect_left(ends, new + 1)]
         if self._bug_ack_before_quorum:
             # PLANTED BUG ack_before_quorum (test-only): answer clients once the leader alone stored the batch.
             self.pending.complete_up_to(self.log.end_index, self._completions)

@@ -3,9 +3,13 @@
 States: COMPARE (find the last index where the follower agrees with us) → TRUNCATE (make it drop what
 follows) → APPEND (a window of byte-bounded pushes) ⇄ COMMIT (nothing to push: just the commit index).
 
-- COMPARE walks back fast: to the follower's end if it is shorter, else to before the whole run of the
-  mismatching entry's term (terms never decrease along a log, so binary search finds it).
-- APPEND keeps at most `max_pending_pushes` pushes in flight; a push unanswered for `max_push_timeout_ms`
+- COMPARE finds the *highest* index where the follower agrees with us, so TRUNCATE only ever drops entries
+  that conflict with our log (an entry that matches may be one the follower acknowledged to a quorum; dropping
+  it could lose a committed entry). Matching indexes form a prefix (Raft's log matching), so this is a search
+  between `match_lo` (agrees) and `match_hi` (differs): first guesses are the follower's end and the start of
+  the mismatching entry's term run, then bisection; O(log n) round trips for a follower far behind.
+- APPEND pushes end at batch boundaries (a batch larger than `max_push_batch_bytes` goes whole in one push)
+  and keeps at most `max_pending_pushes` pushes in flight; a push unanswered for `max_push_timeout_ms`
   is sent again. A follower lagging more than `peer_push_throttle_point` bytes gets at most
   `peer_push_quota` bytes per second (DLedger's quota, so one repair does not starve the others).
 - `watermark` is the follower's acknowledged *durable* index in this term (what the QuorumAckChecker
@@ -31,7 +35,8 @@ _SUCCESS = ResponseCode.SUCCESS
 
 class EntryDispatcher:
     __slots__ = ("core", "peer", "state", "compare_index", "next_index", "match_index", "watermark",
-                 "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered")
+                 "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered",
+                 "match_lo", "match_hi")
 
     def __init__(self, core: "RaftCore", peer: str) -> None:
         self.core = core
@@ -46,6 +51,8 @@ class EntryDispatcher:
         self.next_index = 0
         self.compare_index = -1
         self.compare_answered = False
+        self.match_lo = -1
+        self.match_hi = 0
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
@@ -57,7 +64,9 @@ class EntryDispatcher:
     def _enter_compare(self, index: int) -> None:
         log_view = self.core.log
         self.state = PushType.COMPARE
-        self.compare_index = max(min(index, log_view.end_index), log_view.begin_index - 1)
+        self.match_lo = log_view.begin_index - 1  # before our log: agrees trivially
+        self.match_hi = log_view.end_index + 1  # beyond our log: nothing of the follower's there is ours
+        self.compare_index = max(min(index, log_view.end_index), self.match_lo)
         self.pending.clear()
         self.in_flight_ms = None
 
@@ -88,6 +97,14 @@ class EntryDispatcher:
                     first = self.next_index
                     records = log_view.read(first, cfg.max_push_batch_bytes, end)
                     last = records.last_index
+                    if last < end and last > core.committed_index:
+                        # never split a batch: a follower holding half of one could later, as leader,
+                        # commit that half (and an idempotent retry would then write it again)
+                        boundary = core.batch_end_at_or_after(last)
+                        if boundary != last:
+                            records = log_view.read(first, log_view.bytes_between(first, boundary), boundary)
+                            last = records.last_index
+                            assert last == boundary, (last, boundary)
                     assert records.first_index == first and last >= first
                     msg = PushRequest(node, self.peer, term, _APPEND, committed, first - 1, self._prev_term(first - 1),
                                       first, last, records)
@@ -148,14 +165,26 @@ class EntryDispatcher:
                 return False
             self.in_flight_ms = None
             self.compare_answered = True
+            c = self.compare_index
             if m.code == _SUCCESS:
-                if m.end_index == self.compare_index:
-                    self.match_index = max(self.match_index, self.compare_index)
-                    self._enter_append(self.compare_index + 1)
+                self.match_lo = max(self.match_lo, c)
+            else:
+                self.match_hi = min(self.match_hi, c)
+            self.match_hi = min(self.match_hi, m.end_index + 1)  # the follower has nothing beyond its end
+            lo, hi = self.match_lo, self.match_hi
+            assert lo < hi, (lo, hi)
+            if hi == lo + 1:  # lo is the highest agreeing index: everything after it on the follower differs
+                self.compare_index = lo
+                if m.end_index == lo:
+                    self.match_index = max(self.match_index, lo)
+                    self._enter_append(lo + 1)
                 else:
                     self.state = PushType.TRUNCATE
+            elif m.code != _SUCCESS and m.end_index < c:
+                self.compare_index = m.end_index  # probe the follower's end first
             else:
-                self._walk_back(m)
+                guess = self._before_term_run(min(c, hi - 1)) if m.code != _SUCCESS else lo
+                self.compare_index = guess if lo < guess < hi else (lo + hi) // 2
             return False
         if t == PushType.TRUNCATE:
             if self.state is not PushType.TRUNCATE or m.index != self.compare_index or self.in_flight_ms is None:
@@ -166,14 +195,6 @@ class EntryDispatcher:
             else:
                 self._enter_compare(min(self.core.log.end_index, m.end_index))
         return False
-
-    def _walk_back(self, m: PushResponse) -> None:
-        c = self.compare_index
-        if m.end_index < c:
-            c = m.end_index
-        else:
-            c = self._before_term_run(c)
-        self._enter_compare(c)
 
     def _before_term_run(self, index: int) -> int:
         """Largest j < index whose term is lower than term_at(index) (begin_index - 1 if none)."""
@@ -202,7 +223,7 @@ class EntryDispatcher:
         self.in_flight_ms = None  # the next pump sends it again
         if self.state is PushType.COMPARE and not self.compare_answered:
             # never heard back: probe at our end as it is now (we may have grown meanwhile)
-            self.compare_index = self.core.log.end_index
+            self._enter_compare(self.core.log.end_index)
 
     def on_tick(self, now_ms: int) -> None:
         timeout = self.core.config.max_push_timeout_ms

@@ -177,7 +177,9 @@ class EntryHandler:
         if not (i < log_view.begin_index or (i <= core.end_index and log_view.term_at(i) == m.prev_term)):
             self._reply(m, ResponseCode.INCONSISTENT_STATE, i)
             return
-        keep = max(i, core.committed_index)  # never drop a committed entry
+        # The leader asks us to keep only what agrees with its log; never drop what we know agrees with it
+        # (our commit point, or entries it pushed us this term): those may count in a quorum.
+        keep = max(i, core.committed_index, self.matched_end)
         if keep < core.end_index:
             core.truncate_after(keep)
         self.matched_end = keep
