@@ -133,6 +133,40 @@ class Node:
     def request_stop(self) -> None:
         self._stopping.set()
 
+    async def hand_over_leadership(self, timeout_s: float | None = None) -> str | None:
+        """Before a graceful stop: if this node leads, transfer leadership to the most caught-up follower
+        and wait (bounded) until it leads, so a rolling restart costs no election timeout. Returns the new
+        leader's id, or None when nothing was handed over."""
+        st = self._core.status()
+        connected = getattr(self._transport, "connected", lambda peer: True)
+        others = {p: w for p, w in st.watermarks.items() if p != self.config.node_id and connected(p)}
+        if st.role != Role.LEADER or not others or self.failed:
+            return None
+        to = max(others, key=lambda p: others[p])
+        done = asyncio.get_running_loop().create_future()
+
+        class _Waiter:
+            def send(self, response: Any) -> None:
+                if not done.done():
+                    done.set_result(response)
+
+        rid = self._new_request_id()
+        self._pending[rid] = _Pending(_Waiter(), 0, "transfer", time.perf_counter())
+        log.info("handing over leadership node=%s to=%s", self.config.node_id, to)
+        self._step(TransferLeadership(rid, to))
+        timeout_s = timeout_s if timeout_s is not None else 2 * self.config.election_timeout_max_ms / 1000
+        try:
+            response = await asyncio.wait_for(done, timeout_s)
+        except asyncio.TimeoutError:
+            self._pending.pop(rid, None)
+            log.warning("leadership hand-over timed out node=%s to=%s", self.config.node_id, to)
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("leadership hand-over failed node=%s to=%s code=%s", self.config.node_id, to,
+                        response.code.name)
+            return None
+        return response.leader_id or to
+
     async def stop(self) -> None:
         """Graceful: stop accepting, answer parked reads, flush, checkpoint, close. Idempotent."""
         if self._stopped.is_set():

@@ -50,6 +50,14 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
         log.error("node failed node=%s reason=%s", config.node_id, node.failed)
     else:
         log.info("signal received; shutting down node=%s", config.node_id)
+        # A second signal skips the hand-over; the hand-over itself is bounded by 2 election timeouts.
+        handover = asyncio.ensure_future(node.hand_over_leadership())
+        stop.clear()
+        again = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([handover, again], return_when=asyncio.FIRST_COMPLETED)
+        again.cancel()
+        if not handover.done():
+            handover.cancel()
     await node.stop()
     return EXIT_FAILED if node.failed else EXIT_OK
 

@@ -39,6 +39,10 @@ class RealTransport:
     def send(self, msg: Any) -> None:
         self._links.send(msg)
 
+    def connected(self, peer_id: str) -> bool:
+        """Our outbound link to peer_id is up (a stopped peer is not a good transferee)."""
+        return self._links is not None and self._links.connected(peer_id)
+
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self._server is not None:

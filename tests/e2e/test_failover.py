@@ -273,3 +273,33 @@ def test_failover_time_over_ten_kills(tmp_path):
 
     with Cluster(str(tmp_path)) as cluster:
         asyncio.run(main(cluster))
+
+
+def test_sigterm_leader_hands_over_leadership_under_load(tmp_path):
+    """A graceful stop of the leader transfers leadership first: writers barely notice, nothing is lost."""
+    async def main(cluster: Cluster):
+        history = History()
+        async with cluster.client() as admin, cluster.client() as probe:
+            old = await cluster.wait_leader(admin)
+            await probe.append(b"warm-up")
+            finish = await _load(cluster, history, writers=4)
+            await _acks_grow(history, 100)
+            t0 = time.monotonic()
+            cluster.nodes[old].signal(signal.SIGTERM)
+            handover_s = await time_to_first_write(probe, b"probe-after-sigterm")
+            assert cluster.nodes[old].proc.wait(15) == 0
+            new = await cluster.wait_leader(admin, exclude=(old,))
+            await _acks_grow(history, 100)
+            cluster.nodes[old].start()
+            await finish()
+            await cluster.wait_converged(admin)
+            ref = check_logs(history, await cluster.committed_logs(admin))
+            handed = f"handing over leadership node={old} to={new}" in cluster.nodes[old].log_text()
+            _report("sigterm_leader", first_write_after_sigterm_s=round(handover_s, 3), handed_over=handed,
+                    acked=len(history.acked), errors=history.errors, log_len=len(ref),
+                    stop_s=round(time.monotonic() - t0, 3))
+            assert handed
+            assert handover_s < FAILOVER_LIMIT_S
+
+    with Cluster(str(tmp_path)) as cluster:
+        asyncio.run(main(cluster))

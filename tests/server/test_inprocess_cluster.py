@@ -91,3 +91,27 @@ def test_three_nodes_replicate_commit_and_serve_reads_everywhere(tmp_path):
             for n in nodes:
                 await n.stop()
     asyncio.run(main())
+
+
+def test_a_stopping_leader_hands_leadership_over_first(tmp_path):
+    async def main():
+        peers, nodes = await _cluster(tmp_path)
+        try:
+            leader = await _leader(nodes)
+            async with quorumlog.Client(peers, timeout_ms=5_000) as client:
+                await asyncio.gather(*(client.append(b"h%d" % i) for i in range(50)))
+                t0 = time.monotonic()
+                new = await leader.hand_over_leadership()
+                took_s = time.monotonic() - t0
+                assert new is not None and new != leader.config.node_id
+                await leader.stop()
+                rest = [n for n in nodes if n is not leader]
+                assert (await _leader(rest)).config.node_id == new
+                r = await client.append(b"after")
+                assert took_s < leader.config.election_timeout_min_ms / 1000  # no election timeout was waited
+                entries = [e async for e in client.read(0, node=new)]
+                assert entries[r.index].body == b"after"
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(main())
