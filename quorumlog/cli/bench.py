@@ -17,7 +17,8 @@ from rich.table import Table
 
 from ..client import Client
 from ..errors import QuorumLogError
-from .common import ClusterOpt, GroupOpt, JsonOpt, PeersOpt, err_console, out_console, print_json, resolve_target, run
+from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, err_console, out_console, print_json, resolve_target,
+                     run, usage)
 
 MAX_LATENCY_US = 60_000_000  # the histogram's range: 1 µs .. 60 s, 3 significant digits
 
@@ -103,9 +104,24 @@ def bench(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, 
           linger_ms: float = typer.Option(0.0, "--linger-ms", min=0, help="Client linger before a frame leaves"),
           max_in_flight: int = typer.Option(32, "--max-in-flight", min=1, help="Append frames in flight"),
           timeout_ms: int = typer.Option(10_000, "--timeout-ms", min=1, help="Per call, retries included"),
+          failover_kills: int = typer.Option(0, "--failover-kills", min=0,
+                                             help="Instead: kill -9 the leader N times under load (needs --cluster) "
+                                                  "and report kill → first append acked by a new leader"),
           json_out: bool = JsonOpt) -> None:
     """Load generator: appends/s, MB/s, latency p50/p99/p999 (per call) against a running cluster."""
     t = resolve_target(peers, cluster, group)
+    if failover_kills:
+        if cluster is None:
+            usage("--failover-kills needs --cluster DIR (it kills and restarts the nodes listed there)")
+        from .failover import failover
+
+        r = run(failover(t, cluster, failover_kills, writers, value_bytes, timeout_ms))
+        if json_out:
+            print_json(r)
+        else:
+            out_console.print(f"failover over {failover_kills} kills (flush {r['flush']}): median "
+                              f"{r['median_ms']} ms, max {r['max_ms']} ms; each: {r['failover_ms']}")
+        return
     err_console.print(f"bench: {writers} writers × batch {batch} × {value_bytes} B, "
                       f"{warmup_s:g} s warmup + {duration_s:g} s", highlight=False)
     r = run(_bench(t, writers, duration_s, warmup_s, value_bytes, batch, linger_ms, max_in_flight, timeout_ms))

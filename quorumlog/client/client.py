@@ -24,7 +24,7 @@ from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadRespo
                            StatusResponse, TransferLeaderRequest, TransferLeaderResponse)
 from .accumulator import Accumulator, PendingAppend
 from .pool import DEFAULT_MAX_FRAME_BYTES, ConnectionPool
-from .retry import Deadline, backoff_ms, is_retriable, timeout_error
+from .retry import Deadline, backoff_ms, is_leader_search, is_retriable, timeout_error
 from .types import AppendResult, Entry, NodeStatus
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,11 @@ class Client:
 
     `append()` from many tasks at once is coalesced into few frames; each caller still gets its own index.
     Cancelling an awaiting `append()` does not cancel the append: it may still commit.
+
+    Retries: while the leader must be found again (NOT_LEADER, a dead or silent node, an election) the client
+    asks again every ≤ 50 ms until `timeout_ms`, since every wait there adds to the failover users see; other
+    retriable failures (LEADER_PENDING_FULL, WAIT_QUORUM_ACK_TIMEOUT, ...) are retried at most `max_retries`
+    times with exponential backoff up to 1 s. Non-retriable codes raise at once.
     """
 
     def __init__(self, peers: str | dict[str, Address], *, group: str = "default",
@@ -209,6 +214,7 @@ class Client:
         """
         deadline = Deadline.after_ms(self.timeout_ms)
         attempt = 0
+        other_failures = 0  # max_retries bounds these; the search for a leader is bounded by timeout_ms
         last: BaseException | None = None
         while True:
             self._check_alive()
@@ -233,12 +239,14 @@ class Client:
                         ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
                     self._forget_leader(leader)  # it may be dead or paused: ask the group again
             attempt += 1
-            if attempt > self.max_retries or deadline.expired:
+            if not is_leader_search(last):
+                other_failures += 1
+            if other_failures > self.max_retries or deadline.expired:
                 raise timeout_error(f"{what}: {attempt} attempts", last)
             if redirect and attempt <= len(self.peers):
                 log.debug("redirect to leader=%s", self._leader_id)
                 continue  # a named new leader: go there at once
-            await asyncio.sleep(min(backoff_ms(attempt, self._rng), deadline.remaining_ms()) / 1000)
+            await asyncio.sleep(min(backoff_ms(attempt, self._rng, last), deadline.remaining_ms()) / 1000)
 
     def _on_not_leader(self, asked: str, named: str | None) -> bool:
         """Remember the leader a NOT_LEADER named; True when it names a member we did not just ask."""
@@ -301,6 +309,7 @@ class Client:
             raise ValueError(f"read: unknown node {node!r} (members: {', '.join(self.peers)})")
         deadline = Deadline.after_ms(self.timeout_ms + wait_ms)
         attempt = 0
+        other_failures = 0  # max_retries bounds these; the search for a leader is bounded by timeout_ms
         last: BaseException | None = None
         while True:
             self._check_alive()
@@ -322,9 +331,11 @@ class Client:
                 if node is None and target is not None:
                     self._forget_leader(target)
             attempt += 1
-            if attempt > self.max_retries or deadline.expired:
+            if not is_leader_search(last):
+                other_failures += 1
+            if other_failures > self.max_retries or deadline.expired:
                 raise timeout_error(f"read from {start}: {attempt} attempts", last)
-            await asyncio.sleep(min(backoff_ms(attempt, self._rng), deadline.remaining_ms()) / 1000)
+            await asyncio.sleep(min(backoff_ms(attempt, self._rng, last), deadline.remaining_ms()) / 1000)
 
     async def get(self, index: int) -> Entry:
         """The committed entry at `index`; IndexOutOfRange if it is not committed or no longer kept."""

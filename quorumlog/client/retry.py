@@ -10,8 +10,11 @@ from ..codes import ResponseCode
 from ..errors import QuorumLogError, Timeout
 
 RETRY_BACKOFF_MS = 20  # first wait; an election on loopback takes a few hundred ms
-RETRY_BACKOFF_MAX_MS = 1_000
-assert 0 < RETRY_BACKOFF_MS <= RETRY_BACKOFF_MAX_MS
+RETRY_BACKOFF_MAX_MS = 1_000  # an overloaded leader (LEADER_PENDING_FULL, ...) gets room to drain
+# While the group has no (reachable) leader, asking again is cheap (a status round to every member) and each
+# wait adds straight to the failover time users see, so the search polls at this pace, not the full cap.
+LEADER_SEARCH_BACKOFF_MAX_MS = 50
+assert 0 < RETRY_BACKOFF_MS <= LEADER_SEARCH_BACKOFF_MAX_MS <= RETRY_BACKOFF_MAX_MS
 
 # Codes that mean "this node cannot do it now, another try may work" beyond those errors.py marks retriable.
 _ALSO_RETRIABLE = frozenset({
@@ -26,10 +29,23 @@ def is_retriable(err: BaseException) -> bool:
     return isinstance(err, (OSError, TimeoutError))
 
 
-def backoff_ms(attempt: int, rng: random.Random) -> float:
-    """Full-jitter exponential backoff: attempt 1 waits up to RETRY_BACKOFF_MS, doubling to the cap."""
-    cap = min(RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS * (2 ** max(0, attempt - 1)))
+def is_leader_search(err: BaseException | None) -> bool:
+    """True for failures that mean "find the leader again" (no leader yet, it died, it moved)."""
+    return isinstance(err, QuorumLogError) and err.code in _LEADER_SEARCH_CODES
+
+
+def backoff_ms(attempt: int, rng: random.Random, err: BaseException | None = None) -> float:
+    """Exponential backoff with jitter: attempt 1 waits 10–20 ms, doubling up to the cap for `err`."""
+    top = LEADER_SEARCH_BACKOFF_MAX_MS if is_leader_search(err) else RETRY_BACKOFF_MAX_MS
+    cap = min(top, RETRY_BACKOFF_MS * (2 ** max(0, min(attempt, 30) - 1)))
     return cap / 2 + rng.random() * cap / 2
+
+
+# Failures that mean "find the leader again" rather than "the leader is busy".
+_LEADER_SEARCH_CODES = frozenset({
+    ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT, ResponseCode.LEADER_NOT_READY,
+    ResponseCode.TERM_CHANGED, ResponseCode.LEADER_TRANSFERRING,
+})
 
 
 @dataclass(slots=True)

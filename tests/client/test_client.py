@@ -241,6 +241,23 @@ def test_status_lists_every_member_and_marks_the_silent_unreachable():
     run(go())
 
 
+def test_max_retries_bounds_busy_leaders_but_not_the_search_for_a_leader():
+    async def go():
+        async with FakeCluster(leader=None) as fc, quorumlog.Client(fc.peers_text, max_retries=1) as c:
+            async def elect_later():
+                await asyncio.sleep(0.3)  # many leader-search rounds happen meanwhile
+                fc.group.leader_id = "n1"
+
+            elect = asyncio.ensure_future(elect_later())
+            assert (await c.append(b"a")).index == 0
+            await elect
+            fc.group.error_codes = [ResponseCode.LEADER_PENDING_FULL] * 3
+            with pytest.raises(quorumlog.LeaderPendingFull):
+                await c.append(b"b")
+            assert len(fc.group.appends()) == 1 + 2  # first try + max_retries
+    run(go())
+
+
 def test_no_leader_gives_up_within_the_timeout_with_not_leader():
     async def go():
         async with FakeCluster(leader=None) as fc, quorumlog.Client(fc.peers_text, timeout_ms=600) as c:
