@@ -218,3 +218,19 @@ def test_client_survives_kill_9_of_the_leader_without_loss_or_duplicates(cluster
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def test_bench_failover_kills_the_leader_and_restarts_it_from_argv(cluster):
+    d, up = cluster
+    with open(os.path.join(d, "cluster.json")) as f:
+        before = {n["id"]: n["pid"] for n in json.load(f)["nodes"]}
+    r = cli_json("bench", "--cluster", d, "--failover-kills", "1", "--writers", "2", timeout_s=120)
+    assert r["mode"] == "failover" and r["flush"] == "sync" and r["errors"] == 0
+    assert len(r["failover_ms"]) == 1 and 0 < r["failover_ms"][0] < 5_000
+    with open(os.path.join(d, "cluster.json")) as f:
+        after = {n["id"]: n["pid"] for n in json.load(f)["nodes"]}
+    changed = [nid for nid in before if before[nid] != after[nid]]
+    assert len(changed) == 1  # the killed leader (whoever led then), restarted with a new pid
+    assert pid_alive(after[changed[0]]) and not pid_alive(before[changed[0]])
+    status = cli_json("status", "--cluster", d)
+    assert all(s["role"] != "unreachable" for s in status)
