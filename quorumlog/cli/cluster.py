@@ -115,6 +115,7 @@ def _stop_pids(nodes: list[dict], grace_s: float) -> tuple[list[str], list[str]]
     for pid in live.values():
         try:
             os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGCONT)  # a SIGSTOPped node (fault tests) must run to act on SIGTERM
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace_s
