@@ -49,7 +49,8 @@ class Client:
     """Talks to one quorumlog group. Use as `async with quorumlog.Client(peers) as client:`.
 
     `append()` from many tasks at once is coalesced into few frames; each caller still gets its own index.
-    Cancelling an awaiting `append()` does not cancel the append: it may still commit.
+    Cancelling an awaiting `append()` drops the entry only if it has not left yet; once its frame is on the
+    wire it may still commit (and retries of that frame continue for the other callers in it).
 
     Retries: while the leader must be found again (NOT_LEADER, a dead or silent node, an election) the client
     asks again every ≤ 50 ms until `timeout_ms`, since every wait there adds to the failover users see; other
