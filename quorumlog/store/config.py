@@ -43,6 +43,8 @@ class StoreConfig:
                     raise ValueError(f"preallocate must be a bool, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{f.name} must be a number, got {value!r}")
+            elif f.name.endswith(("_bytes", "_entries", "_ms")) and not isinstance(value, int):
+                raise ValueError(f"{f.name} must be an integer, got {value!r}")
         if self.max_entry_bytes < 1:
             raise ValueError(f"max_entry_bytes must be >= 1, got {self.max_entry_bytes}")
         if self.data_segment_size_bytes < max(MIN_DATA_SEGMENT_BYTES, self.max_record_bytes + codec.MIN_BLANK_SIZE):

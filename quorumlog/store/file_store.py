@@ -761,7 +761,12 @@ class FileStore:
                     os.unlink(os.path.join(d, name))
         remove_stale_tmp(self.path)
         self._open_segments()
-        cp = read_checkpoint(self._checkpoint_path)
+        try:
+            cp = read_checkpoint(self._checkpoint_path)
+        except CorruptEntry as e:
+            # Written atomically, so this is a damaged disk: fall back to scanning the whole log.
+            log.error("ignoring unreadable checkpoint, scanning the whole log: %s", e)
+            cp = None
         if not self._data:
             if cp is not None and cp.end_index >= 0:
                 raise RecoveryError(f"checkpoint says end_index {cp.end_index} but {self._data_dir} has no segments",

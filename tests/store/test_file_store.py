@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -12,7 +13,7 @@ import threading
 
 import pytest
 
-from quorumlog.errors import CorruptEntry, DiskFull, IndexOutOfRange
+from quorumlog.errors import CorruptEntry, DiskError, DiskFull, IndexOutOfRange
 from quorumlog.store import FileStore, RecoveryError, StoreConfig, atomic_write_file, codec
 from quorumlog.store.checkpoint import read_checkpoint
 from quorumlog.store.segments import list_segments
@@ -426,4 +427,91 @@ def test_flush_from_a_thread_while_appending(tmp_path):
     final = s.flush()
     assert final == len(bodies) - 1
     check_prefix(s, bodies, final)
+    s.close()
+
+
+def test_flush_never_claims_entries_written_during_its_sync(tmp_path, monkeypatch):
+    """Appends that land while fdatasync runs are not covered by that flush's answer."""
+    s = FileStore(str(tmp_path / "g"), SMALL)
+    s.append_batch(1, [b"a", b"b"], 1)
+    real = os.fdatasync
+    landed = []
+
+    def sync_with_a_concurrent_append(fd):
+        if not landed:
+            landed.append(s.append_batch(1, [b"c"] * 3, 2))  # what the event loop does meanwhile
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", sync_with_a_concurrent_append)
+    assert s.flush() == 1 == s.durable_index
+    monkeypatch.setattr(os, "fdatasync", real)
+    assert landed == [4]
+    assert s.flush() == 4
+    s.close()
+
+
+def test_unreadable_checkpoint_falls_back_to_a_full_scan(tmp_path):
+    path = str(tmp_path / "g")
+    with FileStore(path, SMALL) as s:
+        bodies = fill(s, 20)
+    with open(os.path.join(path, "checkpoint"), "r+b") as f:
+        f.write(b"garbage")
+    with FileStore(path, SMALL) as s:
+        check_prefix(s, bodies, len(bodies) - 1)
+
+
+def test_integer_keys_refuse_floats():
+    with pytest.raises(ValueError, match="data_segment_size_bytes"):
+        StoreConfig(data_segment_size_bytes=4096.0)
+
+
+def _failing_pwrite(real, err: int, on_call: int):
+    calls = {"n": 0}
+
+    def pwrite(fd, data, offset):
+        calls["n"] += 1
+        if calls["n"] == on_call:
+            raise OSError(err, os.strerror(err))
+        return real(fd, data, offset)
+
+    return pwrite
+
+
+def test_enospc_mid_batch_is_undone_and_reported_as_disk_full(tmp_path, monkeypatch):
+    path = str(tmp_path / "g")
+    s = FileStore(path, unsafe_config())
+    bodies = fill(s, 5)
+    real = os.pwrite
+    # call 1 writes the records, call 2 the index units: fail the units, after the records are in the file
+    monkeypatch.setattr(os, "pwrite", _failing_pwrite(real, errno.ENOSPC, on_call=2))
+    with pytest.raises(DiskFull):
+        s.append_batch(1, [b"lost-1", b"lost-2"], 1)
+    monkeypatch.setattr(os, "pwrite", real)
+    assert s.end_index == len(bodies) - 1
+    check_prefix(s, bodies, len(bodies) - 1)
+    s.flush()
+    s._close_files()
+    s._closed = True
+    with FileStore(path, unsafe_config()) as s2:  # the undone records must not come back on recovery
+        assert s2.end_index == len(bodies) - 1
+        check_prefix(s2, bodies, len(bodies) - 1)
+
+
+def test_eio_fails_writes_for_good_reads_go_on(tmp_path, monkeypatch):
+    s = FileStore(str(tmp_path / "g"), SMALL)
+    bodies = fill(s, 5)
+    real = os.fdatasync
+
+    def eio(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(DiskError):
+        s.flush()
+    monkeypatch.setattr(os, "fdatasync", real)
+    with pytest.raises(DiskError):  # after a failed fsync the page cache cannot be trusted: no more writes
+        s.append_batch(1, [b"x"], 1)
+    with pytest.raises(DiskError):
+        s.flush()
+    check_prefix(s, bodies, len(bodies) - 1)
     s.close()
