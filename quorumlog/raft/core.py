@@ -283,8 +283,9 @@ class RaftCore:
                 self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS))
         elif t is HeartbeatResponse:
             if member.role is _LEADER:
+                prev_heard_ms = self.last_heard_ms[m.frm]
                 self.last_heard_ms[m.frm] = self.now_ms
-                self.dispatchers[m.frm].on_heartbeat_response()
+                self.dispatchers[m.frm].on_heartbeat_response(prev_heard_ms)
         elif t is VoteRequest:
             if m.pre_vote:
                 self.elector.on_pre_vote_request(m)

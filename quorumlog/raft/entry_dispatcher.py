@@ -9,8 +9,9 @@ follows) → APPEND (a window of byte-bounded pushes) ⇄ COMMIT (nothing to pus
   between `match_lo` (agrees) and `match_hi` (differs): first guesses are the follower's end and the start of
   the mismatching entry's term run, then bisection; O(log n) round trips for a follower far behind.
 - APPEND pushes end at batch boundaries (a batch larger than `max_push_batch_bytes` goes whole in one push)
-  and keeps at most `max_pending_pushes` pushes in flight; a push unanswered for `max_push_timeout_ms`
-  is sent again. A follower lagging more than `peer_push_throttle_point` bytes gets at most
+  and keeps at most `max_pending_pushes` pushes in flight; when the oldest push stays unanswered for
+  `max_push_timeout_ms` the dispatcher goes back to COMPARE (one small request) and resumes from what the
+  follower really holds. A follower lagging more than `peer_push_throttle_point` bytes gets at most
   `peer_push_quota` bytes per second (DLedger's quota, so one repair does not starve the others).
 - `watermark` is the follower's acknowledged *durable* index in this term (what the QuorumAckChecker
   counts); `match_index` is what we know it holds (used to decide when a transfer may start).
@@ -64,7 +65,8 @@ class EntryDispatcher:
     def _enter_compare(self, index: int) -> None:
         log_view = self.core.log
         self.state = PushType.COMPARE
-        self.match_lo = log_view.begin_index - 1  # before our log: agrees trivially
+        # Before our log agrees trivially; so does what it acknowledged as durable in this term.
+        self.match_lo = max(log_view.begin_index - 1, self.watermark)
         self.match_hi = log_view.end_index + 1  # beyond our log: nothing of the follower's there is ours
         self.compare_index = max(min(index, log_view.end_index), self.match_lo)
         self.pending.clear()
@@ -212,12 +214,16 @@ class EntryDispatcher:
                 hi = mid - 1
         return lo
 
-    def on_heartbeat_response(self) -> None:
-        """The follower is reachable: a COMPARE/TRUNCATE lost while it was not is sent again now."""
+    def on_heartbeat_response(self, prev_heard_ms: int) -> None:
+        """The follower is reachable again: what we sent while it was not is lost, do not wait for timeouts."""
         core = self.core
-        if (self.state is not _APPEND and self.in_flight_ms is not None
-                and core.now_ms - self.in_flight_ms >= core.config.heartbeat_interval_ms):
-            self._compare_timed_out()
+        if self.state is not _APPEND:
+            if self.in_flight_ms is not None and core.now_ms - self.in_flight_ms >= core.config.heartbeat_interval_ms:
+                self._compare_timed_out()
+        elif self.pending and core.now_ms - prev_heard_ms > 2 * core.config.heartbeat_interval_ms:
+            oldest_sent_ms = next(iter(self.pending.values()))[1]
+            if oldest_sent_ms > prev_heard_ms:
+                self._enter_compare(core.log.end_index)
 
     def _compare_timed_out(self) -> None:
         self.in_flight_ms = None  # the next pump sends it again
@@ -228,10 +234,13 @@ class EntryDispatcher:
     def on_tick(self, now_ms: int) -> None:
         timeout = self.core.config.max_push_timeout_ms
         if self.state is _APPEND:
-            for p in self.pending.values():
-                if now_ms - p[1] >= timeout:
-                    log.debug("push timeout peer=%s first=%d last=%d: resend", self.peer, p[2].first_index, p[0])
-                    p[1] = now_ms
-                    self.core.send(p[2])
+            if self.pending:
+                oldest = next(iter(self.pending.values()))
+                if now_ms - oldest[1] >= timeout:
+                    # Lost (or the follower is stuck): find out what it holds rather than resending the whole
+                    # window at once (after a partition heals that would be a burst past the quota).
+                    log.debug("push timeout peer=%s first=%d last=%d: compare", self.peer, oldest[2].first_index,
+                              oldest[0])
+                    self._enter_compare(self.core.log.end_index)
         elif self.in_flight_ms is not None and now_ms - self.in_flight_ms >= timeout:
             self._compare_timed_out()

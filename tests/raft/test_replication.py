@@ -327,3 +327,75 @@ def test_skip_compare_lets_a_divergent_follower_keep_a_wrong_entry(bug):
     except CorruptEntry:
         diverged = True  # the store's chain CRC refused an APPEND that does not follow its log
     assert diverged is bug
+
+
+def test_pushes_never_split_an_uncommitted_batch():
+    c = Cluster(3, max_push_batch_bytes=100)  # smaller than one record of these batches
+    leader = c.elect()
+    c.run(200)
+    start = len(c.sent)
+    a = c.append(leader, [b"a" * 50] * 10)
+    b = c.append(leader, [b"b" * 50] * 7)
+    c.deliver()
+    assert c.completions[a].code == c.completions[b].code == ResponseCode.SUCCESS
+    spans = {(m.first_index, m.last_index) for m in c.sent[start:]
+             if isinstance(m, PushRequest) and m.push_type == PushType.APPEND}
+    assert spans <= {(0, 9), (10, 16), (0, 16)}, spans
+
+
+def test_truncate_keeps_entries_that_already_match_this_leader():
+    c, leader, target, held = _leader_with_captured_pushes(3)
+    for m in held:
+        c.step(target, Receive(m))
+    c.deliver()
+    assert c.nodes[target].store.end_index == 2
+    start = len(c.sent)
+    term = c.core(leader).term
+    c.step(target, Receive(PushRequest(leader, target, term, PushType.TRUNCATE, -1, prev_index=0,
+                                       prev_term=c.nodes[leader].store.term_at(0))))
+    assert c.nodes[target].store.end_index == 2  # entries 1 and 2 came from this leader: kept
+    resp = next(m for m in c.sent[start:] if isinstance(m, PushResponse) and m.push_type == PushType.TRUNCATE)
+    assert resp.code == ResponseCode.SUCCESS and resp.end_index == 2
+
+
+@pytest.mark.parametrize("throttled", [True, False])
+def test_lagging_follower_is_throttled_to_the_push_quota(throttled):
+    quota = 2_000
+    c = Cluster(3, max_push_batch_bytes=500, peer_push_quota=quota,
+                peer_push_throttle_point=1_000 if throttled else 1 << 40)
+    leader = c.elect()
+    lagger = next(n for n in c.ids if n != leader)
+    c.isolate(lagger)
+    for i in range(40):
+        rid = c.append(leader, [b"%03d" % i + b"z" * 100])
+    c.run_until(lambda: rid in c.completions)
+    c.run(600)  # cut off for a while
+    seen: dict[int, tuple[int, int]] = {}  # first index -> (time ms, bytes) of each push the lagger gets
+    c.drop_filter = lambda m: (isinstance(m, PushRequest) and m.to == lagger and m.records is not None
+                               and m.first_index not in seen
+                               and seen.setdefault(m.first_index, (c.now_ms, m.records.size_bytes)) is None)
+    c.heal()
+    took = c.run_until(lambda: c.nodes[lagger].store.end_index == 39, 20_000)
+    assert c.bodies(lagger) == c.bodies(leader)
+    per_second: dict[int, int] = {}
+    for t, size in seen.values():  # resends of pushes lost while it was cut off count when first sent
+        per_second[t // 1000] = per_second.get(t // 1000, 0) + size
+    total = sum(per_second.values())
+    assert total >= 40 * (56 + 103)  # every record (header + body) was sent
+    if throttled:
+        assert max(per_second.values()) <= quota + 500  # the quota, overshot by at most one push
+        assert took >= 1_000 * (total // (quota + 500) - 1)
+    else:
+        assert took < 400  # the heartbeat answer after the heal shows the follower is back
+
+
+def test_status_reports_role_indexes_and_watermarks():
+    c = Cluster(3)
+    leader = c.elect()
+    rid = c.append(leader, [b"s"])
+    c.run_until(lambda: rid in c.completions)
+    st = c.core(leader).status()
+    assert st.role is Role.LEADER and st.leader_id == leader and st.committed_index == 0 and st.end_index == 0
+    assert st.watermarks == {n: 0 for n in c.ids}
+    fst = c.core(next(n for n in c.ids if n != leader)).status()
+    assert fst.role is Role.FOLLOWER and fst.watermarks == {} and fst.leader_id == leader
