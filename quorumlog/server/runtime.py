@@ -33,6 +33,7 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: _dump_tasks(node))  # `kill -USR1 PID`: where is every task waiting?
     try:
         await node.start()
     except OSError as e:
@@ -60,6 +61,17 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
             handover.cancel()
     await node.stop()
     return EXIT_FAILED if node.failed else EXIT_OK
+
+
+def _dump_tasks(node=None) -> None:
+    import io
+    if node is not None and hasattr(node._transport, "dead_links"):
+        for peer, exc in node._transport.dead_links().items():
+            log.error("peer link task ended peer=%s", peer, exc_info=exc)
+    for task in asyncio.all_tasks():
+        out = io.StringIO()
+        task.print_stack(limit=8, file=out)
+        log.warning("task %s:\n%s", task.get_name(), out.getvalue())
 
 
 def run_node(config: NodeConfig) -> int:

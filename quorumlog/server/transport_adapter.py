@@ -6,6 +6,7 @@ place that knows the transport's constructor arguments is here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ class RealTransport:
         self._metrics = metrics
         self._server: Any = None
         self._links: Any = None
+        self._watchdog: asyncio.Task | None = None
 
     async def start(self, on_peer_message: Callable[[Any], None],
                     on_client_request: Callable[[Any, Any], None]) -> None:
@@ -34,10 +36,34 @@ class RealTransport:
             on_client_request=lambda request, session: on_client_request(session, request), max_frame_bytes=cfg.max_frame_bytes,
             max_connections=cfg.max_connections, handshake_timeout_ms=cfg.handshake_timeout_ms,
             on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
+        self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
         log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.listen_port)
 
     def send(self, msg: Any) -> None:
         self._links.send(msg)
+
+    async def watch_links(self, interval_s: float = 0.5) -> None:
+        """Restart a peer link whose writer task died. Works around a transport bug seen with uvloop: a peer
+        that accepts and closes at once makes the handshake's transport.write raise RuntimeError ("handler
+        is closed"), which _PeerLink.run does not catch, so that link stayed down for good."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for peer, exc in self.dead_links().items():
+                link = self._links._links[peer]
+                log.error("peer link task died; restarting it node=%s peer=%s error=%r", self._config.node_id,
+                          peer, exc)
+                link.task = asyncio.get_running_loop().create_task(link.run(), name=f"peer-link-{peer}")
+
+    def dead_links(self) -> dict[str, BaseException | None]:
+        """Peer links whose writer task ended although the links are open (a transport bug if any)."""
+        out: dict[str, BaseException | None] = {}
+        if self._links is None or self._links.closing:
+            return out
+        for peer, link in getattr(self._links, "_links", {}).items():
+            task = getattr(link, "task", None)
+            if task is not None and task.done():
+                out[peer] = None if task.cancelled() else task.exception()
+        return out
 
     def connected(self, peer_id: str) -> bool:
         """Our outbound link to peer_id is up (a stopped peer is not a good transferee)."""
@@ -54,6 +80,10 @@ class RealTransport:
             await self._server.stop_accepting()
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
         if self._links is not None:
             await self._links.close()
         if self._server is not None:

@@ -277,6 +277,7 @@ class ThrottleProxy:
         self.listen_port = listen_port
         self.target_port = target_port
         self.rate_bytes_s: float | None = None
+        self.events: list[str] = []  # accepts and upstream connects, for a failing test's message
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -286,11 +287,14 @@ class ThrottleProxy:
         return self
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.events.append(f"{time.strftime('%H:%M:%S')} accept {writer.get_extra_info('peername')}")
         try:
             up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
+        except OSError as e:
+            self.events.append(f"{time.strftime('%H:%M:%S')} upstream failed {e!r}")
             writer.close()
             return
+        self.events.append(f"{time.strftime('%H:%M:%S')} upstream ok {up_w.get_extra_info('sockname')}")
         self._writers.update((writer, up_w))
         for t in (asyncio.create_task(self._pump(reader, up_w, throttled=True)),
                   asyncio.create_task(self._pump(up_r, writer, throttled=False))):

@@ -216,7 +216,10 @@ def test_follower_on_a_slow_link_catches_up_after_it_recovers(tmp_path):
                 if leader == "n2":  # the slow follower must be a follower
                     await admin.transfer_leader("n0")
                     leader = await cluster.wait_leader(admin, exclude=("n2",))
-                await cluster.wait_converged(admin)  # n2 is reachable through the proxy
+                try:
+                    await cluster.wait_converged(admin)  # n2 is reachable through the proxy
+                except AssertionError as e:
+                    raise AssertionError(f"{e}\nproxy events: {proxy.events}") from None
                 finish = await _load(cluster, history, writers=4, body_bytes=32 * 1024)
                 await _acks_grow(history, 50)
                 proxy.rate_bytes_s = 64 * 1024
