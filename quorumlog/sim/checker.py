@@ -35,6 +35,9 @@ class Violation(Exception):
         self.kind = kind
         self.detail = detail
 
+    def __reduce__(self):  # results cross process pools (--jobs)
+        return (Violation, (self.kind, self.detail))
+
 
 @dataclass(slots=True)
 class Op:

@@ -40,6 +40,7 @@ class SimNode:
         self.steps = 0
         self._follow_ups: deque[Event] = deque()
         self._stepping = False
+        self._role_seen: tuple | None = None
         self.core = core_factory(config, self.store, self.hard_state, self._new_rng(), world.scheduler.now_ms)
 
     def _new_rng(self) -> random.Random:
@@ -59,6 +60,7 @@ class SimNode:
         """A new core from the persisted HardState and what the store kept."""
         assert not self.alive
         self.alive = True
+        self._role_seen = None
         self.core = self.core_factory(self.config, self.store, self.hard_state, self._new_rng(),
                                       self.world.scheduler.now_ms)
         self.world.checker.on_restart(self)
@@ -79,6 +81,10 @@ class SimNode:
                 if ready:
                     self._execute(ready)
                 self.world.checker.after_node_step(self)
+                role = (self.core.role, self.core.term)
+                if role != self._role_seen:
+                    self._role_seen = role
+                    self.world.trace_line(lambda: f"{self.node_id} is {role[0].value} of term {role[1]}")
         finally:
             self._stepping = False
 

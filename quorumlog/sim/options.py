@@ -2,6 +2,9 @@
 
 The options come from random.Random(seed); the world draws from random.Random(world_seed(seed)), a stream
 of its own, so overriding an option (--nodes) leaves the rest of a seed's world as it was.
+
+Changing how options are drawn turns every seed into another world: pinned seeds
+(tests/sim/test_regressions.py) must then be re-pinned.
 """
 
 from __future__ import annotations

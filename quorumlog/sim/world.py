@@ -146,6 +146,8 @@ class World:
         if node.alive:
             self.trace_line(lambda: f"{target} <- append req={event.request_id}")
             node.step(event)
+        else:
+            self.trace_line(lambda: f"{target} is down: append req={event.request_id} lost")
 
     def on_completion(self, node: SimNode, completion: Completion) -> None:
         rid = completion.request_id
