@@ -143,20 +143,22 @@ class EntryDispatcher:
         """Handle a follower's answer; returns True if the watermark moved."""
         t = m.push_type
         if t is _APPEND or t == PushType.APPEND:
-            if self.state is not _APPEND:
-                return False  # a late answer to a push of an earlier round
             code = m.code
             if code == _SUCCESS:
+                # A durable, matching watermark of this term: true whatever state we are in now (it may
+                # overtake the answer to the COMPARE that preceded it).
                 moved = m.index > self.watermark
                 if moved:
                     self.watermark = m.index
                 if m.index > self.match_index:
                     self.match_index = m.index
                 pending = self.pending
-                if pending:
+                if pending and self.state is _APPEND:
                     for first in [f for f, p in pending.items() if p[0] <= m.index]:
                         del pending[first]
                 return moved
+            if self.state is not _APPEND:
+                return False  # a late answer to a push of an earlier round
             if code == ResponseCode.REPEATED_PUSH:
                 return False  # the follower holds that push already, waiting for an earlier one
             log.debug("push rejected peer=%s code=%s index=%d end=%d", self.peer, code, m.index, m.end_index)

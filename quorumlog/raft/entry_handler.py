@@ -192,8 +192,8 @@ class EntryHandler:
         learns its followers' watermarks without waiting for new entries."""
         core = self.core
         wm = self.watermark()
-        if wm > self.acked:
-            self.acked = wm
+        if wm >= 0:  # always, even if sent before: the leader re-COMPAREs exactly when it lost our acks
+            self.acked = max(self.acked, wm)
             core.send(PushResponse(core.config.node_id, m.frm, core.member.term, _APPEND, _SUCCESS, wm,
                                    core.end_index, core.log.begin_index))
         self.ack_owed = wm < self.matched_end
