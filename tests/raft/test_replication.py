@@ -399,3 +399,31 @@ def test_status_reports_role_indexes_and_watermarks():
     assert st.watermarks == {n: 0 for n in c.ids}
     fst = c.core(next(n for n in c.ids if n != leader)).status()
     assert fst.role is Role.FOLLOWER and fst.watermarks == {} and fst.leader_id == leader
+
+
+def test_lost_acks_are_recovered_through_compare():
+    c = Cluster(3)
+    leader = c.elect()
+    c.run(200)
+    c.drop_filter = lambda m: isinstance(m, PushResponse) and m.push_type == PushType.APPEND
+    rid = c.append(leader, [b"x"])
+    c.deliver()
+    c.drop_filter = None
+    assert rid not in c.completions  # stored and durable everywhere, but every ack was lost
+    took = c.run_until(lambda: rid in c.completions, 3_000)
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    assert took <= c.core(leader).config.max_push_timeout_ms + 50
+
+
+def test_an_ack_that_overtakes_the_compare_answer_still_counts():
+    c = Cluster(3)
+    leader = c.elect()
+    rid = c.append(leader, [b"x"])
+    c.run_until(lambda: rid in c.completions)
+    follower = next(n for n in c.ids if n != leader)
+    d = c.core(leader).dispatchers[follower]
+    d.watermark = -1  # as if its acks had not arrived yet
+    d._enter_compare(0)
+    assert d.state == PushType.COMPARE
+    d.on_response(PushResponse(follower, leader, c.core(leader).term, PushType.APPEND, ResponseCode.SUCCESS, 0, 0))
+    assert d.watermark == 0
