@@ -149,7 +149,7 @@ class Checker:
         holders = [n.node_id for n in self.nodes.values()
                    if n.store.durable_index >= index and n.store.chain_crc_at(index) == chain]
         if len(holders) < self.majority:
-            raise Violation("commit_without_quorum", f"{by} commits {index} but only {holders or 'no node'} "
+            raise Violation("commit_without_quorum", f"{by} committed {index} but only {holders or 'no node'} "
                                                      f"hold it durably (majority {self.majority})")
 
     def _extend(self, index: int, term: int, chain: int, body: bytes) -> None:
@@ -216,6 +216,13 @@ class Checker:
         op.acked = True
         self.acked_batches += 1
         self.max_acked_index = max(self.max_acked_index, c.last_index)
+
+    def on_crash(self, node: "SimNode") -> None:
+        """A crash may cost a node its unflushed tail, committed or not (a leader commits on its followers'
+        durable copies while its own flush is still running); the committed log must stay durable on a
+        majority all the same."""
+        if self.committed_index >= 0:
+            self._check_majority_durable(self.committed_index, f"crash of {node.node_id}:")
 
     def on_restart(self, node: "SimNode") -> None:
         """After a crash the store keeps its durable prefix; its checkpointed commit point must still match."""

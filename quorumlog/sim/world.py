@@ -168,6 +168,7 @@ class World:
         self.trace_line(lambda: f"FAULT crash {node.node_id} (end={node.store.end_index} "
                                 f"durable={node.store.durable_index} keep_unflushed={keep})")
         node.crash(keep)
+        self.checker.on_crash(node)
 
     def restart(self, node: SimNode) -> None:
         self.trace_line(lambda: f"FAULT restart {node.node_id} (end={node.store.end_index} "
