@@ -631,7 +631,9 @@ class _PeerLink:
                 await self._write_loop()
             except asyncio.CancelledError:
                 raise
-            except (OSError, NetworkError, ProtocolError, asyncio.TimeoutError, QuorumLogError) as e:
+            except (OSError, NetworkError, ProtocolError, asyncio.TimeoutError, QuorumLogError, RuntimeError) as e:
+                # RuntimeError: uvloop's "handler is closed" when writing to a socket the peer already shut;
+                # like any link error it means reconnect, never a link that stays down for good.
                 self.stats.last_error = f"{type(e).__name__}: {e}"
                 if self.stats.connected:
                     log.info("peer link down node=%s peer=%s error=%r", links.node_id, self.peer_id, e)
