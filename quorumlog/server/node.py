@@ -265,7 +265,9 @@ class Node:
         try:
             for a in appends:
                 if isinstance(a, AppendBatch):
-                    end = store.append_batch(a.term, a.bodies, a.timestamp_ms, a.producer)
+                    # The store timestamp is wall-clock ms (users and Spark read it as a date); the core's
+                    # own clock is monotonic and only drives its timers.
+                    end = store.append_batch(a.term, a.bodies, time.time_ns() // 1_000_000, a.producer)
                 else:
                     assert isinstance(a, AppendRecords)
                     assert a.first_index == store.end_index + 1, (a.first_index, store.end_index)
