@@ -25,6 +25,17 @@ def encode_records_and_units(first_index: int, term: int, bodies: Sequence[bytes
 
     `tag` (a producer tag) is appended to the last body and sets its channel bit.
     """
+    parts, units, chain = encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc,
+                                                 tag)
+    return b"".join(parts), units, chain
+
+
+def encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int,
+                           first_pos: int, prev_chain_crc: int,
+                           tag: bytes | None = None) -> tuple[list, bytes, int]:
+    """Like encode_records_and_units, but the records as [header, body, header, body, ...] for pwritev:
+    handing the kernel the caller's bodies costs ~0.4 µs per 1 KiB entry against ~1.1-1.6 for joining them
+    into one buffer first (bench/store.py, cpu_1024B_x4096)."""
     hpack, cpack, upack = HEADER.pack, CHAIN.pack, INDEX_UNIT.pack
     parts: list[bytes] = []
     units: list[bytes] = []
@@ -50,4 +61,4 @@ def encode_records_and_units(first_index: int, term: int, bodies: Sequence[bytes
                   body_size))
         add(body)
         add_unit(upack(INDEX_MAGIC, pos, total, index, term))
-    return b"".join(parts), b"".join(units), chain
+    return parts, b"".join(units), chain

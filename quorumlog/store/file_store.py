@@ -18,7 +18,6 @@ rewritten under a running fdatasync.
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import threading
@@ -28,29 +27,27 @@ from typing import Sequence
 from ..errors import CorruptEntry, DiskError, DiskFull, EmptyBatch, EntryTooLarge, IndexOutOfRange
 from . import codec
 from .base import ProducerBatch, Records
-from .checkpoint import CHECKPOINT_NAME, Checkpoint, read_checkpoint, remove_stale_tmp, write_checkpoint
+from .checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
 from .codec import (
     BLANK_MAGIC, CHAIN, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE,
     POS, PRODUCER_TAG, PRODUCER_TAG_SIZE, Entry, crc32c,
 )
 from .config import StoreConfig
 from .disk_guard import DiskGuard
-from .encoder import encode_records_and_units, producer_tag
-from .files import TMP_SUFFIX, SegmentAllocator, fsync_dir, is_enospc, write_zeros, zero_nonzero
+from .encoder import encode_parts_and_units, encode_records_and_units, producer_tag
+from .files import SegmentAllocator, fsync_dir, is_enospc, write_zeros
 from .producers import ProducerTable
-from .recovery import RecoveryError, check_record, scan_forward
-from .segments import Segment, list_segments, segment_name
+from .recover_on_open import RecoverOnOpen
+from .recovery import check_record
+from .segments import Segment, segment_name
 
 log = logging.getLogger(__name__)
 
-# On a torn tail, bytes this far past the cut are zeroed; anything further out cannot pass for a record of
-# this log (see recovery.py) and is overwritten by later appends.
-TORN_TAIL_ZERO_BYTES = 8 * 1024 * 1024
-
 _EMPTY_CHAIN = 0  # chain seed of entry 0
+IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
 
 
-class FileStore:
+class FileStore(RecoverOnOpen):
     """LogStore on disk; see the module docstring for the layout and the threading rules."""
 
     def __init__(self, path: str, config: StoreConfig | None = None) -> None:
@@ -242,9 +239,9 @@ class FileStore:
         total = sum(lengths) + HEADER_SIZE * n + (PRODUCER_TAG_SIZE if tag else 0)
         seg = self._data[-1]
         if self._write_pos + total + MIN_BLANK_SIZE <= seg.end:  # the common case: one segment
-            records, units, chain = encode_records_and_units(first, term, bodies, timestamp_ms, self._write_pos,
-                                                             self._end_chain, tag)
-            self._commit_write([(seg, self._write_pos, records)], [], units, first, first + n - 1, term, chain,
+            parts, units, chain = encode_parts_and_units(first, term, bodies, timestamp_ms, self._write_pos,
+                                                         self._end_chain, tag)
+            self._commit_write([(seg, self._write_pos, parts)], [], units, first, first + n - 1, term, chain,
                                self._write_pos + total)
         else:
             sizes = [HEADER_SIZE + x for x in lengths]
@@ -257,8 +254,11 @@ class FileStore:
                 for k, (a, b, pos) in enumerate(plan):
                     seg = self._segment_for_part(k, pos, new_segs)
                     part = bodies[a:b]
-                    records, units, chain = encode_records_and_units(
-                        index, term, part, timestamp_ms, pos, chain, tag if b == n else None) if part else (b"", b"", chain)
+                    if part:
+                        records, units, chain = encode_records_and_units(
+                            index, term, part, timestamp_ms, pos, chain, tag if b == n else None)
+                    else:  # not even the first record fits before the segment end: only its blank
+                        records, units = b"", b""
                     index += b - a
                     all_units.append(units)
                     end_pos = pos + len(records)
@@ -555,7 +555,10 @@ class FileStore:
         unit_writes = self._unit_writes(first, units)
         try:
             for seg, pos, buf in writes:
-                self._pwrite_all(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
+                if isinstance(buf, list):
+                    self._pwritev_all(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
+                else:
+                    self._pwrite_all(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
             for useg, off, ubuf in unit_writes:
                 self._pwrite_all(useg.writable_fd(), ubuf, off, useg.path, done, useg)
         except BaseException:
@@ -568,9 +571,10 @@ class FileStore:
                 self._data.append(seg)
                 self._data_starts.append(seg.start)
             for seg, pos, buf in writes:
-                if seg.first_index < 0 and pos == seg.start and len(buf) >= HEADER_SIZE \
-                        and HEADER.unpack_from(buf, 0)[0] == ENTRY_MAGIC:
-                    seg.first_index = HEADER.unpack_from(buf, 0)[2]
+                head = buf[0] if isinstance(buf, list) else buf
+                if seg.first_index < 0 and pos == seg.start and len(head) >= HEADER_SIZE \
+                        and HEADER.unpack_from(head, 0)[0] == ENTRY_MAGIC:
+                    seg.first_index = HEADER.unpack_from(head, 0)[2]
                 seg.last_write_ms = now_ms
                 self._dirty_data[id(seg)] = seg
             for useg, _off, _buf in unit_writes:
@@ -597,6 +601,26 @@ class FileStore:
         try:
             while written < len(view):
                 written += os.pwrite(fd, view[written:], off + written)
+        except OSError as e:
+            done.append((seg, off, written))
+            raise self._disk_error("write", path, e) from e
+        done.append((seg, off, written))
+
+    def _pwritev_all(self, fd: int, parts: list, off: int, path: str, done: list, seg: Segment) -> None:
+        """One pwritev per IOV_MAX buffers (one call for batches up to IOV_MAX/2 entries, never one per entry)."""
+        written = 0
+        try:
+            for i in range(0, len(parts), IOV_MAX):
+                chunk = parts[i:i + IOV_MAX]
+                want = sum(map(len, chunk))
+                n = os.pwritev(fd, chunk, off + written)
+                written += n
+                if n < want:  # a short write (signal, nearly full disk): finish this chunk the plain way
+                    rest = memoryview(b"".join(chunk))[n:]
+                    while rest:
+                        m = os.pwrite(fd, rest, off + written)
+                        written += m
+                        rest = rest[m:]
         except OSError as e:
             done.append((seg, off, written))
             raise self._disk_error("write", path, e) from e
@@ -751,227 +775,6 @@ class FileStore:
     def _report_corrupt(self, path: str, offset: int, index: int, why: str) -> None:
         self._note_corrupt(path, offset, index, why)
         raise CorruptEntry(f"corrupt record for index {index} in {path} at offset {offset}: {why}")
-
-    # -- recovery ----------------------------------------------------------------------------------
-    def _recover(self) -> None:
-        t0 = time.monotonic()
-        for d in (self._data_dir, self._index_dir):
-            for name in os.listdir(d):
-                if name.endswith(TMP_SUFFIX):
-                    os.unlink(os.path.join(d, name))
-        remove_stale_tmp(self.path)
-        self._open_segments()
-        try:
-            cp = read_checkpoint(self._checkpoint_path)
-        except CorruptEntry as e:
-            # Written atomically, so this is a damaged disk: fall back to scanning the whole log.
-            log.error("ignoring unreadable checkpoint, scanning the whole log: %s", e)
-            cp = None
-        if not self._data:
-            if cp is not None and cp.end_index >= 0:
-                raise RecoveryError(f"checkpoint says end_index {cp.end_index} but {self._data_dir} has no segments",
-                                    path=self._data_dir, offset=0)
-            seg = self._new_data_segment(0)
-            self._data.append(seg)
-            self._data_starts.append(0)
-            self._write_pos = 0
-            self._index_seg(0, create=True)  # created now, not inside the first append
-            self._write_checkpoint(-1)
-            return
-        begin = self._find_begin(cp)
-        self._begin = begin
-        start = self._scan_start(cp, begin)
-        if start is None:  # from the beginning
-            prev = _EMPTY_CHAIN if begin == 0 else None
-            scan = scan_forward(self._data, 0, 0, begin, prev, -1)
-            scan_first = begin
-        else:
-            seg_i, off, e_index, e_term, e_chain = start
-            scan = scan_forward(self._data, seg_i, off, e_index + 1, e_chain, e_term)
-            scan_first = e_index + 1
-        cp_end = cp.end_index if cp is not None else -1
-        bad_seg = self._data[scan.seg_i]
-        if scan.last_index < cp_end:
-            raise RecoveryError(
-                f"checkpoint end_index {cp_end} is ahead of the valid data: last valid entry is {scan.last_index},"
-                f" then {scan.reason or 'end of data'} in {bad_seg.path} at offset {scan.offset}",
-                path=bad_seg.path, offset=scan.offset)
-        # From here on we repair: cut the torn tail, drop later segments, rebuild index units.
-        if scan.torn:
-            log.warning("cutting torn tail file=%s offset=%d reason=%s last_valid_index=%d", bad_seg.path,
-                        scan.offset, scan.reason, scan.last_index)
-            fd = bad_seg.writable_fd()
-            zero_nonzero(fd, scan.offset, min(bad_seg.size_bytes, scan.offset + TORN_TAIL_ZERO_BYTES))
-        for seg in self._data[scan.seg_i + 1:]:
-            log.warning("dropping data segment after the end of the log path=%s", seg.path)
-            seg.delete()
-        del self._data[scan.seg_i + 1:]
-        del self._data_starts[scan.seg_i + 1:]
-        for seg_i, idx in scan.segment_firsts.items():
-            self._data[seg_i].first_index = idx
-        self._end = scan.last_index
-        self._write_pos = self._data[scan.seg_i].start + scan.offset
-        if self._end >= self._begin:
-            self._end_term, self._end_chain = scan.last_term, scan.last_chain
-        else:
-            self._end_term, self._end_chain = -1, _EMPTY_CHAIN
-        if scan.units:
-            self._write_units(scan_first, bytes(scan.units))
-        for seg in self._data:
-            if seg.first_index < 0 and self._end >= self._begin:
-                seg.first_index = self._first_index_at_or_after(seg.start)
-        self._drop_index_segments_after(self._end)
-        # Make what we scanned durable (it may only have been in the page cache), then checkpoint it.
-        for seg in self._data[0 if start is None else start[0]:]:
-            os.fdatasync(seg.writable_fd())
-        for seg in list(self._index.values()):
-            if seg.fd is not None:
-                os.fdatasync(seg.fd)
-        fsync_dir(self._data_dir)
-        fsync_dir(self._index_dir)
-        self._durable = self._end
-        self._committed = min(cp.committed_index, self._end) if cp is not None else -1
-        self._write_checkpoint(self._end)
-        for seg in self._data[:-1]:
-            seg.close_fd()
-        self._rebuild_producers()
-        self._index_seg(self._end + 1, create=True)
-        log.info("recovered store path=%s begin_index=%d end_index=%d committed_index=%d scanned=%d "
-                 "from_checkpoint=%s elapsed_ms=%.1f", self.path, self._begin, self._end, self._committed,
-                 max(0, scan.last_index - scan_first + 1), start is not None, (time.monotonic() - t0) * 1000)
-
-    def _open_segments(self) -> None:
-        seg_size = self.config.data_segment_size_bytes
-        found = list_segments(self._data_dir)
-        for k, (start, path) in enumerate(found):
-            size = found[k + 1][0] - start if k + 1 < len(found) else max(seg_size, os.path.getsize(path))
-            self._data.append(Segment(start, path, size))
-            self._data_starts.append(start)
-        index_found = list_segments(self._index_dir)
-        if index_found:
-            # The files' own geometry wins over the config (it may have changed): the gap between
-            # consecutive names, or a lone file's size when larger than the config's.
-            if len(index_found) > 1:
-                units = min(b[0] - a[0] for a, b in zip(index_found, index_found[1:]))
-            else:
-                size = os.path.getsize(index_found[0][1])
-                units = max(self._units_per_index, size // INDEX_UNIT_SIZE)
-            if units != self._units_per_index:
-                log.warning("index segments hold %d units, config says %d: keeping the files' geometry",
-                            units, self._units_per_index)
-                self._units_per_index = units
-            for start, path in index_found:
-                if start % self._units_per_index:
-                    raise RecoveryError(f"index segment {path} does not start at a multiple of "
-                                        f"{self._units_per_index} units", path=path, offset=0)
-                self._index[start] = Segment(start, path, self._units_per_index * INDEX_UNIT_SIZE)
-
-    def _find_begin(self, cp: Checkpoint | None) -> int:
-        """begin_index: 0 for a log whose first segment starts at offset 0 (retention never deleted
-        anything), else the index in the first record's header, confirmed by its CRC or its index unit."""
-        first = self._data[0]
-        if first.start == 0:
-            return 0
-        h = HEADER.unpack_from(first.view, 0)
-        why, _ = check_record(first.view, 0, first.size_bytes, first.start, h[2], None)
-        if why is None:
-            return h[2]
-        useg = self._index_seg(h[2])
-        if h[0] == ENTRY_MAGIC and useg is not None:
-            unit = INDEX_UNIT.unpack_from(useg.view, (h[2] - useg.start) * INDEX_UNIT_SIZE)
-            if unit[0] == INDEX_MAGIC and unit[1] == first.start and unit[3] == h[2]:
-                return h[2]  # the record is damaged but its place is known: reads will refuse it
-        raise RecoveryError(f"first record of {first.path} at offset 0 is unreadable ({why}): cannot tell "
-                            f"begin_index", path=first.path, offset=0)
-
-    def _first_index_at_or_after(self, pos: int) -> int:
-        """Smallest index whose record starts at or after global offset `pos`, by binary search over the
-        index units (the records themselves may be damaged; -1 if none)."""
-        lo, hi = self._begin, self._end + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._unit(mid)[0] >= pos:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo if lo <= self._end else -1
-
-    def _scan_start(self, cp: Checkpoint | None, begin: int) -> tuple[int, int, int, int, int] | None:
-        """(seg_i, offset after entry E, E, term, chain) for the checkpoint's entry E, if it checks out."""
-        if cp is None or cp.end_index < begin:
-            return None
-        e = cp.end_index
-        useg = self._index_seg(e)
-        if useg is None:
-            log.warning("checkpoint entry %d has no index segment: scanning from the beginning", e)
-            return None
-        magic, pos, size, idx, term = INDEX_UNIT.unpack_from(useg.view, (e - useg.start) * INDEX_UNIT_SIZE)
-        i = bisect.bisect_right(self._data_starts, pos) - 1
-        if magic != INDEX_MAGIC or idx != e or i < 0 or pos >= self._data[i].end:
-            log.warning("checkpoint entry %d has a bad index unit in %s: scanning from the beginning", e, useg.path)
-            return None
-        seg = self._data[i]
-        why, h = check_record(seg.view, pos - seg.start, seg.size_bytes, seg.start, e, None)
-        if why is None and h[1] != size:
-            why = f"size {h[1]} disagrees with its index unit ({size})"
-        if why is None and not self._chain_confirmed(e, h, i, pos - seg.start + size):
-            why = "its chain crc agrees with neither neighbour"
-        if why is not None:
-            log.warning("checkpoint entry %d unreadable in %s at offset %d (%s): scanning from the beginning",
-                        e, seg.path, pos - seg.start, why)
-            return None
-        return i, pos - seg.start + size, e, h[3], h[6]
-
-    def _chain_confirmed(self, e: int, h: tuple, seg_i: int, next_off: int) -> bool:
-        """Entry e's chain field continues e-1's, or e+1 continues it: the scan may start from it."""
-        if e == 0:
-            prev: int | None = _EMPTY_CHAIN
-        elif e - 1 >= self._begin:
-            try:
-                pos, _size, _ = self._unit(e - 1)
-                pseg = self._data_seg(pos)
-                prev = HEADER.unpack_from(pseg.view, pos - pseg.start)[6]
-            except (CorruptEntry, IndexOutOfRange):
-                prev = None
-        else:
-            return True  # e is the first entry kept: nothing to compare with
-        if prev is not None and codec.chain_crc_of(prev, h[2], h[3], h[5], h[7], h[8], h[9]) == h[6]:
-            return True
-        seg, off = self._data[seg_i], next_off
-        if off + MIN_BLANK_SIZE <= seg.size_bytes and codec.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
-            if seg_i + 1 >= len(self._data):
-                return False
-            seg, off = self._data[seg_i + 1], 0
-        why, _ = check_record(seg.view, off, seg.size_bytes, seg.start, e + 1, h[6])
-        return why is None
-
-    def _write_units(self, first: int, units: bytes) -> None:
-        for useg, off, ubuf in self._unit_writes(first, units):
-            os.pwrite(useg.writable_fd(), ubuf, off)
-            self._dirty_index[id(useg)] = useg
-
-    def _rebuild_producers(self) -> None:
-        self._producers.clear()
-        n = self.config.producer_scan_entries
-        if n <= 0 or self._end < self._begin:
-            return
-        for index in range(max(self._begin, self._end - n + 1), self._end + 1):
-            useg = self._index_seg(index)
-            if useg is None:
-                continue
-            magic, pos, size, idx, _term = INDEX_UNIT.unpack_from(useg.view, (index - useg.start) * INDEX_UNIT_SIZE)
-            i = bisect.bisect_right(self._data_starts, pos) - 1
-            if magic != INDEX_MAGIC or idx != index or i < 0 or pos - self._data_starts[i] + size > self._data[i].size_bytes:
-                continue
-            seg, off = self._data[i], pos - self._data_starts[i]
-            if not HEADER.unpack_from(seg.view, off)[5] & codec.CHANNEL_PRODUCER_TAG:
-                continue
-            why, _h = check_record(seg.view, off, seg.size_bytes, seg.start, index, None)
-            if why is not None:  # a damaged tag must not poison the dedup table
-                self._note_corrupt(seg.path, off, index, why)
-                continue
-            client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)
-            self._producers.remember(client_id, seq, index - count + 1, index)
 
     def _close_files(self) -> None:
         self._allocator.close()

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from ..errors import CorruptEntry
 from .codec import (
-    BLANK, BLANK_MAGIC, CHAIN, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, MIN_BLANK_SIZE, PRODUCER_TAG_SIZE,
+    BLANK, BLANK_MAGIC, CHAIN, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT,
+    MIN_BLANK_SIZE, PRODUCER_TAG_SIZE,
     crc32c,
 )
 from .segments import Segment
@@ -62,7 +63,8 @@ def check_record(view, off: int, seg_size: int, seg_start: int, expected_index: 
         return f"pos {pos}, expected {seg_start + off}", h
     if crc32c(view[off + HEADER_SIZE: off + total]) != body_crc:
         return "body crc mismatch", h
-    if prev_chain is not None and crc32c(CHAIN.pack(index, term, channel, body_crc, ts, body_size), prev_chain) != chain:
+    if prev_chain is not None and \
+            crc32c(CHAIN.pack(index, term, channel, body_crc, ts, body_size), prev_chain) != chain:
         return "chain crc mismatch", h
     return None, h
 

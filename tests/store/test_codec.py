@@ -47,7 +47,8 @@ def test_store_encoder_is_byte_identical_to_codec(bodies, first, pos, chain, pro
     records, units, chain2 = encode_records_and_units(first, 3, bodies, 77, pos, chain, tag)
     assert records == bytes(buf) and chain2 == last_chain
     offsets = [pos + sum(sizes[:i]) for i in range(len(sizes))]
-    assert units == b"".join(codec.encode_index_unit(p, s, first + i, 3) for i, (p, s) in enumerate(zip(offsets, sizes)))
+    assert units == b"".join(codec.encode_index_unit(p, s, first + i, 3)
+                             for i, (p, s) in enumerate(zip(offsets, sizes)))
 
 
 @common

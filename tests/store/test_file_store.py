@@ -482,8 +482,8 @@ def test_enospc_mid_batch_is_undone_and_reported_as_disk_full(tmp_path, monkeypa
     s = FileStore(path, unsafe_config())
     bodies = fill(s, 5)
     real = os.pwrite
-    # call 1 writes the records, call 2 the index units: fail the units, after the records are in the file
-    monkeypatch.setattr(os, "pwrite", _failing_pwrite(real, errno.ENOSPC, on_call=2))
+    # records go out with pwritev, the index units with pwrite: fail the units, after the records are written
+    monkeypatch.setattr(os, "pwrite", _failing_pwrite(real, errno.ENOSPC, on_call=1))
     with pytest.raises(DiskFull):
         s.append_batch(1, [b"lost-1", b"lost-2"], 1)
     monkeypatch.setattr(os, "pwrite", real)
