@@ -226,8 +226,8 @@ class RaftCore:
             if member.role is _LEADER and m.term == member.term:
                 log.error("two leaders in term %d: %s and %s", m.term, member.node_id, m.frm)
                 return
+            # (the EntryHandler's state survives a same-term re-follow: a term has one leader)
             self.step_down(m.term, m.frm)
-            self.handler.reset()
             self.transfer.observe_leader(m.term, m.frm)
             self.elector.reset_timer()
         self.elector.heard_from_leader()
@@ -275,11 +275,11 @@ class RaftCore:
         elif t is PushRequest:
             self._follow(m)
             if member.role is not _LEADER:
-                self.handler.on_push(m)
+                self.handler.for_current_term().on_push(m)
         elif t is HeartbeatRequest:
             self._follow(m)
             if member.role is not _LEADER:
-                self.follower_commit(m.committed_index, self.handler.matched_end)
+                self.follower_commit(m.committed_index, self.handler.for_current_term().matched_end)
                 self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS))
         elif t is HeartbeatResponse:
             if member.role is _LEADER:
@@ -313,7 +313,7 @@ class RaftCore:
             if now_ms >= self._next_heartbeat_ms:
                 self._send_heartbeats()
         else:
-            self.handler.on_tick(now_ms)
+            self.handler.for_current_term().on_tick(now_ms)
 
     def _send_heartbeats(self) -> None:
         self._next_heartbeat_ms = self.now_ms + self.config.heartbeat_interval_ms
@@ -330,7 +330,7 @@ class RaftCore:
         if self.member.role is _LEADER:
             self._watermarks_moved = True
         else:
-            self.handler.on_durable()
+            self.handler.for_current_term().on_durable()
 
     def _on_store_failed(self, event: StoreFailed) -> None:
         log.warning("store failed node=%s code=%s reason=%s", self.config.node_id, event.code.name, event.reason)

@@ -49,21 +49,27 @@ def _record_at(data, first_index: int, index: int) -> tuple[int, int]:
 
 
 class EntryHandler:
-    __slots__ = ("core", "buffer", "matched_end", "acked", "ack_owed")
+    __slots__ = ("core", "term", "buffer", "matched_end", "acked", "ack_owed")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
         self.buffer: dict[int, tuple[PushRequest, int]] = {}  # first_index -> (push, received_ms)
-        self.matched_end = core.committed_index
-        self.acked = -1
-        self.ack_owed = False
+        self.reset()
 
     def reset(self) -> None:
-        """A new term (or a new leader): nothing of the old leader's is trusted beyond the commit point."""
+        """A new term: nothing of an earlier leader's is trusted beyond the commit point."""
+        self.term = self.core.member.term
         self.buffer.clear()
         self.matched_end = min(self.core.committed_index, self.core.end_index)
         self.acked = -1
         self.ack_owed = False
+
+    def for_current_term(self) -> "EntryHandler":
+        """`matched_end` is about the leader of `term` (a term has one leader); any term change voids it,
+        however it happened (a vote, a campaign, a message)."""
+        if self.term != self.core.member.term:
+            self.reset()
+        return self
 
     def watermark(self) -> int:
         return min(self.core.durable_index, self.matched_end)

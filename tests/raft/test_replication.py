@@ -427,3 +427,29 @@ def test_an_ack_that_overtakes_the_compare_answer_still_counts():
     assert d.state == PushType.COMPARE
     d.on_response(PushResponse(follower, leader, c.core(leader).term, PushType.APPEND, ResponseCode.SUCCESS, 0, 0))
     assert d.watermark == 0
+
+
+def test_a_follower_never_acks_an_earlier_terms_entries_to_a_new_leader():
+    """F held 0..5 from n0 (term 1), then campaigned (term 2). n2 leads term 2 and holds only 0..2 of them:
+    F must acknowledge 2, not 5 — its earlier agreement was with another leader."""
+    import random
+
+    from quorumlog.raft.core import RaftCore
+    from quorumlog.raft.types import Durable, HardState, RaftConfig
+    from quorumlog.store.memory import MemoryStore
+
+    source = MemoryStore()
+    source.append_batch(1, [b"e%d" % i for i in range(6)], 0)
+    store = MemoryStore()
+    cfg = RaftConfig(node_id="n1", peers=("n0", "n1", "n2"), pre_vote=False)
+    f = RaftCore(cfg, store, HardState(1, None), random.Random(3), 0)
+    recs = source.read(0, 1 << 20)
+    ready = f.step(Receive(PushRequest("n0", "n1", 1, PushType.APPEND, -1, -1, -1, 0, 5, recs)))
+    store.append_records(ready.appends[0].data)
+    f.step(Durable(store.flush()))
+    assert f.handler.matched_end == 5
+    f.step(Tick(f.elector.election_deadline_ms))  # campaigns: term 2
+    assert f.term == 2 and f.role is Role.CANDIDATE
+    msgs = f.step(Receive(PushRequest("n2", "n1", 2, PushType.COMPARE, -1, prev_index=2, prev_term=1))).messages
+    acks = [m for m in msgs if isinstance(m, PushResponse) and m.push_type == PushType.APPEND]
+    assert [a.index for a in acks] == [2]
