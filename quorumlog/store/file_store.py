@@ -56,7 +56,7 @@ class FileStore(RecoverOnOpen):
         self.max_entry_bytes = self.config.max_entry_bytes
         self.corrupt_records = 0  # distinct records found corrupt and refused (a metric)
         self._corrupt_seen: set[tuple[str, int]] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._sync_lock = threading.RLock()
         self._allocator = SegmentAllocator()
         self._data_dir = os.path.join(self.path, "data")
@@ -121,9 +121,17 @@ class FileStore(RecoverOnOpen):
         return self._disk.ratio
 
     def term_at(self, index: int) -> int:
+        with self._lock:  # retention may run on a worker thread
+            return self._term_at(index)
+
+    def _term_at(self, index: int) -> int:
         return self._unit(index)[2]
 
     def chain_crc_at(self, index: int) -> int:
+        with self._lock:  # retention may run on a worker thread
+            return self._chain_crc_at(index)
+
+    def _chain_crc_at(self, index: int) -> int:
         if index == self._end and index >= self._begin:
             return self._end_chain
         pos, size, _term = self._unit(index)
@@ -131,6 +139,10 @@ class FileStore(RecoverOnOpen):
         return HEADER.unpack_from(seg.view, pos - seg.start)[6]
 
     def bytes_between(self, start: int, end: int) -> int:
+        with self._lock:  # retention may run on a worker thread
+            return self._bytes_between(start, end)
+
+    def _bytes_between(self, start: int, end: int) -> int:
         if end < start:
             return 0
         ps, _ss, _ = self._unit(start)
@@ -144,14 +156,18 @@ class FileStore(RecoverOnOpen):
         return total
 
     def end_for_bytes(self, start: int, max_bytes: int, max_count: int) -> int:
+        with self._lock:  # retention may run on a worker thread
+            return self._end_for_bytes(start, max_bytes, max_count)
+
+    def _end_for_bytes(self, start: int, max_bytes: int, max_count: int) -> int:
         self._check_range(start)
         last = min(self._end, start + max(1, max_count) - 1)
-        if self.bytes_between(start, last) <= max_bytes:
+        if self._bytes_between(start, last) <= max_bytes:
             return last
         lo, hi = start, last  # largest j with bytes_between(start, j) <= max_bytes, at least start
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.bytes_between(start, mid) <= max_bytes:
+            if self._bytes_between(start, mid) <= max_bytes:
                 lo = mid
             else:
                 hi = mid - 1
@@ -168,6 +184,10 @@ class FileStore(RecoverOnOpen):
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, index: int) -> Entry:
+        with self._lock:  # retention may run on a worker thread
+            return self._get(index)
+
+    def _get(self, index: int) -> Entry:
         pos, size, term = self._unit(index)
         seg = self._data_seg(pos)
         off = pos - seg.start
@@ -182,6 +202,10 @@ class FileStore(RecoverOnOpen):
         return Entry(index, term, h[8], user_body)
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
+        with self._lock:  # retention may run on a worker thread
+            return self._read(start, max_bytes, end)
+
+    def _read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
         """Raw records as memoryview slices of the segments' mmaps (zero-copy), every one CRC-checked.
 
         A corrupt record is never served: the read stops before it (CorruptEntry if it is the first).
@@ -191,7 +215,7 @@ class FileStore(RecoverOnOpen):
         last = self._end if end is None else min(end, self._end)
         if start > last:
             return Records(start, start - 1, (), 0)
-        stop = self.end_for_bytes(start, max_bytes, last - start + 1)
+        stop = self._end_for_bytes(start, max_bytes, last - start + 1)
         pos, _size, _term = self._unit(start)
         seg_i = self._data_seg_i(pos)
         seg = self._data[seg_i]
@@ -381,7 +405,7 @@ class FileStore(RecoverOnOpen):
                 self._durable = min(self._durable, index)
                 if index >= self._begin:
                     self._end_term = self.term_at(index)
-                    self._end_chain = self.chain_crc_at_record(index)
+                    self._end_chain = self._record_chain_crc(index)
                 else:
                     self._end_term, self._end_chain = -1, _EMPTY_CHAIN
             for d in dropped:
@@ -444,21 +468,23 @@ class FileStore(RecoverOnOpen):
                     break
                 if now_ms - seg.last_write_ms < reserved_ms:
                     break
-                with self._lock:
+                gone = [seg]
+                with self._lock:  # readers hold it too: none is inside a segment we drop
                     del self._data[0]
                     del self._data_starts[0]
                     self._dirty_data.pop(id(seg), None)
                     self._begin = nxt.first_index
-                seg.delete()
+                    u = self._units_per_index
+                    for start in sorted(self._index):
+                        if start + u <= self._begin:
+                            useg = self._index.pop(start)
+                            self._dirty_index.pop(id(useg), None)
+                            gone.append(useg)
+                for g in gone:  # Records handed out earlier keep their maps alive (see Segment.close)
+                    g.delete()
                 deleted += 1
                 log.info("retention deleted segment path=%s begin_index=%d", seg.path, self._begin)
             if deleted:
-                u = self._units_per_index
-                for start in sorted(self._index):
-                    if start + u <= self._begin:
-                        useg = self._index.pop(start)
-                        self._dirty_index.pop(id(useg), None)
-                        useg.delete()
                 fsync_dir(self._data_dir)
                 fsync_dir(self._index_dir)
         return deleted
@@ -759,7 +785,7 @@ class FileStore(RecoverOnOpen):
         seg = self._data_seg(pos)
         return HEADER.unpack_from(seg.view, pos - seg.start)[6]
 
-    def chain_crc_at_record(self, index: int) -> int:
+    def _record_chain_crc(self, index: int) -> int:
         pos, _size, _ = self._unit(index)
         seg = self._data_seg(pos)
         return HEADER.unpack_from(seg.view, pos - seg.start)[6]

@@ -515,3 +515,39 @@ def test_eio_fails_writes_for_good_reads_go_on(tmp_path, monkeypatch):
         s.flush()
     check_prefix(s, bodies, len(bodies) - 1)
     s.close()
+
+
+def test_retention_on_a_worker_thread_while_reading(tmp_path):
+    """The runtime runs delete_expired in asyncio.to_thread while the loop serves reads: a read either finds
+    its entry or gets IndexOutOfRange (retention moved begin past it), never anything else."""
+    cfg = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
+                      disk_full_ratio=1.0, file_reserved_hours=0)
+    with FileStore(str(tmp_path / "g"), cfg) as s:
+        bodies = fill(s, 120)
+        s.flush()
+        errors: list[BaseException] = []
+
+        def retention():
+            try:
+                for safe in range(0, len(bodies) - 1, 3):
+                    s.delete_expired(10 ** 15, safe)
+            except BaseException as e:  # surfaced below
+                errors.append(e)
+
+        t = threading.Thread(target=retention)
+        t.start()
+        served = 0
+        while t.is_alive() or served == 0:
+            for i in range(0, len(bodies), 7):
+                try:
+                    assert s.get(i).body == bodies[i]
+                    r = s.read(i, 3000)
+                    assert [e.body for e in codec.decode_records(b"".join(bytes(c) for c in r.chunks))] == \
+                        bodies[i: r.last_index + 1]
+                    served += 1
+                except IndexOutOfRange:
+                    pass
+        t.join(30)
+        assert not errors and served > 0
+        assert s.begin_index > 0
+        assert s.corrupt_records == 0
