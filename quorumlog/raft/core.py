@@ -20,7 +20,7 @@ from bisect import bisect_left
 
 from ..codes import ResponseCode
 from ..store.base import LogView
-from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
+from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse,
                              TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult)
 from .election import LeaderElector
 from .entry_dispatcher import EntryDispatcher

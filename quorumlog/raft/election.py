@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 class LeaderElector:
     __slots__ = ("core", "election_deadline_ms", "election_timeout_ms", "leader_contact_ms", "pre_candidate",
-                 "votes", "no_campaign_until_ms", "transfer_campaign")
+                 "votes", "no_campaign_until_ms")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
@@ -36,7 +36,6 @@ class LeaderElector:
         self.pre_candidate = False
         self.votes: set[str] = set()
         self.no_campaign_until_ms = -(1 << 62)
-        self.transfer_campaign = False
         self.reset_timer()
 
     def reset_timer(self) -> None:
@@ -110,7 +109,6 @@ class LeaderElector:
         if member.role is Role.LEADER:
             return
         member.become_candidate()
-        self.transfer_campaign = leadership_transfer
         self.reset_timer()
         self.votes = {member.node_id}
         if len(self.votes) >= core.quorum:

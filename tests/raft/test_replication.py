@@ -10,9 +10,6 @@ from quorumlog.wire.messages import PushRequest, PushResponse, PushType
 
 from .harness import Cluster
 
-BIG = 10**9  # a Tick far beyond any election timeout
-
-
 def _campaign(c: Cluster, nid: str) -> None:
     """Make exactly `nid` time out and run for leader (others' clocks are not advanced)."""
     c.now_ms = max(c.now_ms, c.core(nid).elector.election_deadline_ms)

@@ -1,8 +1,7 @@
 """Leadership transfer and the preferred leader."""
 
 from quorumlog.codes import ResponseCode
-from quorumlog.raft.types import Role
-from quorumlog.wire.messages import TakeLeadershipRequest, VoteRequest
+from quorumlog.wire.messages import PushRequest, PushType, TakeLeadershipRequest, VoteRequest
 
 from .harness import Cluster
 
@@ -31,7 +30,8 @@ def test_appends_are_refused_while_transferring_and_the_transferee_is_caught_up_
     c.isolate(to)
     c.blocked -= {(leader, to), (to, leader)}
     held = []  # the transferee misses the last batch until the transfer starts
-    c.drop_filter = lambda m: m.to == to and type(m).__name__ == "PushRequest" and m.push_type == 0 and not held.append(m)
+    c.drop_filter = lambda m: (m.to == to and isinstance(m, PushRequest) and m.push_type == PushType.APPEND
+                               and not held.append(m))
     pending = c.append(leader, [b"a"] * 3)
     c.deliver()
     assert c.nodes[to].store.end_index == -1
