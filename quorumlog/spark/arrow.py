@@ -54,11 +54,32 @@ def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
 
 
+_MAGIC_BYTES = ENTRY_MAGIC.to_bytes(4, "big")
+
+
 def record_offsets(buf) -> np.ndarray:
     """Start offset of each record in `buf` (int64). Raises CorruptEntry if the sizes do not tile `buf`.
 
-    The one per-record Python loop: a record's length is only in its own header.
+    Fast path, vectorised: every place the entry magic occurs is a candidate; if the candidates chain
+    exactly (first at 0, each one's total_size leads to the next, the last to the end), they are the
+    records. A body that happens to contain the magic breaks the chain and we walk instead.
     """
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    size = raw.size
+    if size >= HEADER_SIZE:
+        at = np.flatnonzero(raw[:size - HEADER_SIZE + 1] == _MAGIC_BYTES[0])
+        for k in range(1, 4):
+            at = at[raw[at + k] == _MAGIC_BYTES[k]]
+        if at.size and at[0] == 0:
+            sizes = raw[(at + _TOTAL_SIZE_AT)[:, None] + np.arange(4)].view(">i4").ravel().astype(np.int64)
+            nxt = at + sizes
+            if np.all(sizes >= HEADER_SIZE) and np.array_equal(nxt[:-1], at[1:]) and nxt[-1] == size:
+                return at.astype(np.int64)
+    return _walk_offsets(buf)
+
+
+def _walk_offsets(buf) -> np.ndarray:
+    """record_offsets the slow, always-right way: a record's length is only in its own header."""
     size = len(buf)
     unpack = _TOTAL_SIZE.unpack_from
     offsets: list[int] = []

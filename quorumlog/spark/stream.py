@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from .batch import DataLoss, LogPartition, _replicas, read_partition
+from .batch import SAMPLE_ENTRIES, DataLoss, LogPartition, _replicas, _sample_entry_bytes, read_partition
 from .options import EARLIEST, LATEST, SourceOptions
 from .remote import remote_for
 
@@ -84,9 +84,13 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         n = self.opts.min_partitions or DEFAULT_STREAM_PARTITIONS
         n = max(1, min(n, math.ceil(count / MIN_ROWS_PER_PARTITION)))
-        nodes = _replicas(self.opts, self._remote().bounds()) if self.opts.read_from != "leader" else [None]
+        remote = self._remote()
+        nodes = _replicas(self.opts, remote.bounds()) if self.opts.read_from != "leader" else [None]
+        # One small read tells the tasks how big entries are, so they can keep sized pages in flight at once.
+        sample = remote.run(_sample_entry_bytes(remote, lo, min(hi, lo + SAMPLE_ENTRIES)))
+        entry_bytes = int(sample[0][1]) if sample else 0
         cuts = [lo + (count * i) // n for i in range(n + 1)]
-        return [LogPartition(i, cuts[i], cuts[i + 1], nodes[i % len(nodes)], 0) for i in range(n)]
+        return [LogPartition(i, cuts[i], cuts[i + 1], nodes[i % len(nodes)], entry_bytes) for i in range(n)]
 
     def read(self, partition: LogPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition.start, partition.end, partition.node, partition.entry_bytes)

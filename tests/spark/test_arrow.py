@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorumlog.errors import CorruptEntry
-from quorumlog.spark.arrow import SCHEMA, records_to_batch, records_to_batches
+from quorumlog.spark.arrow import SCHEMA, _walk_offsets, record_offsets, records_to_batch, records_to_batches
 from quorumlog.store import codec
 
 bodies_st = st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=40)
@@ -92,3 +92,15 @@ def test_damage_raises_corrupt_entry(bodies, data):
         damaged = bytes(buf)
     with pytest.raises(CorruptEntry):
         records_to_batch(damaged)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=80), st.binary(max_size=80)), min_size=1, max_size=20))
+def test_bodies_holding_the_magic_take_the_slow_path_and_agree(parts):
+    # A body that contains the entry magic (and look-alike headers) must not fool the vectorised walk.
+    magic = codec.ENTRY_MAGIC.to_bytes(4, "big")
+    bodies = [a + magic + codec.HEADER.pack(codec.ENTRY_MAGIC, 60, 0, 0, 0, 0, 0, 0, 0, 4) + b for a, b in parts]
+    buf = bytes(codec.encode_batch(3, 2, bodies, 5, 0, 0)[0])
+    batch = records_to_batch(buf)
+    assert _as_entries(batch) == codec.decode_records(buf)
+    assert list(record_offsets(buf)) == list(_walk_offsets(buf))
