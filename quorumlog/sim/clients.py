@@ -105,15 +105,13 @@ class SimClient:
             self.world.scheduler.after(self.rng.randint(0, self.think_max_ms), self._fill)
             return
         if code == ResponseCode.NOT_LEADER:
-            self.leader_hint = completion.leader_id if completion.leader_id != self._last_target(op) else None
+            asked = self.world.request_target.get(completion.request_id)
+            self.leader_hint = completion.leader_id if completion.leader_id != asked else None
         elif code in (ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT):
             pass  # the same node may be leader again, or not: keep the hint, the redirect will tell
         else:
             self.leader_hint = None
         self._retry(op, backoff=code != ResponseCode.NOT_LEADER or completion.leader_id is None)
-
-    def _last_target(self, op: Op) -> str | None:
-        return self.world.request_target.get(op.request_ids[-1])
 
     def _timeout(self, request_id: int) -> None:
         op = self.in_flight.pop(request_id, None)

@@ -27,6 +27,9 @@ from .scheduler import Scheduler
 from .trace import describe
 
 LIVENESS_CHECK_EVERY_MS = 50
+# A bound on work per seed (typical runs take 1k–30k steps): a message storm that never lets virtual time
+# advance would otherwise spin forever.
+MAX_STEPS_PER_SEED = 1_000_000
 
 
 def real_core_factory() -> CoreFactory:
@@ -118,6 +121,8 @@ class World:
             handler, args = self.scheduler.pop()
             if self.scheduler.now_ms > self.liveness_deadline_ms:
                 raise Violation("liveness", self._liveness_report())
+            if self.steps > MAX_STEPS_PER_SEED:
+                raise Violation("livelock", f"{self.steps} steps by {self.scheduler.now_ms} ms virtual time")
             handler(*args)
         self.checker.audit()
 

@@ -23,6 +23,10 @@ PINNED = {
     # entry (max_push_batch_bytes=1), a leader change leaves only a prefix on the new leader, which commits
     # it; the retry of seq 1 writes all 3 entries again ("c2:1:0" committed twice).
     770: "duplicate",
+    # Same family: c4 (idempotent) seq 13 = 7 entries at 220..226 on leader n2; n2 crashes keeping 2 of the
+    # unflushed entries (end 226 of a batch that ended later), the prefix is committed by the next leader
+    # and the retry is appended again ("c4:13:0" at 216 and again at 275).
+    10: "duplicate",
 }
 
 
