@@ -242,12 +242,23 @@ class World:
         if leader is not None and self.stable_leader_ms < 0:
             self.stable_leader_ms = self.scheduler.now_ms
         if leader is not None and all(c.settled for c in self.clients) and self._converged(leader):
+            self._check_status()
             self.finished = True
             self.trace_line(lambda: f"LIVE: leader {leader.node_id} term {leader.core.term}, clients answered, "
                                     f"all nodes at end={leader.store.end_index} "
                                     f"committed={leader.store.committed_index}")
             return
         self.scheduler.after(LIVENESS_CHECK_EVERY_MS, self._check_liveness)
+
+    def _check_status(self) -> None:
+        """At rest, each core's status() agrees with its store and its own properties."""
+        for node_id in self.node_ids:
+            node = self.nodes[node_id]
+            st, core, store = node.core.status(), node.core, node.store
+            seen = (st.node_id, st.role, st.term, st.leader_id, st.end_index, st.committed_index)
+            want = (node_id, core.role, core.term, core.leader_id, store.end_index, store.committed_index)
+            if seen != want:
+                raise Violation("status", f"{node_id} status() says {seen}, core and store say {want}")
 
     def _liveness_report(self) -> str:
         parts = [f"not live {self.options.liveness_timeout_ms} ms after healing;"]

@@ -12,7 +12,8 @@ import random
 
 from quorumlog.codes import ResponseCode
 from quorumlog.raft.types import (AppendBatch, AppendRecords, ClientAppend, Completion, Durable, HardState,
-                                  RaftConfig, Ready, Receive, Role, Stored, Tick, TransferLeadership)
+                                  NodeStatus, RaftConfig, Ready, Receive, Role, Stored, Tick,
+                                  TransferLeadership)
 from quorumlog.wire.messages import PushRequest, PushResponse, PushType
 
 LEADER = "n0"
@@ -113,5 +114,6 @@ class StandInCore:
         self.pending = [p for p in self.pending if p[2] > quorum]
         return Ready(completions=done, committed_index=quorum)
 
-    def status(self):
-        raise NotImplementedError
+    def status(self) -> NodeStatus:
+        return NodeStatus(self.node_id, self.role, TERM, LEADER, self.log.begin_index, self.log.end_index,
+                          self.committed)
