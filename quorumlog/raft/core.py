@@ -294,6 +294,7 @@ class RaftCore:
         elif t is VoteResponse:
             self.elector.on_vote_response(m)
         elif t is TakeLeadershipRequest:
+            self._follow(m)  # only a leader sends it
             if member.role is Role.FOLLOWER and member.leader_id == m.frm:
                 log.info("taking leadership node=%s term=%d from=%s", member.node_id, member.term, m.frm)
                 self.elector.campaign(leadership_transfer=True)
