@@ -12,21 +12,23 @@ import pytest
 from quorumlog.sim import run_seed
 
 PINNED = {
-    # Core bug, open at core 6e5b347 + working tree of 17:20 UTC: an idempotent batch committed twice.
+    # Core bug, open at core 849fcfc (+ its working tree at 17:35 UTC): an idempotent batch committed twice.
     # Client c2 (client_id 3) sends seq 5 = 8 entries; leader n2 writes them; n2 crashes with part of the
     # unflushed batch kept (MemoryStore.crash(keep_unflushed) models OS write-back, as a torn tail on disk
     # would); the surviving prefix has no producer tag (the tag rides on the batch's *last* entry), a later
     # leader's no-op commits that prefix, and the client's retry of seq 5 is not recognised as a duplicate
     # and is appended again: "duplicate: body b'c2:5:0:...' committed at 44 and again at 49".
     1884: "duplicate",
-    # Same family, reached by replication instead of a crash: the batch (seq 1, 3 entries) travels entry by
-    # entry (max_push_batch_bytes=1), a leader change leaves only a prefix on the new leader, which commits
-    # it; the retry of seq 1 writes all 3 entries again ("c2:1:0" committed twice).
+    # Same family, 5 nodes: c2 seq 1 = 3 entries at 45..47 on leader n1 (term 4), written on n0 and n3 but
+    # durable only to 44; n3 and n0 crash keeping 1 unflushed entry each (45 = the batch's first entry,
+    # untagged); n0 restarts with end 45, is elected (term 5), its no-op commits 45, and the retry of seq 1
+    # is appended again ("c2:1:0" committed at 45 and again at 50).
     770: "duplicate",
     # Same family: c4 (idempotent) seq 13 = 7 entries at 220..226 on leader n2; n2 crashes keeping 2 of the
     # unflushed entries (end 226 of a batch that ended later), the prefix is committed by the next leader
     # and the retry is appended again ("c4:13:0" at 216 and again at 275).
     10: "duplicate",
+    1660: "duplicate",  # same family (c1 seq 2 committed at 56 and again at 75)
 }
 
 
