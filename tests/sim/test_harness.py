@@ -185,3 +185,27 @@ def test_run_seed_reports_exceptions_as_violations():
     r = run_seed(1, core_factory=Exploding)
     assert not r.ok and r.violation.kind == "exception"
     assert "core invariant broken" in r.violation.detail
+
+
+def test_a_disk_that_loses_fsynced_data_is_caught(monkeypatch):
+    """With the real core: a disk whose crash also loses *flushed* entries breaks durability, and some seed
+    shows it (a committed entry no longer on a majority, or gone from a new leader's log)."""
+    import quorumlog.sim.node as sim_node
+    from quorumlog.sim.disk import SimStore as RealSimStore
+
+    class LyingStore(RealSimStore):
+        def crash(self, keep_unflushed: int = 0) -> None:
+            self._durable = max(-1, self._durable - 3)  # the last 3 "fsynced" entries were never on disk
+            super().crash(keep_unflushed)
+
+    monkeypatch.setattr(sim_node, "SimStore", LyingStore)
+    kinds = set()
+    for seed in range(60):
+        r = run_seed(seed)
+        if not r.ok:
+            kinds.add(r.violation.kind)
+            if kinds & {"commit_without_quorum", "leader_completeness", "state_machine_safety",
+                        "committed_truncated", "ack_mismatch"}:
+                break
+    assert kinds & {"commit_without_quorum", "leader_completeness", "state_machine_safety",
+                    "committed_truncated", "ack_mismatch"}, kinds
