@@ -153,6 +153,9 @@ def _batch_job(spark, cluster, load, airlines, n_flights: int, out: Path) -> dic
               .option("startingIndex", load.first_index).option("endingIndex", load.last_index + 1)
               .option("readFrom", "any"))
     log_df = reader.load()
+    with console.status("Spark: starting the Python workers ..."):
+        (spark.read.format("quorumlog").option("cluster", str(cluster.data_dir)).option("startingIndex", 0)
+         .option("endingIndex", 1000).option("minPartitions", 2).load().count())
     with console.status("Spark: reading the log (every replica serves a share of the partitions) ..."):
         t0 = time.perf_counter()
         row = log_df.select(F.count(F.lit(1)).alias("n"), F.sum(F.length("body")).alias("b")).collect()[0]
