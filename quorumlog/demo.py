@@ -68,7 +68,9 @@ def main() -> int:
                 spark.stop()
         with console.status("stopping the cluster (quorumlog cluster down) ..."):
             cluster.down()
-        console.print("[green]✓[/green] cluster stopped")
+        for store in data_dir.glob("n*/store"):  # ~100 MB per node; the node logs stay
+            shutil.rmtree(store, ignore_errors=True)
+        console.print("[green]✓[/green] cluster stopped (node logs kept in out/cluster/)")
 
 
 def _start_spark(box: dict) -> None:

@@ -21,6 +21,28 @@ from pathlib import Path
 CLUSTER_SETTINGS = ("data_segment_size=67108864", "index_segment_size=8388608")
 CLUSTER_UP_TIMEOUT_S = 60
 
+# Spark's JVM logs errors only (its default profile prints INFO/WARN chatter on every start).
+LOG4J2_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _log4j2_file() -> str:
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / "quorumlog-spark-log4j2.properties"
+    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(LOG4J2_PROPERTIES)
+        os.replace(tmp, path)
+    return str(path)
+
 
 def spark_env() -> None:
     """Environment every Spark process needs: workers on this venv's interpreter, loopback only."""
@@ -42,7 +64,8 @@ def spark_session(app_name: str = "quorumlog", master: str | None = None, conf: 
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1"))
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log4j2_file()}"))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
