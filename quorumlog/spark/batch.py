@@ -137,12 +137,15 @@ def _replicas(opts: SourceOptions, bounds: LogBounds) -> list[str | None]:
 
 # -- reading (tasks) --------------------------------------------------------------------------------
 
-async def fetch_page(remote: Remote, opts: SourceOptions, node: str | None, lo: int, hi: int) -> tuple[Records, int]:
+async def fetch_page(remote: Remote, opts: SourceOptions, target: dict, lo: int, hi: int) -> tuple[Records, int]:
     """Committed entries from [lo, hi) (at least one unless skipping): (records, next index).
 
-    A replica that is unreachable or has not committed `lo` within followerWaitMs hands the page to the
-    leader. Retention past `lo`: DataLoss, or a skip to begin_index with failOnDataLoss=false.
+    `target["node"]` is the partition's replica (None: the leader). A replica that is unreachable or has
+    not committed `lo` within followerWaitMs hands the page — and the rest of the partition, by clearing
+    target["node"] — to the leader. Retention past `lo`: DataLoss, or a skip to begin_index with
+    failOnDataLoss=false.
     """
+    node = target["node"]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + opts.timeout_ms / 1000
     replica_until = loop.time() + opts.follower_wait_ms / 1000
@@ -156,7 +159,7 @@ async def fetch_page(remote: Remote, opts: SourceOptions, node: str | None, lo: 
             if node is None or not e.retriable:
                 raise
             log.warning("replica %s failed (%s); reading [%d, %d) from the leader", node, e, lo, hi)
-            node = None
+            node = target["node"] = None
             continue
         if records.count > 0:
             assert records.first_index == lo and records.last_index < hi, (records, lo, hi)
@@ -170,7 +173,7 @@ async def fetch_page(remote: Remote, opts: SourceOptions, node: str | None, lo: 
         if node is not None and loop.time() >= replica_until:
             log.warning("replica %s has committed only up to %d; reading [%d, %d) from the leader", node,
                         committed, lo, hi)
-            node = None
+            node = target["node"] = None
         elif loop.time() >= deadline:
             raise Timeout(f"index {lo} not committed within {opts.timeout_ms} ms (committed_index {committed})")
 
@@ -188,9 +191,10 @@ def read_partition(opts: SourceOptions, start: int, end: int, node: str | None,
     per_page = max(1, opts.page_bytes // entry_bytes) if entry_bytes > 0 else 0
     queue: deque = deque()  # (lo, hi, future) in index order
     next_lo = start
+    target = {"node": node}  # shared by this partition's pages: a fail-over sticks
 
     def request(lo: int, hi: int) -> tuple:
-        return lo, hi, remote.submit(fetch_page(remote, opts, node, lo, hi))
+        return lo, hi, remote.submit(fetch_page(remote, opts, target, lo, hi))
 
     def fill() -> None:
         nonlocal next_lo
