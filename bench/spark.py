@@ -218,7 +218,11 @@ def _stream(spark, peers: str, start: int, end: int, work: Path) -> dict:
     rows = sum(p["numInputRows"] for p in progress)
     assert rows == end - start, (rows, end - start)
     busy_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    later = progress[1:]  # the first micro-batch also starts the query's Python source process
+    steady = (sum(p["numInputRows"] for p in later) / (sum(p["durationMs"]["triggerExecution"] for p in later) / 1000)
+              if later else rows / busy_s)
     return {"rows_per_s": round(rows / busy_s), "wall_rows_per_s": round(rows / seconds),
+            "steady_rows_per_s": round(steady),
             "max_records_per_trigger": 100_000, "micro_batches": len(progress),
             "batch_ms": [p["durationMs"]["triggerExecution"] for p in progress]}
 
@@ -246,6 +250,7 @@ def _markdown(r: dict) -> str:
         f"| streaming read, maxRecordsPerTrigger 100,000 (processing rate) | {r['streaming_read']['rows_per_s']:,} "
         f"rows/s ({r['streaming_read']['micro_batches']} micro-batches) | ≥ {TARGET_STREAM_ROWS_PER_S:,} "
         f"{ok(stream_ok)} |",
+        f"| streaming read, after the first micro-batch | {r['streaming_read']['steady_rows_per_s']:,} rows/s | |",
         f"| streaming read, wall clock incl. query start | {r['streaming_read']['wall_rows_per_s']:,} rows/s | |",
         "",
     ])
