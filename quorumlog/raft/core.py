@@ -202,7 +202,7 @@ class RaftCore:
         self._inherited_end = self.end_index
         self._send_heartbeats()
         if self.end_index > self.committed_index:
-            self._append_batch((NOOP_BODY,), None)
+            self._append_batch((NOOP_BODY,), None, noop=True)
 
     def step_down(self, term: int, leader_id: str | None) -> None:
         """Leave leadership or candidacy (or follow a new term); fails every waiting client request."""
@@ -393,9 +393,9 @@ class RaftCore:
         pa = self.pending.add(first, last, member.term, producer)
         self.pending.wait(pa, e.request_id, deadline)
 
-    def _append_batch(self, bodies, producer: tuple[int, int] | None) -> tuple[int, int]:
+    def _append_batch(self, bodies, producer: tuple[int, int] | None, noop: bool = False) -> tuple[int, int]:
         first = self.end_index + 1
-        self._appends.append(AppendBatch(first, self.member.term, bodies, self.now_ms, producer))
+        self._appends.append(AppendBatch(first, self.member.term, bodies, self.now_ms, producer, noop))
         self.end_index = first + len(bodies) - 1
         self._batch_ends.append(self.end_index)
         return first, self.end_index

@@ -138,6 +138,7 @@ class AppendBatch:
     bodies: Sequence[bytes]
     timestamp_ms: int
     producer: tuple[int, int] | None = None  # (client_id, seq)
+    noop: bool = False  # a new leader's no-op entry: stored with CHANNEL_NOOP, skipped by readers
 
 
 @dataclass(frozen=True, slots=True)

@@ -267,7 +267,8 @@ class Node:
                 if isinstance(a, AppendBatch):
                     # The store timestamp is wall-clock ms (users and Spark read it as a date); the core's
                     # own clock is monotonic and only drives its timers.
-                    end = store.append_batch(a.term, a.bodies, time.time_ns() // 1_000_000, a.producer)
+                    end = store.append_batch(a.term, a.bodies, time.time_ns() // 1_000_000, a.producer,
+                                             a.noop)
                 else:
                     assert isinstance(a, AppendRecords)
                     assert a.first_index == store.end_index + 1, (a.first_index, store.end_index)

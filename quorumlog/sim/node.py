@@ -111,7 +111,8 @@ class SimNode:
                                                 f"store ends at {store.end_index}")
                 try:
                     if isinstance(action, AppendBatch):
-                        store.append_batch(action.term, action.bodies, action.timestamp_ms, action.producer)
+                        store.append_batch(action.term, action.bodies, action.timestamp_ms, action.producer,
+                                           action.noop)
                     else:
                         assert isinstance(action, AppendRecords)
                         store.append_records(action.data)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptEntry
-from ..store.codec import CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER_SIZE, PRODUCER_TAG_SIZE
+from ..store.codec import CHANNEL_NOOP, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER_SIZE, PRODUCER_TAG_SIZE
 
 SCHEMA = pa.schema([
     pa.field("index", pa.int64(), nullable=False),
@@ -142,12 +142,16 @@ def records_to_batch(buf) -> pa.RecordBatch:
     index = headers["index"].astype(np.int64)
     term = headers["term"].astype(np.int64)
     ts_us = headers["timestamp_ms"].astype(np.int64) * 1000
-    return pa.RecordBatch.from_arrays([
+    batch = pa.RecordBatch.from_arrays([
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(index)]),
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(term)]),
         pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(ts_us)]),
         body,
     ], schema=SCHEMA)
+    noop = (headers["channel"] & CHANNEL_NOOP) != 0
+    if noop.any():  # a new leader's no-op entries are log bookkeeping, not data
+        batch = batch.filter(pa.array(~noop))
+    return batch
 
 
 def records_to_batches(chunks: Iterable) -> list[pa.RecordBatch]:

@@ -75,8 +75,11 @@ class LogStore(LogView, Protocol):
     """The full store: reads for anyone, writes for the runtime/simulator."""
 
     def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
-                     producer: tuple[int, int] | None = None) -> int:
+                     producer: tuple[int, int] | None = None, noop: bool = False) -> int:
         """Leader path: encode and write entries end_index+1.. in one write; returns the new end_index.
+
+        The batch is atomic: every entry but the last carries CHANNEL_BATCH_CONTINUES. `noop` marks a new
+        leader's no-op entry (CHANNEL_NOOP), which readers skip.
 
         Raises EmptyBatch, EntryTooLarge, DiskFull, DiskError. Not durable until flush().
         """

@@ -10,6 +10,9 @@ previous entry's chain_crc, so a record's header is covered too and entry i's ch
 prefix up to i. `pos` is left out of the chain on purpose: it is the record's offset in *this* node's data
 segments, which a follower rewrites in place when it stores the leader's bytes.
 
+Channel bits: CHANNEL_BATCH_CONTINUES marks every entry of a client batch but its last, so a batch is
+recognisably whole or partial (a leader commits only whole batches and drops a partial one at its log's end
+when elected: see raft/core.py). CHANNEL_NOOP marks a new leader's no-op entry, which readers skip.
 Channel bit 0 (CHANNEL_PRODUCER_TAG): the stored body ends with a 20-byte producer tag
 (client_id u64, seq u64, batch_count u32) on the *last* entry of an idempotent batch, so any node that
 holds the batch can rebuild the dedup table from its log. `decode_*` strip the tag; users never see it.
@@ -41,6 +44,8 @@ POS_OFFSET = 24  # byte offset of `pos` inside the header
 POS = struct.Struct(">q")
 
 CHANNEL_PRODUCER_TAG = 1
+CHANNEL_NOOP = 2  # a new leader's no-op entry (Raft §8): stored and replicated, never shown to readers
+CHANNEL_BATCH_CONTINUES = 4  # more entries of the same atomic batch follow this one
 PRODUCER_TAG = struct.Struct(">QQI")  # client_id, seq, batch_count
 PRODUCER_TAG_SIZE = PRODUCER_TAG.size
 
@@ -84,7 +89,8 @@ def chain_crc_of(prev_chain_crc: int, index: int, term: int, channel: int, body_
 
 
 def encode_batch(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int, first_pos: int,
-                 prev_chain_crc: int, producer: tuple[int, int] | None = None) -> tuple[bytearray, list[int], int]:
+                 prev_chain_crc: int, producer: tuple[int, int] | None = None,
+                 noop: bool = False) -> tuple[bytearray, list[int], int]:
     """Encode consecutive entries into one buffer: (buffer, each record's size, last chain_crc).
 
     `first_pos` is the data-segment offset the first record will land at; records are assumed contiguous
@@ -97,11 +103,12 @@ def encode_batch(first_index: int, term: int, bodies: Sequence[bytes], timestamp
     pos = first_pos
     last = len(bodies) - 1
     pack_header = HEADER.pack
+    base_channel = CHANNEL_NOOP if noop else 0
     for i, body in enumerate(bodies):
-        channel = 0
+        channel = base_channel if i == last else base_channel | CHANNEL_BATCH_CONTINUES
         if producer is not None and i == last:
             body = bytes(body) + PRODUCER_TAG.pack(producer[0], producer[1], len(bodies))
-            channel = CHANNEL_PRODUCER_TAG
+            channel |= CHANNEL_PRODUCER_TAG
         body_size = len(body)
         body_crc = crc32c(body)
         index = first_index + i
@@ -154,9 +161,11 @@ def split_producer_tag(channel: int, body) -> tuple[bytes, ProducerTag | None]:
 
 
 def decode_records(buf) -> list[Entry]:
-    """Raw stored records (as read() returns them) → user-visible entries."""
+    """Raw stored records (as read() returns them) → user-visible entries (no-op entries skipped)."""
     out = []
     for h, body in iter_records(buf):
+        if h.channel & CHANNEL_NOOP:
+            continue
         user_body, _ = split_producer_tag(h.channel, body)
         out.append(Entry(h.index, h.term, h.timestamp_ms, user_body))
     return out

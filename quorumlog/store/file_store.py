@@ -250,9 +250,10 @@ class FileStore(RecoverOnOpen):
 
     # -- writes ------------------------------------------------------------------------------------
     def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
-                     producer: tuple[int, int] | None = None) -> int:
+                     producer: tuple[int, int] | None = None, noop: bool = False) -> int:
         if not bodies:
             raise EmptyBatch("empty batch")
+        channel = codec.CHANNEL_NOOP if noop else 0
         lengths = list(map(len, bodies))
         if max(lengths) > self.max_entry_bytes:
             raise EntryTooLarge(f"entry of {max(lengths)} bytes > max_entry_bytes {self.max_entry_bytes}")
@@ -264,7 +265,7 @@ class FileStore(RecoverOnOpen):
         seg = self._data[-1]
         if self._write_pos + total + MIN_BLANK_SIZE <= seg.end:  # the common case: one segment
             parts, units, chain = encode_parts_and_units(first, term, bodies, timestamp_ms, self._write_pos,
-                                                         self._end_chain, tag)
+                                                         self._end_chain, tag, channel)
             self._commit_write([(seg, self._write_pos, parts)], [], units, first, first + n - 1, term, chain,
                                self._write_pos + total)
         else:
@@ -280,7 +281,8 @@ class FileStore(RecoverOnOpen):
                     part = bodies[a:b]
                     if part:
                         records, units, chain = encode_records_and_units(
-                            index, term, part, timestamp_ms, pos, chain, tag if b == n else None)
+                            index, term, part, timestamp_ms, pos, chain, tag if b == n else None, channel,
+                            ends_batch=b == n)
                     else:  # not even the first record fits before the segment end: only its blank
                         records, units = b"", b""
                     index += b - a

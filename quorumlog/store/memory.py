@@ -79,8 +79,8 @@ class MemoryStore:
         return self._begin + lo
 
     def get(self, index: int) -> Entry:
-        (entry,) = codec.decode_records(self._records[self._slot(index)])
-        return entry
+        ((h, body),) = codec.iter_records(self._records[self._slot(index)])
+        return Entry(h.index, h.term, h.timestamp_ms, codec.split_producer_tag(h.channel, body)[0])
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
         last = self.end_index if end is None else min(end, self.end_index)
@@ -104,7 +104,7 @@ class MemoryStore:
 
     # -- writes ------------------------------------------------------------------------------------
     def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
-                     producer: tuple[int, int] | None = None) -> int:
+                     producer: tuple[int, int] | None = None, noop: bool = False) -> int:
         if not bodies:
             raise EmptyBatch("empty batch")
         for body in bodies:
@@ -112,7 +112,8 @@ class MemoryStore:
                 raise EntryTooLarge(f"entry of {len(body)} bytes > max_entry_bytes {self.max_entry_bytes}")
         first = self.end_index + 1
         prev_chain = self._chains[-1] if self._chains else 0
-        buf, sizes, _ = codec.encode_batch(first, term, bodies, timestamp_ms, self._offsets[-1], prev_chain, producer)
+        buf, sizes, _ = codec.encode_batch(first, term, bodies, timestamp_ms, self._offsets[-1], prev_chain, producer,
+                                            noop)
         self._append_encoded(bytes(buf), sizes)
         return self.end_index
 
