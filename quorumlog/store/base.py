@@ -68,7 +68,8 @@ class LogView(Protocol):
     def producer_last_seq(self, client_id: int) -> int | None: ...
 
     def producer_window_floor(self, client_id: int) -> int | None:
-        """Oldest seq still remembered for this client (None if none)."""
+        """Lowest seq still judged for this client: a seq below it may have been appended and forgotten
+        (DUPLICATE_SEQUENCE_TOO_OLD); None when nothing was forgotten."""
 
 
 class LogStore(LogView, Protocol):

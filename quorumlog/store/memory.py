@@ -6,12 +6,12 @@ It keeps the same record bytes a FileStore would (so pushes carry real records),
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Sequence
 
 from ..errors import CorruptEntry, EmptyBatch, EntryTooLarge, IndexOutOfRange
 from . import codec
-from .base import DEFAULT_MAX_ENTRY_BYTES, PRODUCER_WINDOW_BATCHES, ProducerBatch, Records
+from .base import DEFAULT_MAX_ENTRY_BYTES, ProducerBatch, Records
+from .producers import ProducerTable
 from .codec import Entry
 
 
@@ -26,7 +26,7 @@ class MemoryStore:
         self._durable = -1
         self._committed = -1
         self._checkpoint_committed = -1
-        self._producers: dict[int, OrderedDict[int, tuple[int, int]]] = {}
+        self._producers = ProducerTable()
 
     # -- reads -------------------------------------------------------------------------------------
     @property
@@ -91,16 +91,13 @@ class MemoryStore:
         return Records(start, stop, (data,), len(data))
 
     def find_producer_batch(self, client_id: int, seq: int) -> ProducerBatch | None:
-        hit = self._producers.get(client_id, {}).get(seq)
-        return ProducerBatch(client_id, seq, *hit) if hit else None
+        return self._producers.find(client_id, seq)
 
     def producer_last_seq(self, client_id: int) -> int | None:
-        window = self._producers.get(client_id)
-        return max(window) if window else None
+        return self._producers.last_seq(client_id)
 
     def producer_window_floor(self, client_id: int) -> int | None:
-        window = self._producers.get(client_id)
-        return min(window) if window else None
+        return self._producers.window_floor(client_id)
 
     # -- writes ------------------------------------------------------------------------------------
     def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
@@ -156,14 +153,7 @@ class MemoryStore:
             self._offsets.append(self._offsets[-1] + size)
             if h.channel & codec.CHANNEL_PRODUCER_TAG:
                 tag = codec.PRODUCER_TAG.unpack_from(rec, size - codec.PRODUCER_TAG_SIZE)
-                self._remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
-
-    def _remember(self, client_id: int, seq: int, first: int, last: int) -> None:
-        window = self._producers.setdefault(client_id, OrderedDict())
-        window[seq] = (first, last)
-        window.move_to_end(seq)
-        while len(window) > PRODUCER_WINDOW_BATCHES:
-            window.popitem(last=False)
+                self._producers.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
 
     def truncate_after(self, index: int) -> None:
         assert index >= self._committed, f"truncate_after({index}) below committed {self._committed}"
@@ -181,7 +171,7 @@ class MemoryStore:
             h = codec.read_header(rec)
             if h.channel & codec.CHANNEL_PRODUCER_TAG:
                 tag = codec.PRODUCER_TAG.unpack_from(rec, h.total_size - codec.PRODUCER_TAG_SIZE)
-                self._remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
+                self._producers.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
 
     def flush(self) -> int:
         self._durable = self.end_index

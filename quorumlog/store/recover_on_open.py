@@ -241,7 +241,8 @@ class RecoverOnOpen:
         n = self.config.producer_scan_entries
         if n <= 0 or self._end < self._begin:
             return
-        for index in range(max(self._begin, self._end - n + 1), self._end + 1):
+        scan_from = max(self._begin, self._end - n + 1)
+        for index in range(scan_from, self._end + 1):
             useg = self._index_seg(index)
             if useg is None:
                 continue
@@ -259,3 +260,5 @@ class RecoverOnOpen:
                 continue
             client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)
             self._producers.remember(client_id, seq, index - count + 1, index)
+        if scan_from > self._begin:
+            self._producers.mark_scan_partial()
