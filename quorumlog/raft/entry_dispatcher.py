@@ -1,13 +1,15 @@
 """EntryDispatcher: the leader's push loop towards one follower (DLedger's EntryDispatcher).
 
-States: COMPARE (find the last index where the follower agrees with us) → TRUNCATE (make it drop what
-follows) → APPEND (a window of byte-bounded pushes) ⇄ COMMIT (nothing to push: just the commit index).
+States: COMPARE (find the last index where the follower agrees with us) → TRUNCATE (send our entries from
+there; the follower replaces only what conflicts) → APPEND (a window of byte-bounded pushes) ⇄ COMMIT
+(nothing to push: just the commit index).
 
-- COMPARE finds the *highest* index where the follower agrees with us, so TRUNCATE only ever drops entries
-  that conflict with our log (an entry that matches may be one the follower acknowledged to a quorum; dropping
-  it could lose a committed entry). Matching indexes form a prefix (Raft's log matching), so this is a search
-  between `match_lo` (agrees) and `match_hi` (differs): first guesses are the follower's end and the start of
-  the mismatching entry's term run, then bisection; O(log n) round trips for a follower far behind.
+- COMPARE looks for the highest index where the follower agrees with us, so little is sent again. Matching
+  indexes form a prefix (Raft's log matching), so this is a search between `match_lo` (agrees; at least the
+  follower's durable watermark) and `match_hi` (differs): first guesses are the follower's end and the start
+  of the mismatching entry's term run, then bisection; O(log n) round trips for a follower far behind.
+  The result is only a hint (pushes still in flight may extend the follower meanwhile): safety comes from the
+  follower, which never drops an entry that agrees with ours.
 - APPEND pushes end at batch boundaries (a batch larger than `max_push_batch_bytes` goes whole in one push)
   and keeps at most `max_pending_pushes` pushes in flight; when the oldest push stays unanswered for
   `max_push_timeout_ms` the dispatcher goes back to COMPARE (one small request) and resumes from what the
@@ -37,7 +39,7 @@ _SUCCESS = ResponseCode.SUCCESS
 class EntryDispatcher:
     __slots__ = ("core", "peer", "state", "compare_index", "next_index", "match_index", "watermark",
                  "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered",
-                 "match_lo", "match_hi")
+                 "match_lo", "match_hi", "truncate_last")
 
     def __init__(self, core: "RaftCore", peer: str) -> None:
         self.core = core
@@ -54,6 +56,7 @@ class EntryDispatcher:
         self.compare_answered = False
         self.match_lo = -1
         self.match_hi = 0
+        self.truncate_last = -1
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
@@ -97,17 +100,8 @@ class EntryDispatcher:
                     if self._throttled(end):
                         break
                     first = self.next_index
-                    records = log_view.read(first, cfg.max_push_batch_bytes, end)
+                    records = self._read(first, end)
                     last = records.last_index
-                    if last < end and last > core.committed_index:
-                        # never split a batch: a follower holding half of one could later, as leader,
-                        # commit that half (and an idempotent retry would then write it again)
-                        boundary = core.batch_end_at_or_after(last)
-                        if boundary != last:
-                            records = log_view.read(first, log_view.bytes_between(first, boundary), boundary)
-                            last = records.last_index
-                            assert last == boundary, (last, boundary)
-                    assert records.first_index == first and last >= first
                     msg = PushRequest(node, self.peer, term, _APPEND, committed, first - 1, self._prev_term(first - 1),
                                       first, last, records)
                     self.pending[first] = [last, core.now_ms, msg]
@@ -125,8 +119,33 @@ class EntryDispatcher:
             index = self.compare_index
             self.in_flight_ms = core.now_ms
             self.sent_commit = core.committed_index
-            core.send(PushRequest(core.config.node_id, self.peer, core.member.term, self.state, core.committed_index,
-                                  prev_index=index, prev_term=self._prev_term(index)))
+            if self.state is PushType.TRUNCATE:
+                # DLedger's TRUNCATE carries our entries from index + 1: the follower replaces what conflicts
+                records = self._read(index + 1, core.log.end_index)
+                self.truncate_last = records.last_index
+                core.send(PushRequest(core.config.node_id, self.peer, core.member.term, PushType.TRUNCATE,
+                                      core.committed_index, index, self._prev_term(index), index + 1,
+                                      records.last_index, records))
+            else:
+                core.send(PushRequest(core.config.node_id, self.peer, core.member.term, PushType.COMPARE,
+                                      core.committed_index, prev_index=index, prev_term=self._prev_term(index)))
+
+    def _read(self, first: int, end: int):
+        """Records first.. for one push: at most max_push_batch_bytes, but never splitting a batch."""
+        core = self.core
+        log_view = core.log
+        records = log_view.read(first, core.config.max_push_batch_bytes, end)
+        last = records.last_index
+        if last < end and last > core.committed_index:
+            # a follower holding half of a batch could later, as leader, commit that half (and an idempotent
+            # retry would then write it again)
+            boundary = core.batch_end_at_or_after(last)
+            if boundary != last:
+                records = log_view.read(first, log_view.bytes_between(first, boundary), boundary)
+                last = records.last_index
+                assert last == boundary, (last, boundary)
+        assert records.first_index == first and last >= first
+        return records
 
     def _throttled(self, end: int) -> bool:
         """DLedger's checkQuotaAndWait: only a follower lagging beyond the throttle point is limited."""
@@ -176,11 +195,12 @@ class EntryDispatcher:
                 self.match_hi = min(self.match_hi, c)
             self.match_hi = min(self.match_hi, m.end_index + 1)  # the follower has nothing beyond its end
             lo, hi = self.match_lo, self.match_hi
-            assert lo < hi, (lo, hi)
-            if hi == lo + 1:  # lo is the highest agreeing index: everything after it on the follower differs
+            if hi <= lo + 1:  # lo is the highest agreeing index we know of
                 self.compare_index = lo
-                if m.end_index == lo:
-                    self.match_index = max(self.match_index, lo)
+                if m.end_index <= lo or lo >= self.core.log.end_index:
+                    # nothing of the follower's to replace (entries beyond our end are not ours, but are left
+                    # alone: the APPEND that reaches them replaces them if they conflict)
+                    self.match_index = max(self.match_index, min(lo, m.end_index))
                     self._enter_append(lo + 1)
                 else:
                     self.state = PushType.TRUNCATE
@@ -194,8 +214,8 @@ class EntryDispatcher:
             if self.state is not PushType.TRUNCATE or m.index != self.compare_index or self.in_flight_ms is None:
                 return False
             if m.code == _SUCCESS:
-                self.match_index = max(self.match_index, m.end_index)
-                self._enter_append(m.end_index + 1)
+                self.match_index = max(self.match_index, self.truncate_last)
+                self._enter_append(self.truncate_last + 1)
             else:
                 self._enter_compare(min(self.core.log.end_index, m.end_index))
         return False

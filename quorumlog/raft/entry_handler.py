@@ -9,8 +9,10 @@
 - `matched_end` is the highest index known to agree with the current leader's log; acknowledgements carry
   min(durable index, matched_end), so a follower never acks an entry that is not both on disk and the
   leader's. Our commit is min(leader's committed, matched_end).
-- COMPARE/TRUNCATE clear the buffer (DLedger does too). TRUNCATE never drops a committed entry: a request to
-  keep less than our committed prefix keeps the committed prefix (it matches any leader's log anyway).
+- COMPARE/TRUNCATE clear the buffer (DLedger does too). Nothing is dropped blindly: a TRUNCATE carries the
+  leader's entries and, like an APPEND, replaces only our entries that conflict with them (Raft's rule). An
+  entry that agrees with the leader may be one we acknowledged (perhaps before a restart, so we no longer
+  know); dropping it could shrink the quorum that committed it.
 """
 
 from __future__ import annotations
@@ -35,17 +37,6 @@ _SUCCESS = ResponseCode.SUCCESS
 def _chunk(m: PushRequest) -> bytes | memoryview:
     chunks = m.records.chunks
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _record_at(data, first_index: int, index: int) -> tuple[int, int]:
-    """(byte offset, term) of record `index` inside raw records starting at first_index."""
-    off = 0
-    header = codec.HEADER
-    for _ in range(index - first_index):
-        off += header.unpack_from(data, off)[1]
-    h = header.unpack_from(data, off)
-    assert h[2] == index, (h[2], index)
-    return off, h[3]
 
 
 class EntryHandler:
@@ -124,35 +115,48 @@ class EntryHandler:
                     return
 
     def _apply(self, m: PushRequest) -> bool:
-        """Store (or confirm) one in-order push; False if it did not match our log (answered)."""
+        """Store (or confirm) one in-order push; False if it does not follow our log (answered).
+
+        Raft's rule, entry by entry: an entry we hold with the push's term at the same index is the same
+        entry (log matching) and is kept; at the first one whose term differs, our suffix from there is
+        dropped and the push's records replace it. Nothing is ever dropped that agrees with the leader.
+        """
         core = self.core
+        log_view = core.log
         first, last = m.first_index, m.last_index
         end = core.end_index
-        if first <= end:  # overlaps what we hold: a retry, or entries we already have
-            check = min(last, end)
-            data = _chunk(m)
-            off, push_term = _record_at(data, first, check)
-            if check > self.matched_end and core.log.term_at(check) != push_term:
+        assert first <= end + 1
+        prev = first - 1
+        if prev > self.matched_end and prev >= log_view.begin_index:
+            # PLANTED BUG skip_compare (test-only) also trusts an APPEND without checking prev, as DLedger's
+            # follower does (it relies on the leader's COMPARE).
+            if "skip_compare" not in core.config.planted_bugs and log_view.term_at(prev) != m.prev_term:
                 self.buffer.clear()
                 self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
                 return False
-            self.matched_end = max(self.matched_end, check)
-            if last <= end:
-                self._ack(m)
-                return True
-            off += codec.HEADER.unpack_from(data, off)[1]
-            core.append_records(AppendRecords(check + 1, last, memoryview(data)[off:]))
-        else:
-            assert first == end + 1
-            prev = first - 1
-            if (prev > self.matched_end and "skip_compare" not in core.config.planted_bugs
-                    and not (prev < core.log.begin_index or core.log.term_at(prev) == m.prev_term)):
-                # PLANTED BUG skip_compare (test-only) also trusts an APPEND without checking prev, as DLedger
-                # does: its follower relies on the leader's COMPARE.
-                self.buffer.clear()
-                self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
-                return False
-            core.append_records(AppendRecords(first, last, _chunk(m)))
+            self.matched_end = prev  # prev agrees, hence (log matching) everything before it too
+        data = _chunk(m)
+        if first > end:
+            core.append_records(AppendRecords(first, last, data))
+        else:  # overlaps what we hold: a retry, entries we have, or a suffix that conflicts
+            index, off, stop = first, 0, min(last, end)
+            header = codec.HEADER
+            matched = self.matched_end
+            while index <= stop:
+                h = header.unpack_from(data, off)
+                if index > matched and log_view.term_at(index) != h[3]:
+                    break  # first conflict
+                off += h[1]
+                index += 1
+            if index <= stop:
+                assert index > core.committed_index, f"entry {index} conflicts with the leader but is committed"
+                core.truncate_after(index - 1)
+            else:
+                self.matched_end = max(self.matched_end, stop)
+                if last <= end:
+                    self._ack(m)
+                    return True
+            core.append_records(AppendRecords(index, last, memoryview(data)[off:]))
         self.matched_end = last
         self.ack_owed = True
         return True
@@ -176,20 +180,16 @@ class EntryHandler:
             self._reply(m, ResponseCode.INCONSISTENT_TERM, c)
 
     def _on_truncate(self, m: PushRequest) -> None:
+        """DLedger's TRUNCATE carries the leader's entries from the agreed index on: replace our conflicting
+        suffix with them (only what conflicts is dropped; see _apply)."""
         core = self.core
         self.buffer.clear()
         i = m.prev_index
-        log_view = core.log
-        if not (i < log_view.begin_index or (i <= core.end_index and log_view.term_at(i) == m.prev_term)):
+        if i > core.end_index or m.records is None:
             self._reply(m, ResponseCode.INCONSISTENT_STATE, i)
             return
-        # The leader asks us to keep only what agrees with its log; never drop what we know agrees with it
-        # (our commit point, or entries it pushed us this term): those may count in a quorum.
-        keep = max(i, core.committed_index, self.matched_end)
-        if keep < core.end_index:
-            core.truncate_after(keep)
-        self.matched_end = keep
-        self.acked = min(self.acked, keep)
+        if not self._apply(m):
+            return
         self._reply(m, _SUCCESS, i)
         self._ack_watermark(m)
 

@@ -341,18 +341,46 @@ def test_pushes_never_split_an_uncommitted_batch():
 
 
 def test_truncate_keeps_entries_that_already_match_this_leader():
+    """A TRUNCATE carries the leader's entries; the follower drops only what conflicts with them."""
     c, leader, target, held = _leader_with_captured_pushes(3)
-    for m in held:
+    for m in held[:2]:
         c.step(target, Receive(m))
     c.deliver()
-    assert c.nodes[target].store.end_index == 2
+    assert c.nodes[target].store.end_index == 1
     start = len(c.sent)
     term = c.core(leader).term
-    c.step(target, Receive(PushRequest(leader, target, term, PushType.TRUNCATE, -1, prev_index=0,
-                                       prev_term=c.nodes[leader].store.term_at(0))))
-    assert c.nodes[target].store.end_index == 2  # entries 1 and 2 came from this leader: kept
+    lstore = c.nodes[leader].store
+    recs = lstore.read(1, 1 << 20)  # entries 1..2: 1 is held already (same term), 2 is new
+    c.step(target, Receive(PushRequest(leader, target, term, PushType.TRUNCATE, -1, 0, lstore.term_at(0),
+                                       1, recs.last_index, recs)))
+    c.deliver()
+    assert c.bodies(target) == c.bodies(leader)[:3]
     resp = next(m for m in c.sent[start:] if isinstance(m, PushResponse) and m.push_type == PushType.TRUNCATE)
     assert resp.code == ResponseCode.SUCCESS and resp.end_index == 2
+
+
+def test_a_conflicting_suffix_is_replaced_from_the_first_conflict_only():
+    import random
+
+    from quorumlog.raft.core import RaftCore
+    from quorumlog.raft.types import HardState, RaftConfig
+    from quorumlog.store.memory import MemoryStore
+
+    store = MemoryStore()
+    store.append_batch(1, [b"a", b"b"], 0)
+    store.append_batch(2, [b"stale-c", b"stale-d"], 0)  # from a leader of term 2 that never committed them
+    leader_log = MemoryStore()
+    leader_log.append_batch(1, [b"a", b"b"], 0)
+    leader_log.append_batch(3, [b"c", b"d", b"e"], 0)
+    f = RaftCore(RaftConfig(node_id="n1", peers=("n0", "n1", "n2")), store, HardState(3, None), random.Random(1), 0)
+    recs = leader_log.read(1, 1 << 20)
+    ready = f.step(Receive(PushRequest("n0", "n1", 3, PushType.TRUNCATE, -1, 0, 1, 1, 4, recs)))
+    assert ready.truncate_after == 1  # entry 1 agrees; 2 is the first conflict
+    (app,) = ready.appends
+    assert (app.first_index, app.last_index) == (2, 4)
+    store.truncate_after(1)
+    store.append_records(app.data)
+    assert [store.get(i).body for i in range(5)] == [b"a", b"b", b"c", b"d", b"e"]
 
 
 @pytest.mark.parametrize("throttled", [True, False])
