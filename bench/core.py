@@ -90,7 +90,7 @@ class Bench:
         if ready.appends:
             for a in ready.appends:
                 if type(a) is AppendBatch:
-                    store.append_batch(a.term, a.bodies, a.timestamp_ms, a.producer)
+                    store.append_batch(a.term, a.bodies, a.timestamp_ms, a.producer, a.noop)
                 else:
                     store.append_records(a.data)
             self.queue.append((nid, Stored(store.end_index)))

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import random
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 from ..codes import ResponseCode
+from ..store import codec
 from ..store.base import LogView
 from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse,
                              TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult)
@@ -199,10 +200,30 @@ class RaftCore:
         self._next_heartbeat_ms = now
         self._disk_full_until_ms = -(1 << 62)
         self._batch_ends = []
+        self._drop_partial_batch()
         self._inherited_end = self.end_index
         self._send_heartbeats()
         if self.end_index > self.committed_index:
             self._append_batch((NOOP_BODY,), None, noop=True)
+
+    def _drop_partial_batch(self) -> None:
+        """A batch is atomic: if our log ends inside one (a crash kept part of an unflushed write), drop that
+        part before leading, rather than commit half a batch (an idempotent retry would then write its
+        first half twice). Safe: commits only ever end at a batch's last entry (see _after_leader_step),
+        so no entry of a partial batch is committed anywhere."""
+        log_view = self.log
+        index = self.end_index
+        first_kept = max(log_view.begin_index, self.committed_index + 1)
+        while index >= first_kept and self._channel_at(index) & codec.CHANNEL_BATCH_CONTINUES:
+            index -= 1
+        if index < self.end_index:
+            assert self._channel_at(self.end_index) & codec.CHANNEL_BATCH_CONTINUES
+            log.info("dropping a partial batch node=%s after=%d end=%d", self.config.node_id, index, self.end_index)
+            self.truncate_after(index)
+
+    def _channel_at(self, index: int) -> int:
+        records = self.log.read(index, 1, index)
+        return codec.HEADER.unpack_from(records.chunks[0], 0)[5]
 
     def step_down(self, term: int, leader_id: str | None) -> None:
         """Leave leadership or candidacy (or follow a new term); fails every waiting client request."""
@@ -415,6 +436,11 @@ class RaftCore:
             new = check_quorum_ack((d.watermark for d in self.dispatchers.values()), self.durable_index,
                                    self.quorum, self.member.term, self.log.term_at, self.committed_index,
                                    self._bug_commit_by_count)
+            if new > self.committed_index and not self._bug_commit_by_count:
+                # Commit whole batches only: `new` is in our term, whose batches we wrote ourselves.
+                ends = self._batch_ends
+                k = bisect_right(ends, new) - 1
+                new = ends[k] if k >= 0 else self.committed_index
             if new > self.committed_index:
                 self._set_committed(new)
                 self.pending.complete_up_to(new, self._completions)

@@ -68,7 +68,7 @@ class Cluster:
         for a in ready.appends:
             if isinstance(a, AppendBatch):
                 assert a.first_index == store.end_index + 1
-                end = store.append_batch(a.term, a.bodies, a.timestamp_ms, a.producer)
+                end = store.append_batch(a.term, a.bodies, a.timestamp_ms, a.producer, a.noop)
                 assert end == a.first_index + len(a.bodies) - 1
             else:
                 assert a.first_index == store.end_index + 1, (node.id, a.first_index, store.end_index)
@@ -197,9 +197,9 @@ class Cluster:
     def heal(self) -> None:
         self.blocked.clear()
 
-    def crash(self, nid: str) -> None:
+    def crash(self, nid: str, keep_unflushed: int = 0) -> None:
         node = self.nodes[nid]
-        node.store.crash()
+        node.store.crash(keep_unflushed)
         node.up = False
         self.local = deque((n, e) for n, e in self.local if n != nid)
 

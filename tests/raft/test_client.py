@@ -3,7 +3,7 @@
 import pytest
 
 from quorumlog.codes import ResponseCode
-from quorumlog.raft.types import AppendBatch, Role, StoreFailed
+from quorumlog.raft.types import AppendBatch, Role, StoreFailed, Tick
 
 from .harness import Cluster
 
@@ -192,3 +192,36 @@ def test_ack_before_quorum_answers_before_any_follower_has_it(bug):
     acked = rid in c.completions and c.completions[rid].code == ResponseCode.SUCCESS
     assert acked is bug
     assert c.core(leader).committed_index == -1
+
+
+def test_a_partial_batch_at_a_new_leaders_end_is_dropped_not_committed():
+    """A crash kept the first 2 entries of an unflushed 4-entry batch; that node is elected. It must not
+    commit half the batch: it drops the partial batch, and the client's retry writes the batch once, whole."""
+    c, leader, followers = _cluster(pre_vote=False, check_quorum=False)
+    base = c.append(leader, [b"base"])
+    c.deliver()
+    assert c.completions[base].code == ResponseCode.SUCCESS
+    for f in followers:
+        c.isolate(f)
+    c.nodes[leader].auto_flush = False
+    c.append(leader, [b"b0", b"b1", b"b2", b"b3"], client_id=5, seq=0)
+    c.deliver()
+    c.crash(leader, keep_unflushed=2)
+    assert c.bodies(leader) == [b"base", b"b0", b"b1"]  # a torn batch
+    c.heal()
+    c.restart(leader)
+    c.now_ms = max(c.now_ms, c.core(leader).elector.election_deadline_ms)
+    for f in followers:  # (their clocks stood still while cut off: restart them so their timers start now)
+        c.crash(f)
+        c.restart(f)
+    c.step(leader, Tick(c.now_ms))
+    c.deliver()
+    assert c.core(leader).role is Role.LEADER  # its log was the longest
+    retry = c.append(leader, [b"b0", b"b1", b"b2", b"b3"], client_id=5, seq=0)
+    c.run_until(lambda: retry in c.completions)
+    assert c.completions[retry].code == ResponseCode.SUCCESS
+    c.run(300)
+    for n in c.ids:
+        bodies = c.bodies(n)
+        assert bodies.count(b"b0") == 1 and bodies.count(b"b3") == 1, (n, bodies)
+        assert bodies[-4:] == [b"b0", b"b1", b"b2", b"b3"]
