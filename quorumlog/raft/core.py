@@ -100,6 +100,13 @@ class RaftCore:
     def leader_id(self) -> str | None:
         return self.member.leader_id
 
+    @property
+    def log_end(self) -> int:
+        """The end of the stored log as it stands once this step's truncate (if any) is done: what may be
+        read and pushed now (entries appended in this step are not in the log yet)."""
+        end = self.log.end_index
+        return end if self._truncate_after is None or self._truncate_after >= end else self._truncate_after
+
     def status(self) -> NodeStatus:
         watermarks = {}
         if self.member.role is _LEADER:
@@ -195,12 +202,12 @@ class RaftCore:
         now = self.now_ms
         self.leader_since_ms = now
         self.last_heard_ms = {p: now for p in self.others}
+        self._drop_partial_batch()
         self.dispatchers = {p: EntryDispatcher(self, p) for p in self.others}
         self.handler.reset()
         self._next_heartbeat_ms = now
         self._disk_full_until_ms = -(1 << 62)
         self._batch_ends = []
-        self._drop_partial_batch()
         self._inherited_end = self.end_index
         self._send_heartbeats()
         if self.end_index > self.committed_index:
@@ -427,7 +434,7 @@ class RaftCore:
             return self._inherited_end
         ends = self._batch_ends
         k = bisect_left(ends, index)
-        return ends[k] if k < len(ends) else self.log.end_index
+        return ends[k] if k < len(ends) else self.log_end
 
     # -- leader bookkeeping after each step --------------------------------------------------------------
     def _after_leader_step(self) -> None:

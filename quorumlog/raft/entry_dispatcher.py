@@ -60,9 +60,9 @@ class EntryDispatcher:
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
-            self._enter_append(core.log.end_index + 1)
+            self._enter_append(core.log_end + 1)
         else:
-            self._enter_compare(core.log.end_index)
+            self._enter_compare(core.log_end)
 
     # -- state changes -----------------------------------------------------------------------------
     def _enter_compare(self, index: int) -> None:
@@ -70,8 +70,9 @@ class EntryDispatcher:
         self.state = PushType.COMPARE
         # Before our log agrees trivially; so does what it acknowledged as durable in this term.
         self.match_lo = max(log_view.begin_index - 1, self.watermark)
-        self.match_hi = log_view.end_index + 1  # beyond our log: nothing of the follower's there is ours
-        self.compare_index = max(min(index, log_view.end_index), self.match_lo)
+        end = self.core.log_end
+        self.match_hi = end + 1  # beyond our log: nothing of the follower's there is ours
+        self.compare_index = max(min(index, end), self.match_lo)
         self.pending.clear()
         self.in_flight_ms = None
 
@@ -91,7 +92,7 @@ class EntryDispatcher:
         core = self.core
         if self.state is _APPEND:
             log_view = core.log
-            end = log_view.end_index
+            end = core.log_end
             sent = False
             cfg = core.config
             if self.next_index <= end and len(self.pending) < cfg.max_pending_pushes:
@@ -121,7 +122,7 @@ class EntryDispatcher:
             self.sent_commit = core.committed_index
             if self.state is PushType.TRUNCATE:
                 # DLedger's TRUNCATE carries our entries from index + 1: the follower replaces what conflicts
-                records = self._read(index + 1, core.log.end_index)
+                records = self._read(index + 1, core.log_end)
                 self.truncate_last = records.last_index
                 core.send(PushRequest(core.config.node_id, self.peer, core.member.term, PushType.TRUNCATE,
                                       core.committed_index, index, self._prev_term(index), index + 1,
@@ -181,7 +182,7 @@ class EntryDispatcher:
             if code == ResponseCode.REPEATED_PUSH:
                 return False  # the follower holds that push already, waiting for an earlier one
             log.debug("push rejected peer=%s code=%s index=%d end=%d", self.peer, code, m.index, m.end_index)
-            self._enter_compare(min(self.core.log.end_index, m.end_index))
+            self._enter_compare(min(self.core.log_end, m.end_index))
             return False
         if t == PushType.COMPARE:
             if self.state is not PushType.COMPARE or m.index != self.compare_index or self.in_flight_ms is None:
@@ -197,7 +198,7 @@ class EntryDispatcher:
             lo, hi = self.match_lo, self.match_hi
             if hi <= lo + 1:  # lo is the highest agreeing index we know of
                 self.compare_index = lo
-                if m.end_index <= lo or lo >= self.core.log.end_index:
+                if m.end_index <= lo or lo >= self.core.log_end:
                     # nothing of the follower's to replace (entries beyond our end are not ours, but are left
                     # alone: the APPEND that reaches them replaces them if they conflict)
                     self.match_index = max(self.match_index, min(lo, m.end_index))
@@ -217,7 +218,7 @@ class EntryDispatcher:
                 self.match_index = max(self.match_index, self.truncate_last)
                 self._enter_append(self.truncate_last + 1)
             else:
-                self._enter_compare(min(self.core.log.end_index, m.end_index))
+                self._enter_compare(min(self.core.log_end, m.end_index))
         return False
 
     def _before_term_run(self, index: int) -> int:
@@ -245,13 +246,13 @@ class EntryDispatcher:
         elif self.pending and core.now_ms - prev_heard_ms > 2 * core.config.heartbeat_interval_ms:
             oldest_sent_ms = next(iter(self.pending.values()))[1]
             if oldest_sent_ms > prev_heard_ms:
-                self._enter_compare(core.log.end_index)
+                self._enter_compare(core.log_end)
 
     def _compare_timed_out(self) -> None:
         self.in_flight_ms = None  # the next pump sends it again
         if self.state is PushType.COMPARE and not self.compare_answered:
             # never heard back: probe at our end as it is now (we may have grown meanwhile)
-            self._enter_compare(self.core.log.end_index)
+            self._enter_compare(self.core.log_end)
 
     def on_tick(self, now_ms: int) -> None:
         timeout = self.core.config.max_push_timeout_ms
@@ -263,6 +264,6 @@ class EntryDispatcher:
                     # window at once (after a partition heals that would be a burst past the quota).
                     log.debug("push timeout peer=%s first=%d last=%d: compare", self.peer, oldest[2].first_index,
                               oldest[0])
-                    self._enter_compare(self.core.log.end_index)
+                    self._enter_compare(self.core.log_end)
         elif self.in_flight_ms is not None and now_ms - self.in_flight_ms >= timeout:
             self._compare_timed_out()

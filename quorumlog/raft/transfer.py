@@ -50,7 +50,7 @@ class LeadershipTransfer:
             code = ResponseCode.SUCCESS
         elif self.active:
             code = ResponseCode.LEADER_TRANSFERRING
-        elif core.log.end_index - core.dispatchers[to].match_index > cfg.max_leadership_transfer_wait_index:
+        elif core.log_end - core.dispatchers[to].match_index > cfg.max_leadership_transfer_wait_index:
             code = ResponseCode.TAKE_LEADERSHIP_FAILED
         if code is not None:
             if request_id is not None:
@@ -94,7 +94,7 @@ class LeadershipTransfer:
 
     def _caught_up(self, peer: str) -> bool:
         core = self.core
-        end = core.log.end_index
+        end = core.log_end
         return core.end_index == end and core.dispatchers[peer].match_index >= end
 
     def pump(self) -> None:
