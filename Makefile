@@ -26,12 +26,13 @@ test: install system-deps
 test-fast: install
 	$(PYTEST) -n $(WORKERS) -m "not slow and not e2e and not spark"
 
-run: install
+run: install system-deps
 	$(BIN)/python -m quorumlog.demo
 
 bench: install system-deps
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/core.py
+	$(BIN)/python bench/spark.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
