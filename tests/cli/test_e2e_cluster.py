@@ -85,9 +85,10 @@ def cluster(tmp_path):
 
 
 def read_all(d: str, node: str) -> list[dict]:
-    """A node's entries, without the empty-body no-op a new leader appends (raft/core.py NOOP_BODY): our
-    values are never empty, and a re-election under load may add one anywhere."""
-    return [e for e in cli_json("read", "--cluster", d, "--from", "0", "--node", node) if e.get("body") != ""]
+    """A node's entries as `read` prints them (a new leader's no-op entry is never among them)."""
+    entries = cli_json("read", "--cluster", d, "--from", "0", "--node", node)
+    assert all(e.get("body") != "" for e in entries), "a no-op entry reached a reader"
+    return entries
 
 
 def wait_converged(d: str, ids: list[str], expected: list[str]) -> None:
