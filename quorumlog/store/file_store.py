@@ -74,6 +74,10 @@ class FileStore(RecoverOnOpen):
         self._producers = ProducerTable()
         self._begin = 0
         self._end = -1
+        # Entries from here to the end had their CRCs checked by this process (written by it, validated on
+        # append_records, scanned by recovery, or served once): reads skip re-checking them, as Kafka's
+        # broker does; everything below is checked on its first read.
+        self._verified_from = 0
         self._end_term = -1
         self._end_chain = _EMPTY_CHAIN
         self._write_pos = 0
@@ -216,6 +220,8 @@ class FileStore(RecoverOnOpen):
         if start > last:
             return Records(start, start - 1, (), 0)
         stop = self._end_for_bytes(start, max_bytes, last - start + 1)
+        if start >= self._verified_from:
+            return self._read_verified(start, stop)
         pos, _size, _term = self._unit(start)
         seg_i = self._data_seg_i(pos)
         seg = self._data[seg_i]
@@ -246,7 +252,30 @@ class FileStore(RecoverOnOpen):
         if off > chunk_start:
             chunks.append(seg.view[chunk_start:off])
             total_bytes += off - chunk_start
+        if index >= self._verified_from:  # checked up to where checked entries begin: one range again
+            self._verified_from = start
         return Records(start, index - 1, tuple(chunks), total_bytes)
+
+    def _read_verified(self, start: int, stop: int) -> Records:
+        """Already-checked records start..stop: cut at segment ends with index arithmetic, no per-record work."""
+        chunks: list[memoryview] = []
+        total_bytes = 0
+        i = start
+        while i <= stop:
+            pos, _size, _ = self._unit(i)
+            seg = self._data[self._data_seg_i(pos)]
+            lo, hi = i, stop  # the last entry of this segment within stop
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._unit(mid)[0] < seg.end:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            last_pos, last_size, _ = self._unit(lo)
+            chunks.append(seg.view[pos - seg.start: last_pos + last_size - seg.start])
+            total_bytes += last_pos + last_size - pos
+            i = lo + 1
+        return Records(start, stop, tuple(chunks), total_bytes)
 
     # -- writes ------------------------------------------------------------------------------------
     def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
@@ -404,6 +433,7 @@ class FileStore(RecoverOnOpen):
                     seg.first_index = -1
                 self._write_pos = cut
                 self._end = index
+                self._verified_from = min(self._verified_from, index + 1)
                 self._durable = min(self._durable, index)
                 if index >= self._begin:
                     self._end_term = self.term_at(index)

@@ -93,6 +93,7 @@ class RecoverOnOpen:
         for seg_i, idx in scan.segment_firsts.items():
             self._data[seg_i].first_index = idx
         self._end = scan.last_index
+        self._verified_from = scan_first  # older entries are checked on their first read
         self._write_pos = self._data[scan.seg_i].start + scan.offset
         if self._end >= self._begin:
             self._end_term, self._end_chain = scan.last_term, scan.last_chain
