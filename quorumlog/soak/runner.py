@@ -1,0 +1,332 @@
+"""The soak: 3 real node processes behind per-link fault proxies, concurrent writers, a seeded fault
+schedule, and the checker at the end.
+
+One cycle: apply a fault, hold it, heal it (restart what was killed, SIGCONT what was stopped), then wait
+until writes are acknowledged again. Unavailability of a cycle = the longest stretch, from the fault's start
+to the cycle's end, in which no writer got an ok. After the last cycle the writers stop, the cluster
+converges, every node's committed log is read, and checker.check() judges the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import quorumlog
+from quorumlog.client import Client
+
+from . import checker
+from .checker import FAILED, OK, UNKNOWN, Op
+from .nemesis import LinkProxy, Net
+
+log = logging.getLogger(__name__)
+
+FAULT_KINDS = ("partition_minority", "isolate_leader", "one_way_leader_out", "kill9_node", "kill9_majority",
+               "pause_leader", "restart_all", "torn_tail", "delay", "slow_leader", "reset_connections")
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    kind: str
+    targets: list[str]
+    hold_s: float
+    t_fault: float = 0.0
+    t_heal: float = 0.0
+    t_end: float = 0.0
+    recovered: bool = False
+    unavailable_s: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class SoakResult:
+    seed: int
+    cycles: list[CycleRecord]
+    history: list[Op]
+    violations: list[checker.Violation]
+    logs: dict[str, list[tuple[int, bytes]]]
+    mechanism: str
+    duration_s: float
+    report_dir: str | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def not_recovered(self) -> list[CycleRecord]:
+        return [c for c in self.cycles if not c.recovered]
+
+    def figures(self) -> dict[str, Any]:
+        per_kind: dict[str, list[float]] = {}
+        for c in self.cycles:
+            per_kind.setdefault(c.kind, []).append(c.unavailable_s)
+        return {
+            "seed": self.seed, "cycles": len(self.cycles), "mechanism": self.mechanism,
+            "duration_s": round(self.duration_s, 1), "ops": checker.summarize(self.history),
+            "client_errors": self.errors, "violations": [str(v) for v in self.violations],
+            "not_recovered": [f"{c.cycle}:{c.kind}" for c in self.not_recovered],
+            "committed_entries": max((len(v) for v in self.logs.values()), default=0),
+            "unavailability_s": {k: {"cycles": len(v), "max": round(max(v), 3), "median": round(statistics.median(v), 3)}
+                                 for k, v in sorted(per_kind.items())},
+        }
+
+
+def schedule(seed: int, cycles: int, kinds: tuple[str, ...] = FAULT_KINDS) -> list[CycleRecord]:
+    """The seeded fault schedule: every kind once (shuffled) first, then random kinds; targets for the
+    non-leader faults and hold times come from the seed too (leader faults pick the leader of the moment)."""
+    rng = random.Random(seed)
+    first = list(kinds)
+    rng.shuffle(first)
+    out = []
+    for i in range(cycles):
+        kind = first[i] if i < len(first) else rng.choice(kinds)
+        targets = sorted(rng.sample(["n0", "n1", "n2"], 2 if kind == "kill9_majority" else 1))
+        out.append(CycleRecord(i, kind, targets, round(rng.uniform(1.0, 2.5), 2)))
+    return out
+
+
+def _tear_tail(data_dir: str, rng: random.Random) -> str:
+    """Write garbage right after the last non-zero byte of the newest data segment (a torn, half-written
+    record, as a crash mid-write leaves it). Segments are preallocated with zeros."""
+    from quorumlog.store.segments import list_segments
+    segs = list_segments(os.path.join(data_dir, "store", "data"))
+    if not segs:
+        return "no data segment"
+    _, path = segs[-1]
+    with open(path, "r+b") as f:
+        data = f.read()
+        end = len(data.rstrip(b"\0"))
+        garbage = bytes(rng.randrange(1, 256) for _ in range(rng.randrange(1, 64)))
+        f.seek(end)
+        f.write(garbage)
+    return f"{len(garbage)} garbage bytes at {os.path.basename(path)}+{end}"
+
+
+class Soak:
+    def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
+                 kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0) -> None:
+        from tests.e2e.harness import Cluster, free_ports  # the e2e harness starts and stops node processes
+        self.base_dir = base_dir
+        self.seed = seed
+        self.rng = random.Random(seed * 7919 + 1)
+        self.plan = schedule(seed, cycles, kinds)
+        self.writers = writers
+        self.recover_timeout_s = recover_timeout_s
+        self.cluster = Cluster(base_dir, n=3)
+        self.members = list(self.cluster.nodes)
+        self.net = Net()
+        real = {nid: node.port for nid, node in self.cluster.nodes.items()}
+        ports = iter(free_ports(len(real) * (len(real) - 1)))
+        for src in self.members:
+            parts = []
+            for dst in self.members:
+                if dst == src:
+                    parts.append(f"{dst}=127.0.0.1:{real[dst]}")
+                else:
+                    p = next(ports)
+                    self.net.add(LinkProxy(src, dst, p, real[dst], self.net.state))
+                    parts.append(f"{dst}=127.0.0.1:{p}")
+            argv = self.cluster.nodes[src].argv
+            argv[argv.index("--peers") + 1] = ",".join(parts)
+        self.history: list[Op] = []
+        self.errors: dict[str, int] = {}
+        self.ok_times: list[float] = []
+        self._stopped: set[str] = set()
+
+    # -- workload ------------------------------------------------------------------------------------
+    async def _writer(self, name: str, stop: asyncio.Event) -> None:
+        client = self.cluster.client(timeout_ms=4_000)
+        i = 0
+        try:
+            while not stop.is_set():
+                value = f"{name}-{i:07d}".encode()
+                i += 1
+                t0 = time.monotonic()
+                try:
+                    r = await asyncio.wait_for(client.append(value), 6.0)
+                except (quorumlog.QuorumLogError, asyncio.TimeoutError, OSError) as e:
+                    t1 = time.monotonic()
+                    code = getattr(getattr(e, "code", None), "name", type(e).__name__)
+                    self.errors[code] = self.errors.get(code, 0) + 1
+                    # Any error may follow a send that reached the leader: the outcome is unknown.
+                    self.history.append(Op(name, value, t0, t1, UNKNOWN))
+                    await asyncio.sleep(0.02)
+                    continue
+                t1 = time.monotonic()
+                self.history.append(Op(name, value, t0, t1, OK, r.index))
+                self.ok_times.append(t1)
+        finally:
+            await client.close()
+
+    # -- faults --------------------------------------------------------------------------------------
+    async def _leader(self, admin: Client) -> str | None:
+        try:
+            return await self.cluster.wait_leader(admin, timeout_s=10.0)
+        except AssertionError:
+            return None
+
+    def _restart(self, nid: str) -> None:
+        node = self.cluster.nodes[nid]
+        if not node.alive:
+            node.start()
+
+    async def _cycle(self, c: CycleRecord, admin: Client) -> None:
+        nodes = self.cluster.nodes
+        leader = await self._leader(admin) if c.kind in ("isolate_leader", "one_way_leader_out", "pause_leader",
+                                                         "slow_leader") else None
+        if leader is not None:
+            c.targets = [leader]
+        t = c.targets
+        others = lambda x: [m for m in self.members if m != x]  # noqa: E731
+        c.t_fault = time.monotonic()
+        if c.kind == "partition_minority":
+            self.net.isolate(t, self.members)
+        elif c.kind == "isolate_leader":
+            self.net.isolate(t, self.members)
+        elif c.kind == "one_way_leader_out":
+            self.net.cut([(t[0], o) for o in others(t[0])])
+        elif c.kind in ("kill9_node", "kill9_majority"):
+            for nid in t:
+                nodes[nid].kill9()
+        elif c.kind == "pause_leader":
+            nodes[t[0]].signal(signal.SIGSTOP)
+            self._stopped.add(t[0])
+        elif c.kind == "restart_all":
+            c.targets = list(self.members)
+            for nid in self.members:
+                nodes[nid].kill9()
+        elif c.kind == "torn_tail":
+            nodes[t[0]].kill9()
+            c.note = _tear_tail(nodes[t[0]].data_dir, self.rng)
+        elif c.kind == "delay":
+            self.net.delay(self.rng.choice((20, 50, 100)))
+        elif c.kind == "slow_leader":
+            self.net.slow([(t[0], o) for o in others(t[0])], 64 * 1024)
+        elif c.kind == "reset_connections":
+            pass  # resets happen during the hold below
+        else:
+            raise ValueError(c.kind)
+        log.info("cycle %d: %s %s %s", c.cycle, c.kind, c.targets, c.note)
+        if c.kind == "reset_connections":
+            end = time.monotonic() + c.hold_s
+            while time.monotonic() < end:
+                self.net.reset()
+                await asyncio.sleep(0.2)
+        else:
+            await asyncio.sleep(c.hold_s)
+        # heal
+        c.t_heal = time.monotonic()
+        self.net.heal()
+        for nid in list(self._stopped):
+            nodes[nid].signal(signal.SIGCONT)
+            self._stopped.discard(nid)
+        for nid in self.members:
+            self._restart(nid)
+        # recovered = a write acknowledged after the heal, and some more
+        acks_at_heal = sum(1 for x in self.ok_times if x > c.t_heal)
+        deadline = time.monotonic() + self.recover_timeout_s
+        while time.monotonic() < deadline:
+            after = sum(1 for x in self.ok_times[-200:] if x > c.t_heal)
+            if after >= acks_at_heal + 5:
+                c.recovered = True
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        c.t_end = time.monotonic()
+        acks = [x for x in self.ok_times if c.t_fault <= x <= c.t_end]
+        edges = [c.t_fault, *acks, c.t_end]
+        c.unavailable_s = round(max(b - a for a, b in zip(edges, edges[1:])), 3)
+
+    # -- whole run -----------------------------------------------------------------------------------
+    async def _run(self) -> tuple[dict[str, list[tuple[int, bytes]]], list[checker.Violation]]:
+        await self.net.start()
+        self.cluster.start()
+        stop = asyncio.Event()
+        tasks: list[asyncio.Task] = []
+        try:
+            async with self.cluster.client(timeout_ms=10_000) as admin:
+                await self.cluster.wait_leader(admin, timeout_s=30)
+                tasks = [asyncio.create_task(self._writer(f"w{i}", stop)) for i in range(self.writers)]
+                await asyncio.sleep(0.5)
+                for c in self.plan:
+                    await self._cycle(c, admin)
+                stop.set()
+                await asyncio.wait_for(asyncio.gather(*tasks), 30)
+                dead = [nid for nid, n in self.cluster.nodes.items() if not n.alive]
+                if dead:  # a node that did not survive its restart (e.g. refused its torn tail)
+                    raise RuntimeError(f"nodes {dead} exited after healing:\n{self.cluster.logs()}")
+                members = tuple(self.members)
+                await self.cluster.wait_converged(admin, timeout_s=60, members=members)
+                logs = {nid: [(e.index, e.body) for e in entries]
+                        for nid, entries in (await self.cluster.committed_logs(admin, members)).items()}
+        finally:
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.net.close()
+        return logs, checker.check(self.history, logs)
+
+    def run(self, report_root: str | None = None) -> SoakResult:
+        t0 = time.monotonic()
+        logs: dict[str, list[tuple[int, bytes]]] = {}
+        violations: list[checker.Violation] = []
+        crash: BaseException | None = None
+        try:
+            logs, violations = asyncio.run(self._run())
+        except BaseException as e:  # noqa: BLE001 — a run that crashed still writes its report
+            crash = e
+        finally:
+            self.cluster.stop()
+        result = SoakResult(self.seed, self.plan, self.history, violations, logs,
+                            "asyncio per-link TCP proxy (no namespaces)", time.monotonic() - t0, errors=self.errors)
+        if crash is not None or violations or result.not_recovered:
+            result.report_dir = self.write_report(report_root or self.base_dir, result, crash)
+        if crash is not None:
+            raise RuntimeError(f"soak seed {self.seed} crashed; report in {result.report_dir}") from crash
+        return result
+
+    def write_report(self, root: str, result: SoakResult, crash: BaseException | None) -> str:
+        props = sorted({v.property for v in result.violations}) or (["crash"] if crash else ["not_recovered"])
+        d = os.path.join(root, f"soak-report-seed{self.seed}-{'-'.join(props)}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "violations.txt"), "w") as f:
+            f.write("\n".join(str(v) for v in result.violations) + "\n")
+            if crash is not None:
+                f.write(f"crash: {crash!r}\n")
+        with open(os.path.join(d, "history.jsonl"), "w") as f:
+            for op in result.history:
+                f.write(json.dumps({**asdict(op), "value": op.value.decode(errors="replace")}) + "\n")
+        with open(os.path.join(d, "schedule.json"), "w") as f:
+            json.dump({"seed": self.seed, "cycles": [asdict(c) for c in result.cycles],
+                       "net_events": self.net.events}, f, indent=1)
+        for nid, entries in result.logs.items():
+            with open(os.path.join(d, f"{nid}.committed.jsonl"), "w") as f:
+                for index, body in entries:
+                    f.write(json.dumps([index, body.decode(errors="replace")]) + "\n")
+        for nid, node in self.cluster.nodes.items():
+            if os.path.exists(node.log_path):
+                shutil.copy(node.log_path, os.path.join(d, f"{nid}.node.log"))
+        with open(os.path.join(d, "figures.json"), "w") as f:
+            json.dump(result.figures(), f, indent=1)
+        return d
+
+
+def run_soak(seed: int, cycles: int, *, base_dir: str | None = None, report_root: str | None = None,
+             **kw: Any) -> SoakResult:
+    own = base_dir is None
+    base_dir = base_dir or tempfile.mkdtemp(prefix=f"soak-{seed}-")
+    try:
+        return Soak(base_dir, seed, cycles, **kw).run(report_root or (tempfile.gettempdir() if own else base_dir))
+    finally:
+        if own:
+            shutil.rmtree(base_dir, ignore_errors=True)
