@@ -115,6 +115,7 @@ class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
                  kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0) -> None:
         from tests.e2e.harness import Cluster, free_ports  # the e2e harness starts and stops node processes
+        os.makedirs(base_dir, exist_ok=True)
         self.base_dir = base_dir
         self.seed = seed
         self.rng = random.Random(seed * 7919 + 1)
