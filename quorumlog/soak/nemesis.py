@@ -32,8 +32,10 @@ class LinkState:
 class LinkProxy:
     """Forwards listen_port → target_port for the link src → dst, applying the shared LinkState."""
 
-    def __init__(self, src: str, dst: str, listen_port: int, target_port: int, state: LinkState) -> None:
+    def __init__(self, src: str, dst: str, listen_port: int, target_port: int, state: LinkState, *,
+                 listen_host: str = "127.0.0.1", target_host: str = "127.0.0.1") -> None:
         self.src, self.dst = src, dst
+        self.listen_host, self.target_host = listen_host, target_host
         self.listen_port = listen_port
         self.target_port = target_port
         self.state = state
@@ -44,7 +46,7 @@ class LinkProxy:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> "LinkProxy":
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.listen_port)
+        self._server = await asyncio.start_server(self._handle, self.listen_host, self.listen_port)
         return self
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -54,7 +56,7 @@ class LinkProxy:
             writer.close()  # a full cut: nothing gets through, not even the handshake
             return
         try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+            up_r, up_w = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
             writer.close()
             return

@@ -27,6 +27,7 @@ from quorumlog.client import Client
 
 from . import checker
 from .checker import FAILED, OK, UNKNOWN, Op
+from . import netns
 from .nemesis import LinkProxy, Net
 
 log = logging.getLogger(__name__)
@@ -111,10 +112,23 @@ def _tear_tail(data_dir: str, rng: random.Random) -> str:
     return f"{len(garbage)} garbage bytes at {os.path.basename(path)}+{end}"
 
 
+def _harness():
+    """The e2e harness (tests/e2e/harness.py) starts and stops node processes; it lives in the repo's tests,
+    so a soak runs from a source checkout (the repo root is put on sys.path if it is not there)."""
+    try:
+        from tests.e2e import harness
+    except ImportError:
+        import sys
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        from tests.e2e import harness
+    return harness.Cluster, harness.free_ports
+
+
 class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
-                 kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0) -> None:
-        from tests.e2e.harness import Cluster, free_ports  # the e2e harness starts and stops node processes
+                 kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0,
+                 network: str = "auto") -> None:
+        Cluster, free_ports = _harness()
         os.makedirs(base_dir, exist_ok=True)
         self.base_dir = base_dir
         self.seed = seed
@@ -125,19 +139,31 @@ class Soak:
         self.cluster = Cluster(base_dir, n=3)
         self.members = list(self.cluster.nodes)
         self.net = Net()
+        if network == "auto":
+            network = "netns" if netns.available() else "proxy"
+        assert network in ("proxy", "netns"), network
+        self.links = netns.NetnsLinks(self.members, os.getpid() + seed) if network == "netns" else None
+        self.mechanism = ("network namespaces + veth link down (partitions), asyncio per-link TCP proxy (one-way "
+                          "cut, delay, rate, resets)" if self.links else "asyncio per-link TCP proxy (no namespaces)")
+        host = self.links.host if self.links else {m: "127.0.0.1" for m in self.members}
+        proxy_host = self.links.bridge_host if self.links else "127.0.0.1"
         real = {nid: node.port for nid, node in self.cluster.nodes.items()}
+        self.cluster.peers = ",".join(f"{m}={host[m]}:{real[m]}" for m in self.members)  # clients go direct
         ports = iter(free_ports(len(real) * (len(real) - 1)))
         for src in self.members:
             parts = []
             for dst in self.members:
                 if dst == src:
-                    parts.append(f"{dst}=127.0.0.1:{real[dst]}")
+                    parts.append(f"{dst}={host[dst]}:{real[dst]}")
                 else:
                     p = next(ports)
-                    self.net.add(LinkProxy(src, dst, p, real[dst], self.net.state))
-                    parts.append(f"{dst}=127.0.0.1:{p}")
-            argv = self.cluster.nodes[src].argv
-            argv[argv.index("--peers") + 1] = ",".join(parts)
+                    self.net.add(LinkProxy(src, dst, p, real[dst], self.net.state, listen_host=proxy_host,
+                                           target_host=host[dst]))
+                    parts.append(f"{dst}={proxy_host}:{p}")
+            node = self.cluster.nodes[src]
+            node.argv[node.argv.index("--peers") + 1] = ",".join(parts)
+            if self.links:
+                node.argv = [*self.links.exec_prefix(src), *node.argv, "--bind-host", host[src]]
         self.history: list[Op] = []
         self.errors: dict[str, int] = {}
         self.ok_times: list[float] = []
@@ -189,10 +215,11 @@ class Soak:
         t = c.targets
         others = lambda x: [m for m in self.members if m != x]  # noqa: E731
         c.t_fault = time.monotonic()
-        if c.kind == "partition_minority":
-            self.net.isolate(t, self.members)
-        elif c.kind == "isolate_leader":
-            self.net.isolate(t, self.members)
+        if c.kind in ("partition_minority", "isolate_leader"):
+            if self.links:
+                self.links.isolate(t)  # real packet loss: the veth is down
+            else:
+                self.net.isolate(t, self.members)
         elif c.kind == "one_way_leader_out":
             self.net.cut([(t[0], o) for o in others(t[0])])
         elif c.kind in ("kill9_node", "kill9_majority"):
@@ -227,6 +254,8 @@ class Soak:
         # heal
         c.t_heal = time.monotonic()
         self.net.heal()
+        if self.links:
+            self.links.heal()
         for nid in list(self._stopped):
             nodes[nid].signal(signal.SIGCONT)
             self._stopped.discard(nid)
@@ -249,6 +278,8 @@ class Soak:
 
     # -- whole run -----------------------------------------------------------------------------------
     async def _run(self) -> tuple[dict[str, list[tuple[int, bytes]]], list[checker.Violation]]:
+        if self.links:
+            self.links.setup()
         await self.net.start()
         self.cluster.start()
         stop = asyncio.Event()
@@ -288,8 +319,10 @@ class Soak:
             crash = e
         finally:
             self.cluster.stop()
+            if self.links:
+                self.links.teardown()
         result = SoakResult(self.seed, self.plan, self.history, violations, logs,
-                            "asyncio per-link TCP proxy (no namespaces)", time.monotonic() - t0, errors=self.errors)
+                            self.mechanism, time.monotonic() - t0, errors=self.errors)
         if crash is not None or violations or result.not_recovered:
             result.report_dir = self.write_report(report_root or self.base_dir, result, crash)
         if crash is not None:
