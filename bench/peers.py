@@ -56,6 +56,17 @@ FLUSH = {"quorumlog-sync": "sync (ack after majority fdatasync)",
          "jetstream-async": "async (default sync_interval 2m; ack before fsync)"}
 BATCH_ENTRIES, BATCH_VALUE_BYTES, BATCH_WRITERS = 1024, 1024, 4
 STARTUP_TIMEOUT_S = 30.0
+NOTES = [
+    "All 9 server processes and the generators share the machine's cores; the load average is recorded.",
+    "Headline w2/w3 figures are the better of 1 and 2 generator processes; generator_cpu_cores is the CPU the "
+    "generator process(es) used per wall second (start-up included).",
+    "etcd is driven through its JSON gateway (HTTP/1.1 + base64), not gRPC: w3 (one 1024-put txn) pays JSON "
+    "decoding in etcd's gateway; w1/w2 pay one HTTP hop per put.",
+    "JetStream is driven with nats-py (Python), not the Go `nats bench`; published Go-client figures are higher.",
+    "quorumlog's 2-generator latency is the worse of the two processes' percentiles (they are not merged).",
+    "The disk is a virtual disk whose fdatasync is cheap (thousands/s, GB/s sequential): fractions of it are "
+    "small for every system; the CPU of 2 shared cores, not the disk, bounds all three.",
+]
 
 
 # -- disk ceiling ----------------------------------------------------------------------------------------
@@ -555,7 +566,7 @@ def main() -> None:
                                   "JetStream nats-py, one connection per process)",
                      "w3": f"{BATCH_WRITERS} writers x {BATCH_ENTRIES} x {BATCH_VALUE_BYTES} B per call "
                            "(etcd: one txn of 1024 puts; JetStream: 1024 publish_async in flight, all acks awaited)"},
-           "command": "python bench/peers.py " + " ".join(sys.argv[1:])}
+           "command": "python bench/peers.py " + " ".join(sys.argv[1:]), "notes": NOTES}
     results = {}
     try:
         log.info("disk ceiling in %s", base)
