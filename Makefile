@@ -30,9 +30,11 @@ run: install system-deps
 	$(BIN)/python -m quorumlog.demo
 
 bench: install system-deps
+	PY=$(BIN)/python scripts/peers-deps.sh
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/spark.py
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
