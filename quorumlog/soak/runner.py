@@ -17,6 +17,7 @@ import random
 import shutil
 import signal
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,10 @@ from . import netns
 from .nemesis import LinkProxy, Net
 
 log = logging.getLogger(__name__)
+
+# Opt-in kinds (not in FAULT_KINDS, so not in CI's short soak): disk_full needs root for its tmpfs mounts.
+EXTRA_KINDS = ("disk_full",)
+DISK_BYTES = 128 * 1024 * 1024
 
 FAULT_KINDS = ("partition_minority", "isolate_leader", "one_way_leader_out", "kill9_node", "kill9_majority",
                "pause_leader", "restart_all", "torn_tail", "delay", "slow_leader", "reset_connections")
@@ -124,6 +129,23 @@ def _harness():
     return harness.Cluster, harness.free_ports
 
 
+FILLER = "soak-filler"
+
+
+def _fill_disk(data_dir: str) -> str:
+    """Fill the node's tmpfs to the last 64 KiB, so its appends fail (DISK_FULL or ENOSPC)."""
+    st = os.statvfs(data_dir)
+    free = st.f_bavail * st.f_frsize - 64 * 1024
+    fd = os.open(os.path.join(data_dir, FILLER), os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, max(free, 1))
+    except OSError as e:
+        return f"filler of {free} bytes: {e!r}"
+    finally:
+        os.close(fd)
+    return f"filled {free} bytes"
+
+
 class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
                  kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0,
@@ -136,7 +158,10 @@ class Soak:
         self.plan = schedule(seed, cycles, kinds)
         self.writers = writers
         self.recover_timeout_s = recover_timeout_s
-        self.cluster = Cluster(base_dir, n=3)
+        # disk_full: every node's data dir is a small tmpfs that a filler file really fills (ENOSPC)
+        self.disks = {f"n{i}": os.path.join(base_dir, f"disk-n{i}") for i in range(3)} if "disk_full" in kinds else {}
+        self._mounted: list[str] = []
+        self.cluster = Cluster(base_dir, n=3, data_dirs=dict(self.disks))
         self.members = list(self.cluster.nodes)
         self.net = Net()
         if network == "auto":
@@ -209,7 +234,7 @@ class Soak:
     async def _cycle(self, c: CycleRecord, admin: Client) -> None:
         nodes = self.cluster.nodes
         leader = await self._leader(admin) if c.kind in ("isolate_leader", "one_way_leader_out", "pause_leader",
-                                                         "slow_leader") else None
+                                                         "slow_leader", "disk_full") else None
         if leader is not None:
             c.targets = [leader]
         t = c.targets
@@ -241,6 +266,8 @@ class Soak:
             self.net.slow([(t[0], o) for o in others(t[0])], 64 * 1024)
         elif c.kind == "reset_connections":
             pass  # resets happen during the hold below
+        elif c.kind == "disk_full":
+            c.note = _fill_disk(self.disks[t[0]])
         else:
             raise ValueError(c.kind)
         log.info("cycle %d: %s %s %s", c.cycle, c.kind, c.targets, c.note)
@@ -254,6 +281,11 @@ class Soak:
         # heal
         c.t_heal = time.monotonic()
         self.net.heal()
+        for d in self.disks.values():
+            try:
+                os.unlink(os.path.join(d, FILLER))
+            except FileNotFoundError:
+                pass
         if self.links:
             self.links.heal()
         for nid in list(self._stopped):
@@ -278,6 +310,10 @@ class Soak:
 
     # -- whole run -----------------------------------------------------------------------------------
     async def _run(self) -> tuple[dict[str, list[tuple[int, bytes]]], list[checker.Violation]]:
+        for d in self.disks.values():
+            os.makedirs(d, exist_ok=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", d], check=True, timeout=10)
+            self._mounted.append(d)
         if self.links:
             self.links.setup()
         await self.net.start()
@@ -321,6 +357,8 @@ class Soak:
             self.cluster.stop()
             if self.links:
                 self.links.teardown()
+            for d in self._mounted:
+                subprocess.run(["umount", d], timeout=30)
         result = SoakResult(self.seed, self.plan, self.history, violations, logs,
                             self.mechanism, time.monotonic() - t0, errors=self.errors)
         if crash is not None or violations or result.not_recovered:
