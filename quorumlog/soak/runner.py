@@ -27,9 +27,10 @@ import quorumlog
 from quorumlog.client import Client
 
 from . import checker
-from .checker import FAILED, OK, UNKNOWN, Op
+from .checker import OK, UNKNOWN, Op
 from . import netns
 from .nemesis import LinkProxy, Net
+from .processes import Cluster, free_ports
 
 log = logging.getLogger(__name__)
 
@@ -117,18 +118,6 @@ def _tear_tail(data_dir: str, rng: random.Random) -> str:
     return f"{len(garbage)} garbage bytes at {os.path.basename(path)}+{end}"
 
 
-def _harness():
-    """The e2e harness (tests/e2e/harness.py) starts and stops node processes; it lives in the repo's tests,
-    so a soak runs from a source checkout (the repo root is put on sys.path if it is not there)."""
-    try:
-        from tests.e2e import harness
-    except ImportError:
-        import sys
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        from tests.e2e import harness
-    return harness.Cluster, harness.free_ports
-
-
 FILLER = "soak-filler"
 
 
@@ -150,7 +139,6 @@ class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
                  kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0,
                  network: str = "auto") -> None:
-        Cluster, free_ports = _harness()
         os.makedirs(base_dir, exist_ok=True)
         self.base_dir = base_dir
         self.seed = seed

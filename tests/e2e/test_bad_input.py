@@ -22,7 +22,9 @@ from quorumlog.transport.handshake import Hello, Role as HelloRole, decode_hello
 from quorumlog.transport.kinds import Kind
 from quorumlog.wire.client import AppendRequest, ReadRequest
 
-from .harness import Cluster, History, check_logs, writer
+from quorumlog.soak.processes import Cluster
+
+from .harness import History, check_logs, writer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -15,7 +15,11 @@ from quorumlog.codes import ResponseCode
 from quorumlog.transport import ClientConnection
 from quorumlog.wire.client import AppendRequest, StatusRequest
 
-from .harness import Cluster, History, ThrottleProxy, check_logs, time_to_first_write, writer
+from quorumlog.soak.processes import Cluster
+
+from quorumlog.soak.nemesis import LinkProxy, LinkState
+
+from .harness import History, check_logs, time_to_first_write, writer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -207,7 +211,9 @@ def test_follower_on_a_slow_link_catches_up_after_it_recovers(tmp_path):
     """Pushes to n2 crawl (64 KiB/s, so 1 MiB pushes time out and are resent) for 4 s, then the link heals:
     n2 must catch up (not loop on REPEATED_PUSH) while the others keep committing throughout."""
     async def main(cluster: Cluster):
-        proxy = await ThrottleProxy(cluster.proxy_ports["n2"], cluster.nodes["n2"].port).start()
+        links = LinkState()
+        toward_n2 = ("peers", "n2")  # every connection dialed to n2 carries bytes in this direction
+        proxy = await LinkProxy(*toward_n2, cluster.proxy_ports["n2"], cluster.nodes["n2"].port, links).start()
         cluster.start()
         history = History()
         try:
@@ -219,17 +225,17 @@ def test_follower_on_a_slow_link_catches_up_after_it_recovers(tmp_path):
                 try:
                     await cluster.wait_converged(admin)  # n2 is reachable through the proxy
                 except AssertionError as e:
-                    raise AssertionError(f"{e}\nproxy events: {proxy.events}") from None
+                    raise AssertionError(f"{e}\nproxy accepted {proxy.accepted} connections") from None
                 finish = await _load(cluster, history, writers=4, body_bytes=32 * 1024)
                 await _acks_grow(history, 50)
-                proxy.rate_bytes_s = 64 * 1024
+                links.rate_bytes_s[toward_n2] = 64 * 1024
                 t_slow = time.monotonic()
                 await _acks_grow(history, 100, timeout_s=15)  # a majority without n2 keeps committing
                 await asyncio.sleep(max(0.0, 4.0 - (time.monotonic() - t_slow)))
                 st = await cluster.statuses(admin)
                 lag_when_healed = st[leader].end_index - st["n2"].end_index
                 acked_while_slow = len(history.acked)
-                proxy.rate_bytes_s = None
+                del links.rate_bytes_s[toward_n2]
                 t_heal = time.monotonic()
                 await finish()
                 await cluster.wait_converged(admin, timeout_s=30)

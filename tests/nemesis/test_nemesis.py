@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from quorumlog.soak.nemesis import LinkProxy, Net
-from tests.e2e.harness import free_ports
+from quorumlog.soak.processes import free_ports
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,0 +1,209 @@
+"""Real node processes on loopback: start, signal (kill -9, SIGSTOP), restart, stop, inspect.
+
+Used by the fault soak and by the end-to-end tests. Every process a Cluster starts is stopped by
+Cluster.stop() (SIGTERM, then SIGKILL), which callers run in `finally` (or through `with Cluster(...)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import quorumlog
+from quorumlog.client import Client, Entry
+
+PYTHON = sys.executable
+
+# Small segments: a node preallocates (zero-fills) its first segment on start, and tests want that quick.
+NODE_ARGS = (
+    "--max-entry-bytes", str(1024 * 1024),
+    "--data-segment-size", str(8 * 1024 * 1024),
+    "--index-segment-size", str(1024 * 1024),
+    "--checkpoint-interval-ms", "200",
+)
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on loopback (bound together, then released)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class NodeProc:
+    node_id: str
+    port: int
+    http_port: int
+    data_dir: str
+    log_path: str
+    argv: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        assert not self.alive, f"{self.node_id} already running"
+        log = open(self.log_path, "ab")
+        log.write(f"\n==== start #{self.starts} {time.strftime('%H:%M:%S')} ====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        log.close()
+        self.starts += 1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill9(self) -> None:
+        if self.alive:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, grace_s: float = 15.0) -> int | None:
+        """SIGTERM (after SIGCONT, in case it is stopped), then SIGKILL after grace_s; returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                os.kill(self.proc.pid, signal.SIGTERM)
+                return self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+
+@dataclass
+class Cluster:
+    base_dir: str
+    n: int = 3
+    extra_args: tuple[str, ...] = ()
+    data_dirs: dict[str, str] = field(default_factory=dict)  # node_id -> data dir override
+    proxied: tuple[str, ...] = ()  # nodes that everyone reaches through a test proxy (see proxy_ports)
+    nodes: dict[str, NodeProc] = field(default_factory=dict)
+    peers: str = ""
+    proxy_ports: dict[str, int] = field(default_factory=dict)  # node_id -> the port peers and clients use
+
+    def __post_init__(self) -> None:
+        ports = free_ports(2 * self.n + len(self.proxied))
+        ids = [f"n{i}" for i in range(self.n)]
+        self.proxy_ports = {nid: ports[2 * self.n + k] for k, nid in enumerate(self.proxied)}
+        self.peers = ",".join(f"{nid}=127.0.0.1:{self.proxy_ports.get(nid, ports[i])}" for i, nid in enumerate(ids))
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("QUORUMLOG_CONFIG", None)
+        for i, nid in enumerate(ids):
+            data_dir = self.data_dirs.get(nid) or os.path.join(self.base_dir, nid)
+            argv = [PYTHON, "-m", "quorumlog.server", "--id", nid, "--peers", self.peers, "--data-dir", data_dir,
+                    "--http-port", str(ports[self.n + i]), "--bind-port", str(ports[i]), *NODE_ARGS, *self.extra_args]
+            self.nodes[nid] = NodeProc(nid, ports[i], ports[self.n + i], data_dir,
+                                       os.path.join(self.base_dir, f"{nid}.log"), argv, env)
+
+    def start(self) -> "Cluster":
+        for node in self.nodes.values():
+            node.start()
+        return self
+
+    def stop(self) -> dict[str, int | None]:
+        return {nid: node.terminate() for nid, node in self.nodes.items()}
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"---- {nid} ----\n{node.log_text()[-4000:]}" for nid, node in self.nodes.items())
+
+    def client(self, **kw: Any) -> Client:
+        kw.setdefault("timeout_ms", 10_000)
+        return quorumlog.client.Client(self.peers, **kw)
+
+    def peers_without(self, *node_ids: str) -> str:
+        return ",".join(p for p in self.peers.split(",") if p.split("=")[0] not in node_ids)
+
+    # -- inspection (async) ------------------------------------------------------------------------------
+    async def statuses(self, client: Client) -> dict[str, Any]:
+        return {s.id: s for s in await client.status()}
+
+    async def wait_leader(self, client: Client, timeout_s: float = 15.0, exclude: tuple[str, ...] = (),
+                          min_term: int = 0) -> str:
+        """The id of the leader that the live members agree on (excluding `exclude`), within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = await self.statuses(client)
+            leaders = [s for nid, s in st.items() if s.role == "leader" and nid not in exclude and s.term >= min_term
+                       and all(o.leader_id == s.id for o in st.values() if o.role == "follower" and o.term == s.term)]
+            if len(leaders) == 1:
+                return leaders[0].id
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no single leader within {timeout_s}s: "
+                                     f"{ {k: (v.role, v.term) for k, v in st.items()} }\n{self.logs()}")
+            await asyncio.sleep(0.05)
+
+    async def wait_converged(self, client: Client, timeout_s: float = 20.0,
+                             members: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """Wait until every live member has end_index == committed_index, all equal; returns the statuses."""
+        members = members or tuple(nid for nid, n in self.nodes.items() if n.alive)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = await self.statuses(client)
+            sub = [st[m] for m in members]
+            if all(s.role != "unreachable" for s in sub):
+                ends = {(s.end_index, s.committed_index) for s in sub}
+                if len(ends) == 1 and sub[0].end_index == sub[0].committed_index:
+                    return st
+            if time.monotonic() > deadline:
+                raise AssertionError(f"members did not converge within {timeout_s}s: "
+                                     f"{ {s.id: (s.role, s.term, s.end_index, s.committed_index) for s in sub} }"
+                                     f"\n{self.logs()}")
+            await asyncio.sleep(0.05)
+
+    async def committed_log(self, client: Client, node_id: str) -> list[Entry]:
+        return [e async for e in client.read(0, node=node_id)]
+
+    async def committed_logs(self, client: Client, members: tuple[str, ...] | None = None) -> dict[str, list[Entry]]:
+        members = members or tuple(nid for nid, n in self.nodes.items() if n.alive)
+        return {m: await self.committed_log(client, m) for m in members}
+
