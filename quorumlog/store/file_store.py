@@ -34,7 +34,7 @@ from .codec import (
 )
 from .config import StoreConfig
 from .disk_guard import DiskGuard
-from .encoder import encode_parts_and_units, encode_records_and_units, producer_tag
+from .codec import encode_parts_and_units, encode_records_and_units, producer_tag
 from .files import SegmentAllocator, fsync_dir, is_enospc, write_zeros
 from .producers import ProducerTable
 from .recover_on_open import RecoverOnOpen

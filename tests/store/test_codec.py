@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from quorumlog.errors import CorruptEntry
 from quorumlog.store import MemoryStore, codec
-from quorumlog.store.encoder import encode_records_and_units, producer_tag
+from quorumlog.store.codec import encode_records_and_units, producer_tag
 
 bodies_st = st.lists(st.binary(max_size=300), min_size=1, max_size=12)
 producer_st = st.none() | st.tuples(st.integers(0, 2 ** 64 - 1), st.integers(0, 2 ** 64 - 1))
@@ -41,7 +41,7 @@ def test_encode_decode_roundtrip(bodies, first, term, ts, pos, chain, producer):
 @common
 @given(bodies=bodies_st, first=st.integers(0, 2 ** 40), pos=st.integers(0, 2 ** 40),
        chain=st.integers(0, 2 ** 32 - 1), producer=producer_st)
-def test_store_encoder_is_byte_identical_to_codec(bodies, first, pos, chain, producer):
+def test_index_units_point_at_the_encoded_records(bodies, first, pos, chain, producer):
     buf, sizes, last_chain = codec.encode_batch(first, 3, bodies, 77, pos, chain, producer)
     tag = producer_tag(producer[0], producer[1], len(bodies)) if producer else None
     records, units, chain2 = encode_records_and_units(first, 3, bodies, 77, pos, chain, tag)
