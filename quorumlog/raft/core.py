@@ -362,21 +362,51 @@ class RaftCore:
             self.handler.for_current_term().on_durable()
 
     def _on_store_failed(self, event: StoreFailed) -> None:
+        """A write or fsync failed.
+
+        DISK_ERROR (EIO) is final until a restart: after a failed write or fsync the page cache no longer tells
+        what is on the disk (fsyncgate: a retried fsync may "succeed" over dropped pages), so the store refuses
+        every write from then on and only a restart, which re-reads and CRC-checks the files, makes it usable.
+        The node therefore hands its leadership straight to its most caught-up follower (TakeLeadership, no
+        waiting: it cannot store the entries a transfer would wait for), steps down, and never campaigns again
+        in this process; it can still vote (a vote is persisted first, and a node that cannot persist it
+        fail-stops in the runtime).
+
+        DISK_FULL is not final (space comes back): the leader refuses appends for a while and hands over to a
+        caught-up follower, whose disk can still take the writes; without one it keeps leading (and refusing),
+        and tries again on the next report.
+        """
         log.warning("store failed node=%s code=%s reason=%s", self.config.node_id, event.code.name, event.reason)
         self.end_index = self.log.end_index
         self.durable_index = min(self.durable_index, self.end_index)
         self.handler.matched_end = min(self.handler.matched_end, self.end_index)
         self.handler.buffer.clear()
         if event.code == ResponseCode.DISK_ERROR:
-            self.elector.no_campaign_until_ms = self.now_ms + 3 * self.config.election_timeout_max_ms
+            self.elector.no_campaign_until_ms = 1 << 62  # until restart (see above)
         if self.member.role is not _LEADER:
             return
         self.pending.fail_all(event.code, self.member.leader_id, self._completions)
+        successor = self._store_failed_successor()
         if event.code == ResponseCode.DISK_ERROR:
+            if successor is not None:
+                log.info("disk error: handing leadership over node=%s term=%d to=%s", self.config.node_id,
+                         self.member.term, successor)
+                self.send(TakeLeadershipRequest(self.config.node_id, successor, self.member.term))
             self.step_down(self.member.term, None)
             self.member.leader_id = None
         else:
             self._disk_full_until_ms = self.now_ms + self.config.election_timeout_min_ms
+            if successor is not None and not self.transfer.active:
+                log.info("disk full: transferring leadership node=%s term=%d to=%s", self.config.node_id,
+                         self.member.term, successor)
+                self.transfer.start(None, successor)
+
+    def _store_failed_successor(self) -> str | None:
+        """The follower with the most of our log, if it holds everything committed (else it cannot win)."""
+        if not self.dispatchers:
+            return None
+        best = max(sorted(self.dispatchers), key=lambda p: self.dispatchers[p].match_index)
+        return best if self.dispatchers[best].match_index >= self.committed_index else None
 
     # -- client appends --------------------------------------------------------------------------------
     def _on_client_append(self, e: ClientAppend) -> None:

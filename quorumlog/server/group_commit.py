@@ -6,6 +6,19 @@ fsyncs per second stays at the disk's fsync rate while the number of entries per
 
 A truncate that happens while an fsync runs makes the fsync's answer unreliable above the truncation point
 (the entries it covered may have been replaced), so the result is clamped there and another fsync follows.
+
+A failed fsync (EIO: DISK_ERROR) is final. After fsync reports EIO, Linux may already have dropped the dirty
+pages or marked them clean ("fsyncgate", PostgreSQL 2018): a second fsync can return 0 although the data
+never reached the disk. So the committer never retries it and never reports anything durable again; the
+store refuses every write after the error, and the core hands its leadership over and stays out of
+elections. Only a restart, whose recovery re-reads and CRC-checks the files instead of trusting the page
+cache, brings the node back (the entries it lacks come from the leader). A failed flush for a full disk
+(DISK_FULL: ENOSPC from a checkpoint or metadata write; the data segments are preallocated) is retried
+with backoff: space comes back.
+
+The committer also watches the disk's fill ratio while idle and reports DISK_FULL when it crosses the
+store's disk_full_ratio: a leader refusing appends for a full disk writes nothing, so no write would
+report it, and the core needs the report to hand leadership to a follower that can still store entries.
 """
 
 from __future__ import annotations
@@ -15,6 +28,8 @@ import logging
 import time
 from typing import Callable
 
+from ..store.disk_guard import used_ratio
+
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
 
@@ -23,6 +38,8 @@ log = logging.getLogger(__name__)
 ASYNC_FLUSH_INTERVAL_MS = 10  # flush mode async: background fsync period (DLedger's flushFileInterval)
 FAILED_FLUSH_BACKOFF_MS = 100  # first retry after a failed fsync; doubles up to the max
 FAILED_FLUSH_BACKOFF_MAX_MS = 5_000
+DISK_WATCH_INTERVAL_MS = 250  # idle check of the disk's fill ratio
+DISK_FULL_REPORT_INTERVAL_MS = 2_000  # while full, report again (a leader's hand-over may have failed)
 
 
 class GroupCommitter:
@@ -41,7 +58,12 @@ class GroupCommitter:
         self._lock = asyncio.Lock()  # serializes worker-thread store I/O (flush, checkpoint)
         self._closed = False
         self._failures = 0  # consecutive failed fsyncs
+        self.failed: str | None = None  # a DISK_ERROR: no fsync is retried or believed after it
         self.fsyncs = 0
+        # the disk watch: needs a store on a real directory with a disk_full_ratio (FileStore)
+        self._watch_path = getattr(store, "path", None)
+        self._full_ratio = getattr(getattr(store, "config", None), "disk_full_ratio", None)
+        self._full_reported_s: float | None = None
 
     @property
     def io_lock(self) -> asyncio.Lock:
@@ -67,19 +89,50 @@ class GroupCommitter:
 
     async def run(self) -> None:
         """The flusher task: runs until close()."""
+        watch = asyncio.create_task(self._watch_disk_loop()) if self._watch_path and self._full_ratio else None
+        try:
+            await self._flush_loop()
+        finally:
+            if watch is not None:
+                watch.cancel()
+
+    async def _flush_loop(self) -> None:
         while not self._closed:
             await self._wake.wait()
             self._wake.clear()
             if self._closed:
                 break
+            if self.failed is not None:
+                continue  # nothing is flushed after a disk error (see the module doc)
             if not self._sync:
                 # async mode: entries already counted as durable; fsync in the background at a fixed pace.
                 await asyncio.sleep(ASYNC_FLUSH_INTERVAL_MS / 1000)
             if self._written > self._durable:
                 await self.flush_once()
 
+    async def _watch_disk_loop(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(DISK_WATCH_INTERVAL_MS / 1000)
+            self._watch_disk()
+
+    def _watch_disk(self) -> None:
+        try:
+            full = used_ratio(self._watch_path) > self._full_ratio
+        except OSError:
+            return
+        now = time.monotonic()
+        if not full:
+            self._full_reported_s = None
+            return
+        if self._full_reported_s is None or now - self._full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000:
+            self._full_reported_s = now
+            self._on_failed(ResponseCode.DISK_FULL, f"disk of {self._watch_path} above disk_full_ratio "
+                                                    f"{self._full_ratio}")
+
     async def flush_once(self) -> int:
         """One fsync covering everything written so far; returns the durable index."""
+        if self.failed is not None:
+            return self._durable
         async with self._lock:
             self._truncated_to = None
             started = time.perf_counter()
@@ -91,6 +144,11 @@ class GroupCommitter:
                     code = ResponseCode.DISK_ERROR
                 self._failures += 1
                 log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
+                if code == ResponseCode.DISK_ERROR:
+                    self.failed = str(e)
+                    log.critical("disk error: no fsync will be retried or trusted until restart reason=%s", e)
+                    self._on_failed(code, str(e))
+                    return self._durable
                 self._on_failed(code, str(e))
                 backoff_ms = min(FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS * 2 ** (self._failures - 1))
                 await asyncio.sleep(backoff_ms / 1000)

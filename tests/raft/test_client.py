@@ -164,22 +164,46 @@ def test_disk_error_on_the_leader_fails_pending_and_steps_down():
         c.nodes[n].auto_flush = True
     new = c.run_until(lambda: c.leader() not in (None, leader), 3_000) is not None and c.leader()
     assert new != leader
-    c.run(2_000)
-    assert c.leader() != leader  # it stays out of elections for a while
 
 
-def test_disk_full_on_the_leader_refuses_appends_but_keeps_leading():
+def test_disk_error_hands_leadership_over_at_once_and_never_campaigns_again():
     c, leader, _ = _cluster()
-    rid = c.append(leader, [b"x"])
+    timeout_ms = c.core(leader).config.election_timeout_min_ms
+    ok = c.append(leader, [b"before"])
+    c.deliver()
+    assert c.completions[ok].code == ResponseCode.SUCCESS
+    c.step(leader, StoreFailed(ResponseCode.DISK_ERROR, "EIO"))
+    # the most caught-up follower got TakeLeadership: a new leader well before any election timeout
+    waited = c.run_until(lambda: c.leader() not in (None, leader), timeout_ms // 2)
+    assert waited is not None, "no hand-over: the group waited for an election timeout"
+    new = c.leader()
+    after = c.append(new, [b"after"])
+    c.deliver()
+    assert c.completions[after].code == ResponseCode.SUCCESS
+    # the node whose store failed never campaigns again in this process, even when the new leader goes away
+    c.isolate(new)
+    c.run(20 * c.core(leader).config.election_timeout_max_ms)
+    assert c.core(leader).role is Role.FOLLOWER
+    assert leader not in c.leaders()
+
+
+def test_disk_full_on_the_leader_hands_over_to_a_caught_up_follower():
+    c, leader, followers = _cluster()
+    timeout_ms = c.core(leader).config.election_timeout_min_ms
+    ok = c.append(leader, [b"x"])
+    c.deliver()
+    assert c.completions[ok].code == ResponseCode.SUCCESS
+    rid = c.append(leader, [b"y"])
     c.step(leader, StoreFailed(ResponseCode.DISK_FULL, "ENOSPC"))
     assert c.completions[rid].code == ResponseCode.DISK_FULL
-    again = c.append(leader, [b"y"])
-    assert c.completions[again].code == ResponseCode.DISK_FULL
-    assert c.core(leader).role is Role.LEADER
-    c.run(c.core(leader).config.election_timeout_min_ms + 10)
-    later = c.append(leader, [b"z"])
+    again = c.append(leader, [b"z"])
+    assert c.completions[again].code in (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
+    assert c.run_until(lambda: c.leader() in followers, timeout_ms) is not None, "no transfer"
+    new = c.leader()
+    later = c.append(new, [b"w"])
     c.deliver()
     assert c.completions[later].code == ResponseCode.SUCCESS
+    assert c.bodies(new)[-1] == b"w" and b"x" in c.bodies(new)
 
 
 @pytest.mark.parametrize("bug", [False, True])

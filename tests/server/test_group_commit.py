@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from quorumlog.codes import ResponseCode
-from quorumlog.errors import DiskError
+from quorumlog.errors import DiskError, DiskFull
 from quorumlog.server.group_commit import GroupCommitter
 from quorumlog.store import MemoryStore
 
@@ -82,7 +82,8 @@ def test_truncate_during_fsync_clamps_the_answer():
     asyncio.run(main())
 
 
-def test_failed_fsync_is_reported_and_retried():
+def test_failed_fsync_is_final_never_retried_nor_believed():
+    """fsyncgate: after EIO from fsync, a retried fsync may succeed over dropped pages; never retry it."""
     async def main():
         store = GatedStore()
         store.gate.set()
@@ -92,10 +93,57 @@ def test_failed_fsync_is_reported_and_retried():
                             on_failed=lambda c, r: failures.append(c))
         task = asyncio.create_task(gc.run())
         gc.written(store.append_batch(1, [b"a"], 0))
-        await _until(lambda: durable == [0])
+        await _until(lambda: failures == [ResponseCode.DISK_ERROR])
+        gc.written(store.append_batch(1, [b"b"], 0))
+        for _ in range(50):  # writes after the error wake the flusher, which must not fsync again
+            await asyncio.sleep(0.002)
+        assert store.flushes == 1 and durable == [] and gc.failed
+        assert await gc.flush_once() == gc.durable_index
+        assert store.flushes == 1
         gc.close()
         await task
         assert failures == [ResponseCode.DISK_ERROR]
+    asyncio.run(main())
+
+
+def test_failed_flush_for_a_full_disk_is_retried():
+    async def main():
+        store = GatedStore()
+        store.gate.set()
+        real_flush = store.flush
+        calls = []
+
+        def flush():
+            calls.append(1)
+            if len(calls) == 1:
+                raise DiskFull("ENOSPC")
+            return real_flush()
+        store.flush = flush
+        durable, failures = [], []
+        gc = GroupCommitter(store, sync=True, on_durable=durable.append,
+                            on_failed=lambda c, r: failures.append(c))
+        task = asyncio.create_task(gc.run())
+        gc.written(store.append_batch(1, [b"a"], 0))
+        await _until(lambda: durable == [0])
+        gc.close()
+        await task
+        assert failures == [ResponseCode.DISK_FULL] and gc.failed is None
+    asyncio.run(main())
+
+
+def test_disk_watch_reports_a_full_disk_while_idle(tmp_path):
+    """A leader that refuses appends for a full disk writes nothing: the idle watch tells the core."""
+    async def main():
+        store = MemoryStore()
+        store.path = str(tmp_path)
+        store.config = type("Cfg", (), {"disk_full_ratio": 1e-9})()  # any used block counts as full
+        failures = []
+        gc = GroupCommitter(store, sync=True, on_durable=lambda i: None,
+                            on_failed=lambda c, r: failures.append(c))
+        task = asyncio.create_task(gc.run())
+        await _until(lambda: failures == [ResponseCode.DISK_FULL])
+        gc.close()
+        await task
     asyncio.run(main())
 
 
