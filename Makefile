@@ -10,7 +10,8 @@ WORKERS ?= 2
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The C sources too: an editable install compiles the optional codec extension in place, so a change rebuilds it.
+$(STAMP): pyproject.toml setup.py quorumlog/store/_fastcodec.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[spark,dev]'

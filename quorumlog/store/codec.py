@@ -20,11 +20,15 @@ holds the batch can rebuild the dedup table from its log. `decode_*` strip the t
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import crc32c as _crc32c
+
+log = logging.getLogger(__name__)
 
 ENTRY_MAGIC = 0x514C4531  # "QLE1"
 BLANK_MAGIC = 0x514C4230  # "QLB0": padding at a segment's end
@@ -50,6 +54,31 @@ PRODUCER_TAG = struct.Struct(">QQI")  # client_id, seq, batch_count
 PRODUCER_TAG_SIZE = PRODUCER_TAG.size
 
 crc32c = _crc32c.crc32c
+
+# The compiled fast path (quorumlog/store/_fastcodec.c): the same records and the same accept/reject
+# decisions as the Python below, which stays the reference. Optional at build time; QUORUMLOG_PURE_PYTHON=1
+# forces the Python path (tests, before/after measurements). Looked up at call time, so tests can set it
+# to None to compare both paths in one process.
+PURE_PYTHON_ENV = "QUORUMLOG_PURE_PYTHON"
+
+
+def _load_fast():
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastcodec
+    except ImportError as e:  # built without a C compiler: correct, only slower
+        log.debug("compiled record codec not available, using pure Python: %s", e)
+        return None
+    return _fastcodec
+
+
+_fast = _load_fast()
+
+
+def compiled_codec() -> str | None:
+    """Which record codec runs: 'C (sse4.2)' / 'C (table)' for the extension, None for pure Python."""
+    return f"C ({_fast.crc_backend()})" if _fast is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +129,10 @@ def encode_batch(first_index: int, term: int, bodies: Sequence[bytes], timestamp
     if not bodies:
         return bytearray(), [], prev_chain_crc
     tag = producer_tag(producer[0], producer[1], len(bodies)) if producer is not None else None
-    parts, _units, chain = encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos,
-                                                  prev_chain_crc, tag, CHANNEL_NOOP if noop else 0)
-    sizes = [len(parts[i]) + len(parts[i + 1]) for i in range(0, len(parts), 2)]
-    return bytearray(b"".join(parts)), sizes, chain
+    records, units, chain = encode_records_and_units(first_index, term, bodies, timestamp_ms, first_pos,
+                                                     prev_chain_crc, tag, CHANNEL_NOOP if noop else 0)
+    sizes = [u[2] for u in INDEX_UNIT.iter_unpack(units)]
+    return bytearray(records), sizes, chain
 
 
 def producer_tag(client_id: int, seq: int, batch_count: int) -> bytes:
@@ -119,17 +148,35 @@ def encode_records_and_units(first_index: int, term: int, bodies: Sequence[bytes
     every entry (CHANNEL_NOOP); every entry but the batch's last carries CHANNEL_BATCH_CONTINUES, and so
     does this part's last entry when the batch goes on in the next segment (`ends_batch` False).
     """
-    parts, units, chain = encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc,
-                                                 tag, channel, ends_batch)
+    fast = _fast
+    if fast is not None:
+        return fast.encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc, tag, channel,
+                           ends_batch)
+    parts, units, chain = _py_encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos,
+                                                     prev_chain_crc, tag, channel, ends_batch)
     return b"".join(parts), units, chain
 
 
 def encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int,
                            first_pos: int, prev_chain_crc: int, tag: bytes | None = None,
                            channel: int = 0, ends_batch: bool = True) -> tuple[list, bytes, int]:
-    """Like encode_records_and_units, but the records as [header, body, header, body, ...] for pwritev:
-    handing the kernel the caller's bodies costs ~0.4 µs per 1 KiB entry against ~1.1-1.6 for joining them
-    into one buffer first (bench/store.py, cpu_1024B_x4096)."""
+    """Like encode_records_and_units, but the records as a list of buffers to write with one pwritev (their
+    concatenation is the records). Compiled: [records], one buffer built in one C call (CRC and copy in one
+    pass over each body). Pure Python: [header, body, header, body, ...], handing the kernel the caller's
+    bodies (~0.4 µs per 1 KiB entry against ~1.1-1.6 for joining them in Python first)."""
+    fast = _fast
+    if fast is not None:
+        records, units, chain = fast.encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc,
+                                            tag, channel, ends_batch)
+        return [records], units, chain
+    return _py_encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc, tag,
+                                      channel, ends_batch)
+
+
+def _py_encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int,
+                               first_pos: int, prev_chain_crc: int, tag: bytes | None = None,
+                               channel: int = 0, ends_batch: bool = True) -> tuple[list, bytes, int]:
+    """The reference encoder: [header, body, header, body, ...], index units, last chain_crc."""
     hpack, cpack, upack = HEADER.pack, CHAIN.pack, INDEX_UNIT.pack
     parts: list[bytes] = []
     units: list[bytes] = []

@@ -231,7 +231,18 @@ class FileStore(RecoverOnOpen):
         chunks: list[memoryview] = []
         total_bytes = 0
         index = start
+        fast = codec._fast
         while index <= stop:
+            if fast is not None:  # the checked prefix in one C call; what stops it is handled below in Python
+                n, off2, chain, _term, _u, _t = fast.scan(seg.view, off, seg.size_bytes, index, prev_chain, True,
+                                                          seg.start, MIN_BLANK_SIZE, -1, True, stop - index + 1,
+                                                          False)
+                if n:
+                    index += n
+                    off = off2
+                    prev_chain = chain
+                    if index > stop:
+                        break
             if off + MIN_BLANK_SIZE <= seg.size_bytes and codec.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
                 if off > chunk_start:
                     chunks.append(seg.view[chunk_start:off])
@@ -333,6 +344,8 @@ class FileStore(RecoverOnOpen):
         self._check_writable()
         expected = self._end + 1
         prev_chain: int | None = self._end_chain if (self._end >= self._begin or self._begin == 0) else None
+        if codec._fast is not None and self._append_records_fast(view, expected, prev_chain):
+            return self._end
         starts: list[int] = []
         sizes: list[int] = []
         terms: list[int] = []
@@ -394,6 +407,24 @@ class FileStore(RecoverOnOpen):
         for t in tags:
             self._producers.remember(*t)
         return self._end
+
+    def _append_records_fast(self, view: memoryview, expected: int, prev_chain: int | None) -> bool:
+        """append_records in two C calls (check all, then copy with this node's pos + build units) when every
+        record is good and they fit in the active segment; False leaves the case to the Python path, which
+        raises the reference error for a bad record (the C scan accepts exactly what the Python loop does)."""
+        n_bytes = len(view)
+        n, end_off, chain, term, _units, tags = codec._fast.scan(
+            view, 0, n_bytes, expected, prev_chain, True, None, 0, self.max_entry_bytes + PRODUCER_TAG_SIZE, True,
+            -1, False)
+        seg = self._data[-1]
+        pos = self._write_pos
+        if n == 0 or end_off != n_bytes or pos + n_bytes + MIN_BLANK_SIZE > seg.end:
+            return False
+        buf, units = codec._fast.relocate(view, 0, n_bytes, pos, expected)
+        self._commit_write([(seg, pos, buf)], [], units, expected, expected + n - 1, term, chain, pos + n_bytes)
+        for t in tags:
+            self._producers.remember(*t)
+        return True
 
     def truncate_after(self, index: int) -> None:
         assert index >= self._committed, f"truncate_after({index}) below committed {self._committed}"

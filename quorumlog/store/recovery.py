@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import CorruptEntry
+from . import codec
 from .codec import (
     BLANK, BLANK_MAGIC, CHAIN, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT,
     MIN_BLANK_SIZE, PRODUCER_TAG_SIZE,
@@ -78,6 +79,7 @@ def scan_forward(segs: list[Segment], seg_i: int, off: int, expected_index: int,
     last_index, last_chain = expected_index - 1, prev_chain if prev_chain is not None else 0
     seg = segs[seg_i]
     reason: str | None = None
+    fast = codec._fast
     while True:
         size = seg.size_bytes
         if off == size:  # a blank filled the segment before
@@ -97,6 +99,18 @@ def scan_forward(segs: list[Segment], seg_i: int, off: int, expected_index: int,
                 break
             off = size
             continue
+        if fast is not None:  # the run of good records in one C call; whatever stops it is judged below
+            n, off2, chain, term, run_units, _tags = fast.scan(seg.view, off, size, expected_index, prev_chain, True,
+                                                               seg.start, MIN_BLANK_SIZE, -1, True, -1, True)
+            if n:
+                if off == 0:
+                    firsts[seg_i] = expected_index
+                units += run_units
+                prev_chain = last_chain = chain
+                last_index, last_term = expected_index + n - 1, term
+                expected_index += n
+                off = off2
+                continue
         why, h = check_record(seg.view, off, size, seg.start, expected_index, prev_chain)
         if why is not None:
             reason = why

@@ -1,0 +1,493 @@
+/* The record codec's hot loops in C: one call per batch instead of Python work per entry.
+ *
+ * quorumlog/store/codec.py stays the reference: every function here must give byte-identical output to the
+ * pure-Python encoder and accept exactly the records the Python checks accept (codec.py falls back to Python
+ * when this module is missing or QUORUMLOG_PURE_PYTHON=1; tests/store/test_fastcodec.py compares the two).
+ *
+ * Layout (big-endian, INTERFACES.md "Entry on disk"), offsets in the 56-byte header:
+ *   0 magic i32 | 4 total_size i32 | 8 index i64 | 16 term i64 | 24 pos i64 | 32 channel i32 |
+ *   36 chain_crc u32 | 40 body_crc u32 | 44 timestamp_ms i64 | 52 body_size i32 | 56 body
+ * chain_crc = CRC32C(index, term, channel, body_crc, timestamp_ms, body_size; seed = previous chain_crc).
+ * Index unit (32 bytes): magic i32 | pos i64 | size i32 | index i64 | term i64.
+ *
+ * CRC32C: SSE4.2 crc32 instruction when the CPU has it (checked at import), else slicing-by-8 tables; both
+ * match the `crc32c` package (reflected Castagnoli polynomial 0x82F63B78, ~ pre/post conditioning).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <nmmintrin.h>
+#define QL_X86 1
+#endif
+
+#define ENTRY_MAGIC 0x514C4531u
+#define INDEX_MAGIC 0x514C4931u
+#define HEADER_SIZE 56
+#define UNIT_SIZE 32
+#define CHAIN_SIZE 36
+#define TAG_SIZE 20
+#define CHANNEL_PRODUCER_TAG 1
+#define CHANNEL_BATCH_CONTINUES 4
+/* Batches at least this big are encoded with the GIL released (a flush thread can run meanwhile). */
+#define RELEASE_GIL_BYTES (64 * 1024)
+
+/* ---- CRC32C ---------------------------------------------------------------------------------------- */
+static uint32_t crc_table[8][256];
+static int crc_hw = 0;
+
+static void crc_init_tables(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int k = 1; k < 8; k++)
+            crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xff];
+}
+
+/* Raw register update (no conditioning); copies src to dst when dst is not NULL (one pass over the body). */
+static uint32_t crc_sw_update(uint32_t c, const uint8_t *p, size_t n, uint8_t *dst) {
+    if (dst)
+        memcpy(dst, p, n);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint32_t lo = (uint32_t)w ^ c, hi = (uint32_t)(w >> 32);
+        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
+            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+            crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+#endif
+    while (n--)
+        c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c;
+}
+
+#ifdef QL_X86
+__attribute__((target("sse4.2")))
+static uint32_t crc_hw_update(uint32_t c32, const uint8_t *p, size_t n, uint8_t *dst) {
+#if defined(__x86_64__)
+    uint64_t c = c32;
+    if (dst) {
+        while (n >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            memcpy(dst, &w, 8);
+            c = _mm_crc32_u64(c, w);
+            p += 8;
+            dst += 8;
+            n -= 8;
+        }
+        while (n--) {
+            *dst++ = *p;
+            c = _mm_crc32_u8((uint32_t)c, *p++);
+        }
+        return (uint32_t)c;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        n -= 8;
+    }
+    c32 = (uint32_t)c;
+#else
+    if (dst)
+        memcpy(dst, p, n);
+    while (n >= 4) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        c32 = _mm_crc32_u32(c32, w);
+        p += 4;
+        n -= 4;
+    }
+#endif
+    while (n--)
+        c32 = _mm_crc32_u8(c32, *p++);
+    return c32;
+}
+#endif
+
+/* CRC32C of p[0:n] continuing from `crc` (a finished CRC, as crc32c.crc32c(data, crc) takes it). */
+static inline uint32_t crc32c_copy(uint32_t crc, const uint8_t *p, size_t n, uint8_t *dst) {
+    uint32_t c = ~crc;
+#ifdef QL_X86
+    if (crc_hw)
+        return ~crc_hw_update(c, p, n, dst);
+#endif
+    return ~crc_sw_update(c, p, n, dst);
+}
+
+static inline uint32_t crc32c_buf(uint32_t crc, const uint8_t *p, size_t n) { return crc32c_copy(crc, p, n, NULL); }
+
+/* ---- big-endian helpers ------------------------------------------------------------------------------ */
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+static inline void put64(uint8_t *p, uint64_t v) { put32(p, (uint32_t)(v >> 32)); put32(p + 4, (uint32_t)v); }
+static inline uint32_t get32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+static inline uint64_t get64(const uint8_t *p) { return ((uint64_t)get32(p) << 32) | get32(p + 4); }
+
+/* The chain CRC fields are header bytes 8..24 (index, term), 32..36 (channel), 40..56 (body_crc, ts, size). */
+static inline uint32_t chain_of(const uint8_t *h, uint32_t prev) {
+    uint8_t c[CHAIN_SIZE];
+    memcpy(c, h + 8, 16);
+    memcpy(c + 16, h + 32, 4);
+    memcpy(c + 20, h + 40, 16);
+    return crc32c_buf(prev, c, CHAIN_SIZE);
+}
+
+static int parse_u32(PyObject *o, uint32_t *out, const char *what) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if (v > 0xffffffffull) {
+        PyErr_Format(PyExc_OverflowError, "%s out of range for u32", what);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* ---- crc32c(data, value=0) ----------------------------------------------------------------------------- */
+static PyObject *py_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    PyObject *value = NULL;
+    uint32_t crc = 0;
+    if (!PyArg_ParseTuple(args, "y*|O:crc32c", &b, &value))
+        return NULL;
+    if (value && parse_u32(value, &crc, "value") < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    if (b.len >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32c_buf(crc, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc32c_buf(crc, b.buf, (size_t)b.len);
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* ---- encode --------------------------------------------------------------------------------------------- */
+/* encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain, tag, channel, ends_batch)
+ *   -> (records: bytes, units: bytes, last_chain: int)
+ * Same arguments and output as codec.encode_records_and_units. */
+static PyObject *py_encode(PyObject *self, PyObject *args) {
+    long long first_index, term, timestamp_ms, first_pos;
+    PyObject *bodies_obj, *prev_obj, *tag_obj;
+    int channel, ends_batch;
+    if (!PyArg_ParseTuple(args, "LLOLLOOip:encode", &first_index, &term, &bodies_obj, &timestamp_ms, &first_pos,
+                          &prev_obj, &tag_obj, &channel, &ends_batch))
+        return NULL;
+    uint32_t chain;
+    if (parse_u32(prev_obj, &chain, "prev_chain_crc") < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(bodies_obj, "bodies must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n == 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_IndexError, "empty batch");
+        return NULL;
+    }
+    PyObject *result = NULL, *records = NULL, *units = NULL;
+    Py_buffer tag = {0};
+    int have_tag = 0;
+    Py_buffer *bufs = PyMem_Calloc((size_t)n, sizeof(Py_buffer));
+    Py_ssize_t got = 0;
+    if (!bufs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (tag_obj != Py_None) {
+        if (PyObject_GetBuffer(tag_obj, &tag, PyBUF_SIMPLE) < 0)
+            goto done;
+        have_tag = 1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t total = 0;
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(items[got], &bufs[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        Py_ssize_t body = bufs[got].len + (got == n - 1 ? tag.len : 0);
+        if (body > INT32_MAX - HEADER_SIZE) {
+            PyErr_SetString(PyExc_OverflowError, "body too large for a record");
+            goto done;
+        }
+        total += HEADER_SIZE + body;
+    }
+    records = PyBytes_FromStringAndSize(NULL, total);
+    units = PyBytes_FromStringAndSize(NULL, n * UNIT_SIZE);
+    if (!records || !units)
+        goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(records), *u = (uint8_t *)PyBytes_AS_STRING(units);
+    const uint32_t mid = (uint32_t)channel | CHANNEL_BATCH_CONTINUES;
+    const uint32_t last = (ends_batch ? (uint32_t)channel : mid) | (have_tag ? CHANNEL_PRODUCER_TAG : 0);
+    PyThreadState *ts = total >= RELEASE_GIL_BYTES ? PyEval_SaveThread() : NULL;
+    uint64_t pos = (uint64_t)first_pos, index = (uint64_t)first_index;
+    for (Py_ssize_t i = 0; i < n; i++, index++) {
+        const uint8_t *body = bufs[i].buf;
+        size_t len = (size_t)bufs[i].len;
+        uint8_t *h = out;
+        uint32_t ch = i == n - 1 ? last : mid;
+        uint32_t body_crc = crc32c_copy(0, body, len, h + HEADER_SIZE);
+        if (i == n - 1 && have_tag) {
+            body_crc = crc32c_copy(body_crc, tag.buf, (size_t)tag.len, h + HEADER_SIZE + len);
+            len += (size_t)tag.len;
+        }
+        uint32_t rec = (uint32_t)(HEADER_SIZE + len);
+        put32(h, ENTRY_MAGIC);
+        put32(h + 4, rec);
+        put64(h + 8, index);
+        put64(h + 16, (uint64_t)term);
+        put64(h + 24, pos);
+        put32(h + 32, ch);
+        put32(h + 40, body_crc);
+        put64(h + 44, (uint64_t)timestamp_ms);
+        put32(h + 52, (uint32_t)len);
+        chain = chain_of(h, chain);
+        put32(h + 36, chain);
+        put32(u, INDEX_MAGIC);
+        put64(u + 4, pos);
+        put32(u + 12, rec);
+        put64(u + 16, index);
+        put64(u + 24, (uint64_t)term);
+        u += UNIT_SIZE;
+        out += rec;
+        pos += rec;
+    }
+    if (ts)
+        PyEval_RestoreThread(ts);
+    result = Py_BuildValue("(OOk)", records, units, (unsigned long)chain);
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    if (have_tag)
+        PyBuffer_Release(&tag);
+    Py_XDECREF(records);
+    Py_XDECREF(units);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* ---- scan ----------------------------------------------------------------------------------------------- */
+/* scan(buf, off, end, expected_index, prev_chain, check_chain, pos_base, room, max_body, check_tag, max_count,
+ *      want_units) -> (n, off, last_chain, last_term, units or None, tags)
+ *
+ * Accepts records from `off` while every check holds and stops *before* the first one that fails (or at
+ * `end`, or after max_count records); it never raises for bad data: the caller's Python check then runs on
+ * the record where it stopped and produces the reference error. Checks (None / -1 switch one off):
+ *   header inside [off, end); magic; total == 56 + body_size >= 56 and off + total + room <= end;
+ *   body_size <= max_body; tagged body >= 20 bytes (check_tag); index == expected_index (+1 per record);
+ *   pos == pos_base + off; body CRC; chain CRC (check_chain; prev_chain None skips the first record's).
+ * tags: (client_id, seq, first index of the batch, index) of every accepted producer-tagged record.
+ * units: index units (pos from the record) of accepted records when want_units. */
+static PyObject *py_scan(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t off, end, room, max_count;
+    long long max_body;
+    PyObject *exp_obj, *prev_obj, *pos_obj;
+    int check_chain, check_tag, want_units;
+    if (!PyArg_ParseTuple(args, "y*nnOOpOnLpnp:scan", &b, &off, &end, &exp_obj, &prev_obj, &check_chain, &pos_obj,
+                          &room, &max_body, &check_tag, &max_count, &want_units))
+        return NULL;
+    PyObject *result = NULL, *tags = NULL, *units = NULL;
+    uint8_t *ubuf = NULL;
+    size_t ucap = 0, ulen = 0;
+    int check_index = exp_obj != Py_None, check_pos = pos_obj != Py_None, have_prev = prev_obj != Py_None;
+    long long expected = 0, pos_base = 0;
+    uint32_t prev = 0, last_chain = 0;
+    long long last_term = -1;
+    if (check_index && (expected = PyLong_AsLongLong(exp_obj)) == -1 && PyErr_Occurred())
+        goto done;
+    if (check_pos && (pos_base = PyLong_AsLongLong(pos_obj)) == -1 && PyErr_Occurred())
+        goto done;
+    if (have_prev && parse_u32(prev_obj, &prev, "prev_chain") < 0)
+        goto done;
+    if (end > b.len || off < 0 || off > end) {
+        PyErr_SetString(PyExc_ValueError, "scan: off/end outside the buffer");
+        goto done;
+    }
+    last_chain = prev;
+    tags = PyList_New(0);
+    if (!tags)
+        goto done;
+    const uint8_t *base = b.buf;
+    Py_ssize_t n = 0;
+    while (max_count < 0 || n < max_count) {
+        if (end - off < HEADER_SIZE)
+            break;
+        const uint8_t *h = base + off;
+        if (get32(h) != ENTRY_MAGIC)
+            break;
+        int32_t total = (int32_t)get32(h + 4), body_size = (int32_t)get32(h + 52);
+        if (body_size < 0 || (long long)total != HEADER_SIZE + (long long)body_size ||
+            (long long)total + room > (long long)(end - off))
+            break;
+        if (max_body >= 0 && body_size > max_body)
+            break;
+        uint32_t channel = get32(h + 32);
+        if (check_tag && (channel & CHANNEL_PRODUCER_TAG) && body_size < TAG_SIZE)
+            break;
+        long long index = (long long)get64(h + 8);
+        if (check_index && index != expected + n)
+            break;
+        long long pos = (long long)get64(h + 24);
+        if (check_pos && pos != pos_base + off)
+            break;
+        uint32_t body_crc = get32(h + 40);
+        if (crc32c_buf(0, h + HEADER_SIZE, (size_t)body_size) != body_crc)
+            break;
+        uint32_t chain = get32(h + 36);
+        if (check_chain && (have_prev || n > 0) && chain_of(h, last_chain) != chain)
+            break;
+        long long term = (long long)get64(h + 16);
+        if (want_units) {
+            if (ulen + UNIT_SIZE > ucap) {
+                size_t cap = ucap ? ucap * 2 : 64 * UNIT_SIZE;
+                uint8_t *nb = PyMem_Realloc(ubuf, cap);
+                if (!nb) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                ubuf = nb;
+                ucap = cap;
+            }
+            uint8_t *u = ubuf + ulen;
+            put32(u, INDEX_MAGIC);
+            put64(u + 4, (uint64_t)pos);
+            put32(u + 12, (uint32_t)total);
+            put64(u + 16, (uint64_t)index);
+            put64(u + 24, (uint64_t)term);
+            ulen += UNIT_SIZE;
+        }
+        if ((channel & CHANNEL_PRODUCER_TAG) && body_size >= TAG_SIZE) {
+            const uint8_t *t = h + total - TAG_SIZE;
+            PyObject *tup = Py_BuildValue("(KKLL)", (unsigned long long)get64(t), (unsigned long long)get64(t + 8),
+                                          index - (long long)get32(t + 16) + 1, index);
+            if (!tup || PyList_Append(tags, tup) < 0) {
+                Py_XDECREF(tup);
+                goto done;
+            }
+            Py_DECREF(tup);
+        }
+        last_chain = chain;
+        last_term = term;
+        off += total;
+        n++;
+    }
+    if (want_units) {
+        units = PyBytes_FromStringAndSize((const char *)ubuf, (Py_ssize_t)ulen);
+        if (!units)
+            goto done;
+    } else {
+        units = Py_NewRef(Py_None);
+    }
+    result = Py_BuildValue("(nnkLOO)", n, off, (unsigned long)last_chain, last_term, units, tags);
+done:
+    PyBuffer_Release(&b);
+    PyMem_Free(ubuf);
+    Py_XDECREF(units);
+    Py_XDECREF(tags);
+    return result;
+}
+
+/* ---- relocate ------------------------------------------------------------------------------------------- */
+/* relocate(buf, start, end, first_pos, first_index) -> (records: bytearray, units: bytes)
+ * Copies already-checked records buf[start:end], rewriting each `pos` to this node's layout from first_pos,
+ * and builds their index units (a follower storing the leader's bytes). */
+static PyObject *py_relocate(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t start, end;
+    long long first_pos, first_index;
+    if (!PyArg_ParseTuple(args, "y*nnLL:relocate", &b, &start, &end, &first_pos, &first_index))
+        return NULL;
+    PyObject *records = NULL, *units = NULL, *result = NULL;
+    if (start < 0 || end > b.len || start > end) {
+        PyErr_SetString(PyExc_ValueError, "relocate: start/end outside the buffer");
+        goto done;
+    }
+    /* Count first so the units are allocated once. */
+    const uint8_t *base = b.buf;
+    Py_ssize_t n = 0;
+    for (Py_ssize_t off = start; off < end; n++) {
+        int32_t total = end - off >= HEADER_SIZE ? (int32_t)get32(base + off + 4) : -1;
+        if (total < HEADER_SIZE || total > end - off) {
+            PyErr_SetString(PyExc_ValueError, "relocate: records were not checked");
+            goto done;
+        }
+        off += total;
+    }
+    records = PyByteArray_FromStringAndSize((const char *)base + start, end - start);
+    units = PyBytes_FromStringAndSize(NULL, n * UNIT_SIZE);
+    if (!records || !units)
+        goto done;
+    uint8_t *out = (uint8_t *)PyByteArray_AS_STRING(records), *u = (uint8_t *)PyBytes_AS_STRING(units);
+    uint64_t pos = (uint64_t)first_pos;
+    Py_ssize_t rel = 0;
+    for (Py_ssize_t i = 0; i < n; i++, u += UNIT_SIZE) {
+        uint8_t *h = out + rel;
+        uint32_t total = get32(h + 4);
+        put64(h + 24, pos);
+        put32(u, INDEX_MAGIC);
+        put64(u + 4, pos);
+        put32(u + 12, total);
+        put64(u + 16, (uint64_t)(first_index + i));
+        memcpy(u + 24, h + 16, 8);
+        pos += total;
+        rel += total;
+    }
+    result = PyTuple_Pack(2, records, units);
+done:
+    PyBuffer_Release(&b);
+    Py_XDECREF(records);
+    Py_XDECREF(units);
+    return result;
+}
+
+static PyObject *py_crc_backend(PyObject *self, PyObject *unused) {
+    return PyUnicode_FromString(crc_hw ? "sse4.2" : "table");
+}
+
+static PyMethodDef methods[] = {
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> CRC32C of data continuing from value."},
+    {"encode", py_encode, METH_VARARGS,
+     "encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain, tag, channel, ends_batch)"
+     " -> (records, units, last_chain)"},
+    {"scan", py_scan, METH_VARARGS,
+     "scan(buf, off, end, expected_index, prev_chain, check_chain, pos_base, room, max_body, check_tag,"
+     " max_count, want_units) -> (n, off, last_chain, last_term, units, tags)"},
+    {"relocate", py_relocate, METH_VARARGS,
+     "relocate(buf, start, end, first_pos, first_index) -> (records bytearray, units)"},
+    {"crc_backend", py_crc_backend, METH_NOARGS, "'sse4.2' or 'table': how CRC32C is computed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcodec",
+                                    "quorumlog's record codec hot loops in C (see codec.py).", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastcodec(void) {
+    crc_init_tables();
+#ifdef QL_X86
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2") && getenv("QUORUMLOG_CRC_TABLE") == NULL;
+#endif
+    return PyModule_Create(&module);
+}
