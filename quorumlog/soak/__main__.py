@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     if result.report_dir:
         print(f"report: {result.report_dir}", file=sys.stderr)
-    return 1 if result.violations or result.not_recovered else 0
+    return 0 if result.passed else 1
 
 
 if __name__ == "__main__":

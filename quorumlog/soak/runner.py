@@ -26,20 +26,74 @@ from typing import Any
 import quorumlog
 from quorumlog.client import Client
 
+from quorumlog.codes import ResponseCode
+from quorumlog.wire.client import AppendRequest
+
 from . import checker
-from .checker import OK, UNKNOWN, Op
-from . import netns
+from .checker import FAILED, OK, UNKNOWN, Op
+from . import faildisk, netns
 from .nemesis import LinkProxy, Net
 from .processes import Cluster, free_ports
 
 log = logging.getLogger(__name__)
 
-# Opt-in kinds (not in FAULT_KINDS, so not in CI's short soak): disk_full needs root for its tmpfs mounts.
-EXTRA_KINDS = ("disk_full",)
 DISK_BYTES = 128 * 1024 * 1024
 
-FAULT_KINDS = ("partition_minority", "isolate_leader", "one_way_leader_out", "kill9_node", "kill9_majority",
-               "pause_leader", "restart_all", "torn_tail", "delay", "slow_leader", "reset_connections")
+BASE_KINDS = ("partition_minority", "isolate_leader", "one_way_leader_out", "kill9_node", "kill9_majority",
+              "pause_leader", "restart_all", "torn_tail", "delay", "slow_leader", "reset_connections",
+              "failing_disk_leader")
+# disk_full needs root for its tmpfs mounts: in FAULT_KINDS (and so in CI's short soak) when we are root,
+# else opt-in only (and refused without root).
+ROOT_KINDS = ("disk_full",)
+IS_ROOT = os.geteuid() == 0
+FAULT_KINDS = BASE_KINDS + (ROOT_KINDS if IS_ROOT else ())
+EXTRA_KINDS = () if IS_ROOT else ROOT_KINDS
+ALL_KINDS = BASE_KINDS + ROOT_KINDS
+LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_leader", "disk_full",
+                "failing_disk_leader")
+
+# Answers that guarantee the attempt appended nothing: refused before the request reached the log.
+# (DISK_FULL and DISK_ERROR are not: a leader fails its pending requests with them, and those entries may
+# already be replicated and get committed by the next leader; TERM_CHANGED and TIMEOUT likewise.)
+DEFINITE_REFUSALS = frozenset({
+    ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL,
+    ResponseCode.ENTRY_TOO_LARGE, ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.LEADER_NOT_READY,
+})
+NOT_SENT = "not_sent"
+
+
+def outcome_of_failed_append(attempts: list) -> str:
+    """FAILED when no attempt can have appended anything (none was sent, or every one was refused with a
+    definite code), else UNKNOWN (a timeout or a lost connection after the send, or an ambiguous code).
+    The client retries an append (same client_id/seq) and raises only the last error, so every attempt counts."""
+    if all(a == NOT_SENT or a in DEFINITE_REFUSALS for a in attempts):
+        return FAILED
+    return UNKNOWN
+
+
+def _record_attempts(client: Client, attempts: list) -> None:
+    """Wrap the client's connection pool so each append attempt's fate lands in `attempts`: NOT_SENT (no
+    connection), the response's code, or the exception that ended it (outcome unknown)."""
+    pool = client._pool
+    get, call = pool.get, pool.call
+
+    async def recording_call(node_id: str, request: Any, timeout_ms: float) -> Any:
+        if not isinstance(request, AppendRequest):
+            return await call(node_id, request, timeout_ms)
+        try:
+            await get(node_id, timeout_ms)  # the pool keeps it: call() below reuses this connection
+        except BaseException:
+            attempts.append(NOT_SENT)
+            raise
+        try:
+            resp = await call(node_id, request, timeout_ms)
+        except BaseException as e:
+            attempts.append(type(e).__name__)
+            raise
+        attempts.append(resp.code)
+        return resp
+
+    pool.call = recording_call
 
 
 @dataclass
@@ -54,6 +108,8 @@ class CycleRecord:
     recovered: bool = False
     unavailable_s: float = 0.0
     note: str = ""
+    target_led_after_fault: bool = False  # disk faults: the failed leader still led a second after the fault
+    acks_during_hold: int = 0
 
 
 @dataclass
@@ -72,6 +128,17 @@ class SoakResult:
     def not_recovered(self) -> list[CycleRecord]:
         return [c for c in self.cycles if not c.recovered]
 
+    @property
+    def failed_leader_kept_leading(self) -> list[CycleRecord]:
+        """Disk-fault cycles whose leader, unable to store, still led a second after the fault."""
+        return [c for c in self.cycles if c.target_led_after_fault]
+
+    @property
+    def passed(self) -> bool:
+        return not (self.violations or self.not_recovered or self.failed_leader_kept_leading)
+
+    skipped_kinds: dict[str, str] = field(default_factory=dict)
+
     def figures(self) -> dict[str, Any]:
         per_kind: dict[str, list[float]] = {}
         for c in self.cycles:
@@ -80,7 +147,13 @@ class SoakResult:
             "seed": self.seed, "cycles": len(self.cycles), "mechanism": self.mechanism,
             "duration_s": round(self.duration_s, 1), "ops": checker.summarize(self.history),
             "client_errors": self.errors, "violations": [str(v) for v in self.violations],
+            "skipped_kinds": self.skipped_kinds,
             "not_recovered": [f"{c.cycle}:{c.kind}" for c in self.not_recovered],
+            "failed_leader_kept_leading": [f"{c.cycle}:{c.kind}" for c in self.failed_leader_kept_leading],
+            "disk_fault_cycles": [{"cycle": c.cycle, "kind": c.kind, "target": c.targets[0],
+                                   "acks_during_hold": c.acks_during_hold, "unavailable_s": c.unavailable_s,
+                                   "note": c.note} for c in self.cycles
+                                  if c.kind in ("failing_disk_leader", "disk_full")],
             "committed_entries": max((len(v) for v in self.logs.values()), default=0),
             "unavailability_s": {k: {"cycles": len(v), "max": round(max(v), 3), "median": round(statistics.median(v), 3)}
                                  for k, v in sorted(per_kind.items())},
@@ -143,6 +216,21 @@ class Soak:
         self.base_dir = base_dir
         self.seed = seed
         self.rng = random.Random(seed * 7919 + 1)
+        unknown = set(kinds) - set(ALL_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(ALL_KINDS)}")
+        if "disk_full" in kinds and not IS_ROOT:
+            raise ValueError("fault kind disk_full needs root (tmpfs mounts)")
+        self.skipped_kinds: dict[str, str] = {}
+        shim = None
+        if "failing_disk_leader" in kinds:
+            try:
+                shim = faildisk.build()
+            except faildisk.NoCompiler as e:
+                # never silent: the figures and the log say which kind did not run and why
+                self.skipped_kinds["failing_disk_leader"] = str(e)
+                log.warning("fault kind failing_disk_leader skipped: %s", e)
+                kinds = tuple(k for k in kinds if k != "failing_disk_leader")
         self.plan = schedule(seed, cycles, kinds)
         self.writers = writers
         self.recover_timeout_s = recover_timeout_s
@@ -151,6 +239,14 @@ class Soak:
         self._mounted: list[str] = []
         self.cluster = Cluster(base_dir, n=3, data_dirs=dict(self.disks))
         self.members = list(self.cluster.nodes)
+        # failing_disk_leader: every node runs with the failing-disk shim; touching its trigger file makes
+        # every write and fsync under its data dir return EIO
+        self.disk_triggers: dict[str, str] = {}
+        if shim is not None:
+            for nid, node in self.cluster.nodes.items():
+                self.disk_triggers[nid] = os.path.join(base_dir, f"failing-disk-{nid}")
+                # a copy: the Cluster gives every node the same env dict
+                node.env = {**node.env, **faildisk.failing_disk_env(node.data_dir, self.disk_triggers[nid], shim)}
         self.net = Net()
         if network == "auto":
             network = "netns" if netns.available() else "proxy"
@@ -185,20 +281,24 @@ class Soak:
     # -- workload ------------------------------------------------------------------------------------
     async def _writer(self, name: str, stop: asyncio.Event) -> None:
         client = self.cluster.client(timeout_ms=4_000)
+        attempts: list = []
+        _record_attempts(client, attempts)
         i = 0
         try:
             while not stop.is_set():
                 value = f"{name}-{i:07d}".encode()
                 i += 1
+                attempts.clear()
                 t0 = time.monotonic()
                 try:
                     r = await asyncio.wait_for(client.append(value), 6.0)
                 except (quorumlog.QuorumLogError, asyncio.TimeoutError, OSError) as e:
                     t1 = time.monotonic()
                     code = getattr(getattr(e, "code", None), "name", type(e).__name__)
-                    self.errors[code] = self.errors.get(code, 0) + 1
-                    # Any error may follow a send that reached the leader: the outcome is unknown.
-                    self.history.append(Op(name, value, t0, t1, UNKNOWN))
+                    outcome = outcome_of_failed_append(attempts)
+                    key = f"{code}:{outcome}"
+                    self.errors[key] = self.errors.get(key, 0) + 1
+                    self.history.append(Op(name, value, t0, t1, outcome))
                     await asyncio.sleep(0.02)
                     continue
                 t1 = time.monotonic()
@@ -221,8 +321,7 @@ class Soak:
 
     async def _cycle(self, c: CycleRecord, admin: Client) -> None:
         nodes = self.cluster.nodes
-        leader = await self._leader(admin) if c.kind in ("isolate_leader", "one_way_leader_out", "pause_leader",
-                                                         "slow_leader", "disk_full") else None
+        leader = await self._leader(admin) if c.kind in LEADER_KINDS else None
         if leader is not None:
             c.targets = [leader]
         t = c.targets
@@ -256,6 +355,8 @@ class Soak:
             pass  # resets happen during the hold below
         elif c.kind == "disk_full":
             c.note = _fill_disk(self.disks[t[0]])
+        elif c.kind == "failing_disk_leader":
+            open(self.disk_triggers[t[0]], "w").close()
         else:
             raise ValueError(c.kind)
         log.info("cycle %d: %s %s %s", c.cycle, c.kind, c.targets, c.note)
@@ -264,6 +365,8 @@ class Soak:
             while time.monotonic() < end:
                 self.net.reset()
                 await asyncio.sleep(0.2)
+        elif c.kind in ("failing_disk_leader", "disk_full"):
+            await self._hold_watching_target(c, admin)
         else:
             await asyncio.sleep(c.hold_s)
         # heal
@@ -279,6 +382,13 @@ class Soak:
         for nid in list(self._stopped):
             nodes[nid].signal(signal.SIGCONT)
             self._stopped.discard(nid)
+        for nid, trigger in self.disk_triggers.items():
+            if os.path.exists(trigger):
+                os.unlink(trigger)
+                # its store refuses writes until a restart (EIO is final), if it has not fail-stopped already
+                exited = not nodes[nid].alive
+                nodes[nid].kill9()
+                c.note += f"{nid} {'had exited (fail-stop)' if exited else 'restarted'}; "
         for nid in self.members:
             self._restart(nid)
         # recovered = a write acknowledged after the heal, and some more
@@ -295,6 +405,25 @@ class Soak:
         acks = [x for x in self.ok_times if c.t_fault <= x <= c.t_end]
         edges = [c.t_fault, *acks, c.t_end]
         c.unavailable_s = round(max(b - a for a, b in zip(edges, edges[1:])), 3)
+
+    async def _hold_watching_target(self, c: CycleRecord, admin: Client) -> None:
+        """Hold a disk fault on the leader while watching it: after a grace of one second it must not lead
+        (it cannot store anything: it hands over), and some other member must lead and acknowledge writes."""
+        target = c.targets[0]
+        end = c.t_fault + c.hold_s
+        grace_s = 1.0
+        while time.monotonic() < end:
+            await asyncio.sleep(0.1)
+            if time.monotonic() - c.t_fault < grace_s:
+                continue
+            try:
+                st = await self.cluster.statuses(admin)
+            except quorumlog.QuorumLogError:
+                continue
+            s = st.get(target)
+            if s is not None and s.role == "leader":
+                c.target_led_after_fault = True
+        c.acks_during_hold = sum(1 for x in self.ok_times if c.t_fault <= x <= end)
 
     # -- whole run -----------------------------------------------------------------------------------
     async def _run(self) -> tuple[dict[str, list[tuple[int, bytes]]], list[checker.Violation]]:
@@ -348,15 +477,17 @@ class Soak:
             for d in self._mounted:
                 subprocess.run(["umount", d], timeout=30)
         result = SoakResult(self.seed, self.plan, self.history, violations, logs,
-                            self.mechanism, time.monotonic() - t0, errors=self.errors)
-        if crash is not None or violations or result.not_recovered:
+                            self.mechanism, time.monotonic() - t0, errors=self.errors,
+                            skipped_kinds=self.skipped_kinds)
+        if crash is not None or not result.passed:
             result.report_dir = self.write_report(report_root or self.base_dir, result, crash)
         if crash is not None:
             raise RuntimeError(f"soak seed {self.seed} crashed; report in {result.report_dir}") from crash
         return result
 
     def write_report(self, root: str, result: SoakResult, crash: BaseException | None) -> str:
-        props = sorted({v.property for v in result.violations}) or (["crash"] if crash else ["not_recovered"])
+        props = sorted({v.property for v in result.violations}) or (
+            ["crash"] if crash else ["not_recovered"] if result.not_recovered else ["failed_leader_kept_leading"])
         d = os.path.join(root, f"soak-report-seed{self.seed}-{'-'.join(props)}")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "violations.txt"), "w") as f:
