@@ -30,6 +30,7 @@ from ..wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse,
 )
+from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
 from .hard_state import load_hard_state, save_hard_state
 from .metrics import NodeMetrics
@@ -69,6 +70,7 @@ class Node:
         self._transport = transport
         self._core: Any = None
         self._committer: GroupCommitter | None = None
+        self._flush_transport: Callable[[], None] | None = None
         self.metrics = NodeMetrics(config.node_id, config.group)
         self.notifier = CommitNotifier()
         self._events: collections.deque = collections.deque()
@@ -106,7 +108,8 @@ class Node:
                  " (async: acks before fsync, like DLedger's default; a power loss can lose acked entries)"
                  if not self.sync_flush else "")
         self.notifier.advance(self._store.committed_index)
-        self._committer = GroupCommitter(
+        # sync mode: a dedicated fsync thread (flush_thread.py) instead of a flusher task + asyncio.to_thread
+        self._committer = ThreadedGroupCommitter(
             self._store, sync=self.sync_flush, on_durable=lambda i: self._step(Durable(i)),
             on_failed=self._store_failed, observe_fsync_s=self.metrics.fsync_seconds.observe)
         self._check_disk()
@@ -114,6 +117,7 @@ class Node:
             from .transport_adapter import RealTransport
             self._transport = RealTransport(cfg, self.metrics)
         await self._transport.start(self._on_peer_message, self._on_client_request)
+        self._flush_transport = getattr(self._transport, "flush", None)
         if cfg.http_port:
             from .http import HttpServer
             self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics})
@@ -180,6 +184,8 @@ class Node:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._committer is not None:
+            self._committer.close()  # stops the fsync thread (after a running fsync, which io_lock waits for)
         if self._store is not None and self._committer is not None:
             try:
                 async with self._committer.io_lock:
@@ -223,6 +229,10 @@ class Node:
                     self._execute(ready)
         finally:
             self._stepping = False
+        # Everything this step decided goes out now, one write per socket, answers to clients first: not one
+        # loop turn later through call_soon and the peer links' writer tasks.
+        if self._flush_transport is not None:
+            self._flush_transport()
 
     def _execute(self, ready: Ready) -> None:
         store = self._store

@@ -42,6 +42,14 @@ class RealTransport:
     def send(self, msg: Any) -> None:
         self._links.send(msg)
 
+    def flush(self) -> None:
+        """Write what the last step produced: client answers first (they end a request's latency), then
+        peer messages. Both would otherwise leave one loop turn later."""
+        if self._server is not None:
+            self._server.flush()
+        if self._links is not None:
+            self._links.flush()
+
     async def watch_links(self, interval_s: float = 0.5) -> None:
         """Restart a peer link whose writer task died. Works around a transport bug seen with uvloop: a peer
         that accepts and closes at once makes the handshake's transport.write raise RuntimeError ("handler

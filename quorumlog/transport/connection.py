@@ -52,6 +52,7 @@ MAX_WRITE_BATCH_BYTES = 8 * 1024 * 1024  # one writelines call: enough to amorti
 _WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 _WRITE_LOW_WATER_BYTES = 1 * 1024 * 1024
 _CORK_FLUSH_BYTES = 256 * 1024
+_MAX_DIRTY_CORKS = 4096
 assert DEFAULT_RECONNECT_BACKOFF_MIN_MS < DEFAULT_RECONNECT_BACKOFF_MAX_MS
 
 OnPeerMessage = Callable[[Message], None]
@@ -83,13 +84,17 @@ class _WriteCork:
     more than _CORK_FLUSH_BYTES (so backpressure sees big writes), and before a graceful close.
     """
 
-    __slots__ = ("transport", "pending", "pending_bytes", "scheduled")
+    __slots__ = ("transport", "pending", "pending_bytes", "scheduled", "dirty", "listed")
 
-    def __init__(self, transport) -> None:
+    def __init__(self, transport, dirty: list | None = None) -> None:
         self.transport = transport
         self.pending: list = []
         self.pending_bytes = 0
         self.scheduled = False
+        # The server's list of corks holding data: TransportServer.flush() empties them all at once when its
+        # owner finished a unit of work (the node, after a step), before the call_soon would.
+        self.dirty = dirty
+        self.listed = False  # in `dirty` (at most once; the owner's flush clears it)
 
     def write(self, buffers: list, size: int) -> None:
         self.pending.extend(buffers)
@@ -98,6 +103,14 @@ class _WriteCork:
             self.flush()
         elif not self.scheduled:
             self.scheduled = True
+            dirty = self.dirty
+            if dirty is not None and not self.listed:
+                if len(dirty) >= _MAX_DIRTY_CORKS:  # an owner that never flushes: the list is only a shortcut
+                    for cork in dirty:
+                        cork.listed = False
+                    dirty.clear()
+                self.listed = True
+                dirty.append(self)
             asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
@@ -180,7 +193,7 @@ class _ServerConnection(asyncio.Protocol):
     # -- asyncio callbacks ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's is not an asyncio.Transport subclass)
-        self.cork = _WriteCork(transport)
+        self.cork = _WriteCork(transport, self.server.dirty_corks)
         self.remote = _peername(transport)
         srv = self.server
         if not srv.closing and len(srv.connections) >= srv.max_connections and srv.handshaking:
@@ -432,6 +445,7 @@ class TransportServer:
         self.connections: set[_ServerConnection] = set()
         self.handshaking: dict[_ServerConnection, None] = {}  # insertion order: oldest first
         self.closing = False
+        self.dirty_corks: list[_WriteCork] = []  # corks holding responses not yet written (see flush)
         self._server: asyncio.AbstractServer | None = None
         # Request handlers the runtime returned; kept so they are not garbage-collected mid-flight and are
         # cancelled on close (a Protocol callback cannot use a TaskGroup).
@@ -467,6 +481,17 @@ class TransportServer:
     def host(self) -> str:
         assert self._server is not None and self._server.sockets
         return self._server.sockets[0].getsockname()[0]
+
+    def flush(self) -> None:
+        """Write every corked response now (one writelines per connection) instead of one loop turn later:
+        the node calls this after each step, so an answer leaves in the same loop turn that decided it."""
+        dirty = self.dirty_corks
+        if dirty:
+            corks = dirty[:]
+            dirty.clear()
+            for cork in corks:
+                cork.listed = False
+                cork.flush()
 
     def track(self, awaitable: Awaitable[None]) -> None:
         task = asyncio.ensure_future(awaitable)
@@ -609,6 +634,11 @@ class _PeerLink:
         self.wakeup = asyncio.Event()
         self.protocol: _LinkProtocol | None = None
         self.task: asyncio.Task | None = None
+        # The writer task is parked on `wakeup` with a live connection: messages are then written by
+        # PeerLinks.flush() (the node calls it after each step), not by waking the task (one task switch and
+        # one loop turn less on every push and every ack).
+        self.idle = False
+        self.listed = False  # in PeerLinks._dirty
 
     def enqueue(self, buffers: list, size: int) -> None:
         q = self.queue
@@ -619,7 +649,37 @@ class _PeerLink:
             _, dropped = q.popleft()
             self.queued_bytes -= dropped
             self.stats.dropped_messages += 1
-        self.wakeup.set()
+        if self.idle:
+            links._mark_dirty(self)
+        else:
+            self.wakeup.set()
+
+    def write_now(self) -> None:
+        """Write what is queued straight to the socket if the writer task is parked on a healthy connection;
+        otherwise wake the task (connecting, draining a full socket buffer, or reconnecting)."""
+        q = self.queue
+        if not q:
+            return
+        proto = self.protocol
+        if not self.idle or proto is None or proto.paused or proto.lost.done() or proto.transport is None \
+                or proto.transport.is_closing():
+            self.wakeup.set()
+            return
+        out: list = []
+        batch_bytes = 0
+        frames = 0
+        while q and batch_bytes < MAX_WRITE_BATCH_BYTES:
+            buffers, size = q.popleft()
+            out.extend(buffers)
+            batch_bytes += size
+            frames += 1
+        self.queued_bytes -= batch_bytes
+        proto.transport.writelines(out)
+        stats = self.stats
+        stats.frames_out += frames
+        stats.bytes_out += batch_bytes
+        if q or proto.paused:
+            self.wakeup.set()  # the rest (or the drain) is the task's
 
     async def run(self) -> None:
         links = self.links
@@ -688,7 +748,11 @@ class _PeerLink:
                 raise NetworkError(f"connection lost: {proto.lost.result()}")
             if not q:
                 self.wakeup.clear()
-                await self.wakeup.wait()
+                self.idle = True
+                try:
+                    await self.wakeup.wait()
+                finally:
+                    self.idle = False
                 continue
             out: list = []
             batch_bytes = 0
@@ -740,6 +804,8 @@ class PeerLinks:
         self._links = {pid: _PeerLink(self, pid, host, port) for pid, (host, port) in peers.items()
                        if pid != node_id}
         self._started = False
+        self._dirty: list[_PeerLink] = []  # links with messages for flush() to write
+        self._flush_scheduled = False
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -771,6 +837,32 @@ class PeerLinks:
     def send_all(self, messages: Iterable[Message]) -> None:
         for m in messages:
             self.send(m)
+
+    def _mark_dirty(self, link: "_PeerLink") -> None:
+        if not link.listed:
+            link.listed = True
+            self._dirty.append(link)
+        if not self._flush_scheduled:
+            # Whoever sent may not call flush(): write at the latest one loop turn later (as the task would).
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Write every message sent so far on links that are up and not backed up: one writelines per peer
+        for everything queued since the last flush. Never blocks; links that cannot take it now get their
+        writer task woken instead."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        links = dirty[:]
+        dirty.clear()
+        for link in links:
+            link.listed = False
+            link.write_now()
 
     @property
     def peer_ids(self) -> tuple[str, ...]:

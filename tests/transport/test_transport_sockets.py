@@ -568,3 +568,44 @@ def test_server_stops_reading_at_max_in_flight():
         await server.close()
 
     run_bounded(main())
+
+
+def test_flush_writes_peer_messages_and_answers_in_the_same_loop_turn():
+    """Once a link is up and idle, PeerLinks.flush() and TransportServer.flush() hand the bytes to the socket
+    synchronously (no writer-task switch, no call_soon turn); the messages still arrive whole and in order."""
+    async def main():
+        got, done = [], asyncio.Event()
+
+        def on_peer(m):
+            got.append(m)
+            if len(got) == 3:
+                done.set()
+
+        sessions = []
+        server = await start_server(on_peer=on_peer, on_client=lambda r, s: sessions.append((r, s)))
+        links = PeerLinks(group=GROUP, node_id="n1", peers={"n0": ("127.0.0.1", server.port)})
+        links.send(HeartbeatRequest("n1", "n0", 1, 0))
+        await wait_until(lambda: links.stats()["n0"].frames_out == 1, 5)
+        await wait_until(lambda: links._links["n0"].idle, 5)  # the writer task parked on its wakeup
+        before = links.stats()["n0"].frames_out
+        links.send(HeartbeatRequest("n1", "n0", 1, 1))
+        links.send(HeartbeatRequest("n1", "n0", 1, 2))
+        links.flush()
+        assert links.stats()["n0"].frames_out == before + 2  # written now, one writelines
+        await asyncio.wait_for(done.wait(), 5)
+        assert [m.committed_index for m in got] == [0, 1, 2]
+
+        async with await client(server) as c:
+            fut = asyncio.ensure_future(c.call(StatusRequest(c.next_request_id()), 3000))
+            await wait_until(lambda: sessions, 5)
+            req, session = sessions[0]
+            out = server.stats.frames_out
+            session.send(StatusResponse(req.request_id, ResponseCode.SUCCESS, b"{}"))
+            assert server.dirty_corks  # corked until flush (or the next loop turn)
+            server.flush()
+            assert not server.dirty_corks and session._conn.cork.pending == [] and server.stats.frames_out == out + 1
+            assert (await fut).code == ResponseCode.SUCCESS
+        await links.close()
+        await server.close()
+
+    run_bounded(main())

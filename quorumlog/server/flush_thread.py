@@ -1,0 +1,164 @@
+"""Group commit through one dedicated fsync thread (flush mode `sync`): GroupCommitter minus the task hops.
+
+GroupCommitter (group_commit.py) wakes a flusher task, which hands store.flush to the default executor with
+asyncio.to_thread and awaits it. strace of a follower under one-at-a-time appends shows the cost: from the
+store write to the fsync's start one loop turn, a task switch and an executor submit; from the fsync's end to
+the ack on the socket a call_soon_threadsafe, a future chained into another, a task switch and the peer
+link's writer task (three loop turns). Here `written()` hands the request straight to a parked thread (one
+SimpleQueue.put), and the thread reports with one call_soon_threadsafe whose callback steps Durable at once.
+
+Same guarantees as GroupCommitter: one fsync at a time covering everything written before it started, the
+answer clamped at a truncation that happened meanwhile, durable only once fdatasync returned, io_lock held
+by nobody else while it runs. The fast path covers the common case only; every case it does not take (io_lock
+busy or awaited, closing) goes to GroupCommitter's own task and flush_once. A failed fsync gets flush_once's
+policy (_failed_fsync mirrors it: EIO is final, a full disk is reported and retried by that task after the
+backoff), and the committer keeps using that path from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from typing import Callable
+
+from ..codes import ResponseCode
+from ..errors import QuorumLogError
+from .group_commit import FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS, GroupCommitter
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class _IoLock(asyncio.Lock):
+    """GroupCommitter's io lock, also excluding the fsync thread: an acquirer waits for a running fsync,
+    and the fsync thread starts none while the lock is held or awaited."""
+
+    def __init__(self, committer: "ThreadedGroupCommitter") -> None:
+        super().__init__()
+        self._committer = committer
+        self.waiting = 0
+
+    async def acquire(self) -> bool:
+        c = self._committer
+        self.waiting += 1
+        try:
+            while True:
+                await super().acquire()
+                if not c.fsync_running:
+                    return True
+                super().release()
+                await c.fsync_idle.wait()
+        finally:
+            self.waiting -= 1
+
+
+class ThreadedGroupCommitter(GroupCommitter):
+    """Drop-in for GroupCommitter (same constructor, same methods); must be made inside the running loop."""
+
+    def __init__(self, store, *, sync: bool, on_durable: Callable[[int], None],
+                 on_failed: Callable[[ResponseCode, str], None],
+                 observe_fsync_s: Callable[[float], None] = lambda s: None) -> None:
+        super().__init__(store, sync=sync, on_durable=on_durable, on_failed=on_failed,
+                         observe_fsync_s=observe_fsync_s)
+        self._loop = asyncio.get_running_loop()
+        self._lock = _IoLock(self)
+        self.fsync_running = False
+        self.fsync_idle = asyncio.Event()
+        self.fsync_idle.set()
+        self._fast = sync  # async mode keeps GroupCommitter's paced background fsync
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        if self._fast:
+            self._thread = threading.Thread(target=self._thread_main, name="fsync", daemon=True)
+            self._thread.start()
+
+    # -- the loop's side ---------------------------------------------------------------------------------
+    def written(self, end_index: int) -> None:
+        self._written = end_index
+        if self.fsync_running:
+            return  # its completion starts the next one
+        if self.failed is not None:
+            return  # nothing is flushed after a disk error (group_commit.py's module doc)
+        if self._fast and not self._closed and not self._lock.locked() and not self._lock.waiting:
+            self._start()
+        else:
+            self._wake.set()
+
+    def close(self) -> None:
+        super().close()
+        if self._thread is not None:
+            self._requests.put(_STOP)
+            self._thread = None
+
+    def _start(self) -> None:
+        self.fsync_running = True
+        self.fsync_idle.clear()
+        self._truncated_to = None
+        self._requests.put(time.perf_counter())
+
+    def _done(self, result: int | BaseException, started: float) -> None:
+        """On the loop: the fsync thread finished one flush."""
+        self.fsync_running = False
+        self.fsync_idle.set()
+        if isinstance(result, BaseException):
+            self._failed_fsync(result)
+            return
+        self.fsyncs += 1
+        self._failures = 0
+        self._observe_fsync_s(time.perf_counter() - started)
+        durable = result
+        again = False
+        if self._truncated_to is not None:
+            durable = min(durable, self._truncated_to)
+            again = True  # what was written after the truncation needs its own fsync
+        if durable > self._written:
+            durable = self._written
+        if durable > self._durable:
+            self._durable = durable
+            self._on_durable(durable)
+        if (again or self._written > self._durable) and not self.fsync_running:
+            if self._fast and not self._closed and not self._lock.locked() and not self._lock.waiting:
+                self._start()
+            else:
+                self._wake.set()
+
+    def _failed_fsync(self, e: BaseException) -> None:
+        """GroupCommitter.flush_once's failure policy, for an fsync that failed in the thread: DISK_ERROR is
+        final (never retried nor believed: fsyncgate), anything else (a full disk) is reported and retried by
+        GroupCommitter's own task after the backoff. This committer stays on that path from now on."""
+        self._fast = False
+        code = e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
+        if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
+            code = ResponseCode.DISK_ERROR
+        self._failures += 1
+        log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
+        if code == ResponseCode.DISK_ERROR:
+            self.failed = str(e)
+            log.critical("disk error: no fsync will be retried or trusted until restart reason=%s", e)
+            self._on_failed(code, str(e))
+            return
+        self._on_failed(code, str(e))
+        backoff_ms = min(FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS * 2 ** (self._failures - 1))
+        self._loop.call_later(backoff_ms / 1000, self._wake.set)
+
+    # -- the thread --------------------------------------------------------------------------------------
+    def _thread_main(self) -> None:
+        get = self._requests.get
+        flush = self._store.flush
+        report = self._loop.call_soon_threadsafe
+        while True:
+            started = get()
+            if started is _STOP:
+                return
+            try:
+                result: int | BaseException = flush()
+            except BaseException as e:  # noqa: BLE001 - reported on the loop, handled by GroupCommitter
+                result = e
+            try:
+                report(self._done, result, started)
+            except RuntimeError:  # the loop is closed: nobody to tell
+                return
