@@ -5,7 +5,16 @@ forwards to dst's real port. A connection dialed by src carries src→dst bytes 
 back, so a one-way cut of (a, b) drops a→b bytes on both proxies that join a and b.
 
 Faults per direction (a, b): cut (bytes discarded, new connections still accepted unless both ways are cut),
-delay (each chunk held delay_ms, order kept), rate (bytes per second). `reset()` drops every connection.
+delay (each chunk held delay_ms, order kept), rate (bytes per second), jitter and loss. `reset()` drops every
+connection.
+
+A TCP proxy sees a byte stream, not packets, so packet faults have only TCP-level equivalents here:
+- random loss → `loss`: a chunk now and then stalls for a retransmission timeout (TCP hides a lost segment
+  by resending it, the stream waits), and with a smaller chance the connection is reset (a loss burst that
+  kills it); bytes are never silently dropped from a live stream.
+- duplication and reordering → `jitter`: TCP delivers once and in order, so a duplicated or reordered
+  packet only delays the bytes behind it; each chunk waits a random 0..jitter_ms, order kept.
+Real packet loss, duplication and reordering need netem (or nft for loss) in the namespaces (netns.py).
 Every change of the fault state resets connections, so a stream that lost bytes mid-frame is never reused.
 No namespaces are needed: this is the mechanism that runs on machines without root.
 """
@@ -14,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +37,11 @@ class LinkState:
     cut: set[tuple[str, str]] = field(default_factory=set)
     delay_ms: dict[tuple[str, str], float] = field(default_factory=dict)
     rate_bytes_s: dict[tuple[str, str], float] = field(default_factory=dict)
+    jitter_ms: dict[tuple[str, str], float] = field(default_factory=dict)
+    loss: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (stall p, reset p)/chunk
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+LOSS_STALL_MS = (200, 400)  # Linux's minimum RTO is 200 ms: a lost segment costs at least that
 
 
 class LinkProxy:
@@ -41,6 +56,8 @@ class LinkProxy:
         self.state = state
         self.accepted = 0
         self.dropped_bytes = 0
+        self.stalls = 0
+        self.loss_resets = 0
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -78,6 +95,18 @@ class LinkProxy:
                 delay_ms = self.state.delay_ms.get(direction)
                 if delay_ms:
                     await asyncio.sleep(delay_ms / 1000)
+                jitter = self.state.jitter_ms.get(direction)
+                if jitter:
+                    await asyncio.sleep(self.state.rng.uniform(0, jitter) / 1000)
+                loss = self.state.loss.get(direction)
+                if loss:
+                    x = self.state.rng.random()
+                    if x < loss[1]:
+                        self.loss_resets += 1
+                        break  # the finally closes this side; the other pump ends on EOF
+                    if x < loss[0] + loss[1]:
+                        self.stalls += 1
+                        await asyncio.sleep(self.state.rng.uniform(*LOSS_STALL_MS) / 1000)
                 w.write(data)
                 await w.drain()
                 rate = self.state.rate_bytes_s.get(direction)
@@ -105,8 +134,8 @@ class LinkProxy:
 class Net:
     """All links of a cluster; the runner changes faults through these methods only."""
 
-    def __init__(self) -> None:
-        self.state = LinkState()
+    def __init__(self, seed: int = 0) -> None:
+        self.state = LinkState(rng=random.Random(seed))
         self.proxies: dict[tuple[str, str], LinkProxy] = {}
         self.events: list[tuple[float, str]] = []
 
@@ -150,8 +179,25 @@ class Net:
             self.state.rate_bytes_s[pair] = rate_bytes_s
         self._changed(f"rate {rate_bytes_s} B/s on {sorted(pairs)}")
 
+    def jitter(self, jitter_ms: float) -> None:
+        """TCP-level stand-in for packet duplication and reordering on every link (see the module doc)."""
+        for pair in self.proxies:
+            self.state.jitter_ms[pair] = jitter_ms
+            self.state.jitter_ms[pair[::-1]] = jitter_ms
+        self._changed(f"jitter 0..{jitter_ms} ms on every link")
+
+    def loss(self, stall_p: float, reset_p: float) -> None:
+        """TCP-level stand-in for random packet loss on every link: per chunk, a stall of one RTO with
+        probability stall_p, a connection reset with probability reset_p (see the module doc)."""
+        for pair in self.proxies:
+            self.state.loss[pair] = (stall_p, reset_p)
+            self.state.loss[pair[::-1]] = (stall_p, reset_p)
+        self._changed(f"loss: stall p={stall_p} reset p={reset_p} per chunk on every link")
+
     def heal(self) -> None:
         self.state.cut.clear()
         self.state.delay_ms.clear()
         self.state.rate_bytes_s.clear()
+        self.state.jitter_ms.clear()
+        self.state.loss.clear()
         self._changed("heal")

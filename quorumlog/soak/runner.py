@@ -41,7 +41,7 @@ DISK_BYTES = 128 * 1024 * 1024
 
 BASE_KINDS = ("partition_minority", "isolate_leader", "one_way_leader_out", "kill9_node", "kill9_majority",
               "pause_leader", "restart_all", "torn_tail", "delay", "slow_leader", "reset_connections",
-              "failing_disk_leader")
+              "failing_disk_leader", "packet_loss", "reorder_duplicate")
 # disk_full needs root for its tmpfs mounts: in FAULT_KINDS (and so in CI's short soak) when we are root,
 # else opt-in only (and refused without root).
 ROOT_KINDS = ("disk_full",)
@@ -155,6 +155,8 @@ class SoakResult:
                                    "note": c.note} for c in self.cycles
                                   if c.kind in ("failing_disk_leader", "disk_full")],
             "committed_entries": max((len(v) for v in self.logs.values()), default=0),
+            "mechanisms": {k: sorted({c.note for c in self.cycles if c.kind == k}) for k in
+                           ("packet_loss", "reorder_duplicate") if any(c.kind == k for c in self.cycles)},
             "unavailability_s": {k: {"cycles": len(v), "max": round(max(v), 3), "median": round(statistics.median(v), 3)}
                                  for k, v in sorted(per_kind.items())},
         }
@@ -247,7 +249,7 @@ class Soak:
                 self.disk_triggers[nid] = os.path.join(base_dir, f"failing-disk-{nid}")
                 # a copy: the Cluster gives every node the same env dict
                 node.env = {**node.env, **faildisk.failing_disk_env(node.data_dir, self.disk_triggers[nid], shim)}
-        self.net = Net()
+        self.net = Net(seed)
         if network == "auto":
             network = "netns" if netns.available() else "proxy"
         assert network in ("proxy", "netns"), network
@@ -357,6 +359,21 @@ class Soak:
             c.note = _fill_disk(self.disks[t[0]])
         elif c.kind == "failing_disk_leader":
             open(self.disk_triggers[t[0]], "w").close()
+        elif c.kind == "packet_loss":
+            c.targets = list(self.members)
+            if self.links and self.links.packet_faults():
+                c.note = self.links.loss(self.rng.choice((5, 10, 20)))
+            else:
+                self.net.loss(0.05, 0.005)
+                c.note = "proxy, TCP-level: per chunk 5% stall of one RTO, 0.5% connection reset"
+        elif c.kind == "reorder_duplicate":
+            c.targets = list(self.members)
+            if self.links and self.links.packet_faults() == "netem":
+                c.note = self.links.loss(0, duplicate_percent=5, reorder_percent=25)
+            else:
+                jitter_ms = self.rng.choice((20, 50))
+                self.net.jitter(jitter_ms)
+                c.note = f"proxy, TCP-level: 0..{jitter_ms} ms jitter per chunk (no netem here)"
         else:
             raise ValueError(c.kind)
         log.info("cycle %d: %s %s %s", c.cycle, c.kind, c.targets, c.note)
@@ -379,6 +396,7 @@ class Soak:
                 pass
         if self.links:
             self.links.heal()
+            self.links.heal_packets()
         for nid in list(self._stopped):
             nodes[nid].signal(signal.SIGCONT)
             self._stopped.discard(nid)
