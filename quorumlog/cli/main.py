@@ -21,6 +21,7 @@ app.command("append")(append)
 app.command("read")(read)
 app.command("transfer-leader")(transfer_leader)
 app.command("bench")(bench)
+app.command("soak")(__import__("quorumlog.cli.soak", fromlist=["soak"]).soak)
 
 
 def main(argv: list[str] | None = None) -> None:

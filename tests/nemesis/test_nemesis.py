@@ -59,3 +59,38 @@ def test_cut_one_way_cut_and_heal():
             await net.close()
             server.close()
     asyncio.run(main())
+
+
+def test_tcp_level_loss_stalls_or_resets_and_jitter_delays_but_keeps_bytes_in_order():
+    async def main():
+        echo_port, proxy_port = free_ports(2)
+        server = await asyncio.start_server(_echo, "127.0.0.1", echo_port)
+        net = Net(seed=3)
+        proxy = LinkProxy("a", "b", proxy_port, echo_port, net.state)
+        net.add(proxy)
+        await net.start()
+        loop = asyncio.get_running_loop()
+        try:
+            net.loss(1.0, 0.0)  # every chunk stalls one RTO each way, nothing is lost from the stream
+            t0 = loop.time()
+            assert await _roundtrip(proxy_port, 3.0) == b"ping"
+            assert loop.time() - t0 >= 0.4 and proxy.stalls >= 2
+            net.heal()
+            net.loss(0.0, 1.0)  # every chunk resets: the connection dies, no byte comes back
+            assert await _roundtrip(proxy_port, 1.0) is None
+            assert proxy.loss_resets >= 1
+            net.heal()
+            net.jitter(50)
+            r, w = await asyncio.open_connection("127.0.0.1", proxy_port)
+            sent = b"".join(b"%06d" % i for i in range(2_000))
+            w.write(sent)
+            await w.drain()
+            got = await asyncio.wait_for(r.readexactly(len(sent)), 10)
+            assert got == sent  # in order, once
+            w.close()
+            net.heal()
+            assert await _roundtrip(proxy_port) == b"ping"
+        finally:
+            await net.close()
+            server.close()
+    asyncio.run(main())
