@@ -3,6 +3,12 @@
 Exactly once comes from Spark's offset log: a micro-batch is the index range [start, end) written to the
 checkpoint before it runs, and the log never changes committed entries, so a replay after a driver crash
 reads exactly the same entries.
+
+Per micro-batch the driver makes one round trip to the cluster: latestOffset reads the first few entries
+at `start` from the leader, which answers with its commit point and begin index and shows how big entries
+are; partitions() reuses that estimate. Spark's own per-micro-batch work (offset and commit logs, planning,
+scheduling a task) costs far more (see bench/spark.py), so a micro-batch of maxRecordsPerTrigger 100,000 is
+one task unless its bytes call for more.
 """
 
 from __future__ import annotations
@@ -16,14 +22,25 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from .batch import SAMPLE_ENTRIES, DataLoss, LogPartition, _replicas, _sample_entry_bytes, read_partition
+from ..errors import QuorumLogError
+from .batch import DEFAULT_ENTRY_BYTES, SAMPLE_BYTES, SAMPLE_ENTRIES, DataLoss, LogPartition, _replicas, read_partition
 from .options import EARLIEST, LATEST, SourceOptions
-from .remote import remote_for
+from .remote import Remote, remote_for
 
 log = logging.getLogger(__name__)
 
-MIN_ROWS_PER_PARTITION = 20_000  # below this one task is cheaper than two
-DEFAULT_STREAM_PARTITIONS = 2
+# A task costs Spark ~50-100 ms on 2 busy cores whatever it reads: split a micro-batch only by bytes
+# (maxBytesPerPartition, like the batch read) and never into pieces smaller than this.
+MIN_ROWS_PER_PARTITION = 20_000
+
+
+async def _head(remote: Remote, index: int) -> tuple[int, int, float | None]:
+    """One read at `index` from the leader: (begin_index, committed_index, bytes per entry or None when
+    nothing at `index` is readable). The answer carries the leader's bounds, so no status round is needed."""
+    records, committed, begin = await remote.client.read_records(index, end=index + SAMPLE_ENTRIES - 1,
+                                                                 max_bytes=SAMPLE_BYTES)
+    per_entry = records.size_bytes / records.count if records.count > 0 else None
+    return max(0, begin), committed, per_entry
 
 
 def _index(offset: dict) -> int:
@@ -34,6 +51,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._available_now_end: int | None = None  # Trigger.AvailableNow's target (exclusive)
+        self._entry_bytes: float | None = None  # bytes per entry, as latestOffset last saw them
 
     def _remote(self):
         return remote_for(self.opts)
@@ -57,12 +75,14 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         log.info("Trigger.AvailableNow: reading up to index %d", self._available_now_end)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        bounds = self._remote().bounds()
         begin = _index(start)
-        if begin < bounds.begin_index:
-            self._on_data_loss(begin, bounds.begin_index)
-            begin = bounds.begin_index
-        end = bounds.committed_index + 1
+        begin_index, committed_index, per_entry = self._remote().run(_head(self._remote(), begin))
+        if per_entry is not None:
+            self._entry_bytes = per_entry
+        if begin < begin_index:
+            self._on_data_loss(begin, begin_index)
+            begin = begin_index
+        end = committed_index + 1
         if self._available_now_end is not None:
             end = min(end, self._available_now_end)
         if self.opts.ending_index not in (EARLIEST, LATEST):
@@ -82,15 +102,25 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         count = hi - lo
         if count <= 0:
             return []
-        n = self.opts.min_partitions or DEFAULT_STREAM_PARTITIONS
-        n = max(1, min(n, math.ceil(count / MIN_ROWS_PER_PARTITION)))
         remote = self._remote()
+        entry_bytes = self._entry_bytes
+        if entry_bytes is None:  # a replayed batch right after a restart: latestOffset has not run yet
+            entry_bytes = self._sample(remote, lo)
+        by_bytes = math.ceil(count * entry_bytes / self.opts.max_bytes_per_partition)
+        n = max(self.opts.min_partitions or 1, by_bytes)
+        n = max(1, min(n, math.ceil(count / MIN_ROWS_PER_PARTITION)))
         nodes = _replicas(self.opts, remote.bounds()) if self.opts.read_from != "leader" else [None]
-        # One small read tells the tasks how big entries are, so they can keep sized pages in flight at once.
-        sample = remote.run(_sample_entry_bytes(remote, lo, min(hi, lo + SAMPLE_ENTRIES)))
-        entry_bytes = int(sample[0][1]) if sample else 0
         cuts = [lo + (count * i) // n for i in range(n + 1)]
-        return [LogPartition(i, cuts[i], cuts[i + 1], nodes[i % len(nodes)], entry_bytes) for i in range(n)]
+        return [LogPartition(i, cuts[i], cuts[i + 1], nodes[i % len(nodes)], int(entry_bytes)) for i in range(n)]
+
+    def _sample(self, remote: Remote, index: int) -> float:
+        try:
+            _, _, per_entry = remote.run(_head(remote, index))
+        except QuorumLogError as e:  # only sizing is at stake: tasks handle pages cut short
+            log.warning("could not sample entry sizes at %d: %s", index, e)
+            per_entry = None
+        self._entry_bytes = per_entry or self._entry_bytes
+        return self._entry_bytes or DEFAULT_ENTRY_BYTES
 
     def read(self, partition: LogPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition.start, partition.end, partition.node, partition.entry_bytes)

@@ -125,6 +125,23 @@ def test_fail_on_data_loss_false_skips_ahead(stub, caplog):
     assert "removed by retention" in caplog.text
 
 
+def test_a_micro_batch_costs_the_driver_one_read_and_is_cut_by_bytes(stub):
+    remote = stub(0, 199_999)
+    reader = stream.QuorumLogStreamReader(_opts(maxRecordsPerTrigger=100_000))
+    end = reader.latestOffset({"index": 0}, ReadMaxRows(100_000))
+    assert end == {"index": 100_000}
+    assert len(remote.client.calls) == 1  # the leader's bounds and the entry size in one read
+    parts = reader.partitions({"index": 0}, end)
+    assert len(remote.client.calls) == 1  # planning reuses what latestOffset saw
+    assert [(p.start, p.end, p.node) for p in parts] == [(0, 100_000, None)]  # a few MB: one task
+    small = stream.QuorumLogStreamReader(_opts(maxRecordsPerTrigger=100_000, maxBytesPerPartition=1_000_000))
+    parts = small.partitions({"index": 0}, end)  # no latestOffset first (a replay after a restart): samples
+    assert len(remote.client.calls) == 2 and len(parts) == 5
+    assert parts[0].start == 0 and parts[-1].end == 100_000
+    assert [p.start for p in parts[1:]] == [p.end for p in parts[:-1]]
+    assert len(stream.QuorumLogStreamReader(_opts(minPartitions=3)).partitions({"index": 0}, end)) == 3
+
+
 def test_batch_read_before_begin_index(stub):
     stub(begin=100, committed=199)
     with pytest.raises(batch.DataLoss):
