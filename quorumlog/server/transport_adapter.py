@@ -11,8 +11,11 @@ import logging
 from typing import Any, Callable
 
 from ..config import NodeConfig
+from ..wire.messages import PushRequest, PushType
 
 log = logging.getLogger(__name__)
+
+COMMIT_HOLD_MS = 2  # how long a commit-only push may wait for an APPEND push to carry its index instead
 
 
 class RealTransport:
@@ -22,6 +25,8 @@ class RealTransport:
         self._server: Any = None
         self._links: Any = None
         self._watchdog: asyncio.Task | None = None
+        self._held_commits: dict[str, PushRequest] = {}  # peer -> its latest commit-only push, not sent yet
+        self._hold_timer: asyncio.TimerHandle | None = None
 
     async def start(self, on_peer_message: Callable[[Any], None],
                     on_client_request: Callable[[Any, Any], None]) -> None:
@@ -40,7 +45,34 @@ class RealTransport:
         log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.listen_port)
 
     def send(self, msg: Any) -> None:
-        self._links.send(msg)
+        links = self._links
+        if type(msg) is PushRequest:
+            if msg.push_type is PushType.COMMIT:
+                # A commit-only push is held for COMMIT_HOLD_MS: the next APPEND push to that peer carries
+                # the same committed index, so under load it never needs a send of its own. (DLedger's
+                # dispatcher sends idle commits only once a second.) Delay is safe: a commit notice is
+                # only ever late, like one the network delayed.
+                self._held_commits[msg.to] = msg
+                if self._hold_timer is None:
+                    self._hold_timer = asyncio.get_running_loop().call_later(COMMIT_HOLD_MS / 1000,
+                                                                             self._send_held_commits)
+                return
+            held = self._held_commits.pop(msg.to, None) if self._held_commits else None
+            if held is not None and (msg.term != held.term or msg.committed_index < held.committed_index):
+                links.send(held)  # not superseded: it goes first, in order
+        elif self._held_commits:
+            held = self._held_commits.pop(msg.to, None)
+            if held is not None:
+                links.send(held)
+        links.send(msg)
+
+    def _send_held_commits(self) -> None:
+        self._hold_timer = None
+        held, self._held_commits = self._held_commits, {}
+        if held and self._links is not None and not self._links.closing:
+            for msg in held.values():
+                self._links.send(msg)
+            self.flush()
 
     def flush(self) -> None:
         """Write what the last step produced: client answers first (they end a request's latency), then
@@ -88,6 +120,9 @@ class RealTransport:
             await self._server.stop_accepting()
 
     async def close(self) -> None:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
         if self._watchdog is not None:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
