@@ -38,6 +38,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from quorumlog.store import FileStore, StoreConfig  # noqa: E402
+from quorumlog.store import codec  # noqa: E402
 from quorumlog.store.codec import HEADER_SIZE  # noqa: E402
 
 MIB = 1024 * 1024
@@ -244,7 +245,8 @@ def main() -> int:
     load_before = os.getloadavg()
     started = time.time()
     print(f"bench/store.py: dir={workdir} fs={fs_type(workdir)} reps={reps} quick={args.quick} "
-          f"load={load_before[0]:.2f},{load_before[1]:.2f},{load_before[2]:.2f} cpus={os.cpu_count()}", flush=True)
+          f"load={load_before[0]:.2f},{load_before[1]:.2f},{load_before[2]:.2f} cpus={os.cpu_count()} "
+          f"codec={codec.compiled_codec() or 'pure Python'}", flush=True)
 
     big_batch_bytes = 4096 * (1024 + HEADER_SIZE)
     runs: dict[str, list[dict]] = {}
@@ -366,6 +368,8 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                     "fs": fs_type(tempfile.gettempdir() if args.dir is None else args.dir)},
         "flush_mode": "fdatasync per batch (durable)",
+        # "C (sse4.2)" / "C (table)": the compiled record codec; "pure Python": missing or QUORUMLOG_PURE_PYTHON=1
+        "codec": codec.compiled_codec() or "pure Python",
         "workload": {"seq_total_bytes": seq_total, "serial_ops": serial_ops, "segment_bytes": BENCH_SEGMENT_BYTES,
                      "flushed_batches": flushed_batches, "cpu_batches": cpu_batches},
         "results": s, "paired_ratios": ratios, "targets": targets, "noise": noise,

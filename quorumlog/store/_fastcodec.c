@@ -465,6 +465,25 @@ static PyObject *py_crc_backend(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(crc_hw ? "sse4.2" : "table");
 }
 
+/* Tests run both CRC implementations in one process. */
+static PyObject *py_set_crc_backend(PyObject *self, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    if (strcmp(name, "table") == 0) {
+        crc_hw = 0;
+        Py_RETURN_NONE;
+    }
+#ifdef QL_X86
+    if (strcmp(name, "sse4.2") == 0 && __builtin_cpu_supports("sse4.2")) {
+        crc_hw = 1;
+        Py_RETURN_NONE;
+    }
+#endif
+    PyErr_Format(PyExc_ValueError, "CRC backend %s not available", name);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> CRC32C of data continuing from value."},
     {"encode", py_encode, METH_VARARGS,
@@ -476,6 +495,7 @@ static PyMethodDef methods[] = {
     {"relocate", py_relocate, METH_VARARGS,
      "relocate(buf, start, end, first_pos, first_index) -> (records bytearray, units)"},
     {"crc_backend", py_crc_backend, METH_NOARGS, "'sse4.2' or 'table': how CRC32C is computed."},
+    {"set_crc_backend", py_set_crc_backend, METH_O, "set_crc_backend('sse4.2' | 'table') (for tests)."},
     {NULL, NULL, 0, NULL},
 };
 
