@@ -2,7 +2,8 @@
 
 A batch leaves when a send slot is free (at most max_in_flight batches in flight), after linger_ms, or as
 soon as max_batch_bytes are waiting. While every slot is busy, new appends pile up and leave together:
-many callers, few frames, with no added latency for a lone writer when linger_ms is 0.
+many callers, few frames, with no added latency for a lone writer when linger_ms is 0 (an append that finds
+nothing waiting and a slot free is sent from its caller's task).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Accumulator:
         # Not a TaskGroup: the client outlives any one `async with` block. Tasks are tracked here and
         # awaited or cancelled by close().
         self._tasks: set[asyncio.Task] = set()
+        self._direct: set[asyncio.Future] = set()  # appends being sent from their caller's task
         self._sender = asyncio.get_running_loop().create_task(self._run(), name="quorumlog-accumulator")
         self.batches_sent = 0
 
@@ -51,6 +53,18 @@ class Accumulator:
         if self._sender.done():  # never expected; without this guard an append would wait forever
             raise NetworkError(f"append sender stopped: {self._sender!r}")
         fut = asyncio.get_running_loop().create_future()
+        if not self._linger_s and not self._pending and not self._slots.locked():
+            # Nothing waits and a slot is free: this append is a batch of one whatever we do, so the caller's
+            # own task sends it (no hop through the accumulator task and a sender task, each a loop turn,
+            # on the way out and back).
+            await self._slots.acquire()  # free: returns without suspending
+            self.batches_sent += 1
+            self._direct.add(fut)
+            try:
+                await self._send([PendingAppend(body, fut)])  # answers fut, releases the slot
+            finally:
+                self._direct.discard(fut)
+            return await fut
         self._pending.append(PendingAppend(body, fut))
         self._pending_bytes += len(body)
         self._wake.set()
@@ -116,8 +130,8 @@ class Accumulator:
         self._full.set()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
-        while (self._pending or self._tasks) and loop.time() < deadline:
-            waiters = [p.future for p in self._pending] + list(self._tasks)
+        while (self._pending or self._tasks or self._direct) and loop.time() < deadline:
+            waiters = [p.future for p in self._pending] + list(self._tasks) + list(self._direct)
             await asyncio.wait(waiters, timeout=max(0.0, deadline - loop.time()))
         self._sender.cancel()
         for t in list(self._tasks):

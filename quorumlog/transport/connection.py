@@ -84,10 +84,13 @@ class _WriteCork:
     more than _CORK_FLUSH_BYTES (so backpressure sees big writes), and before a graceful close.
     """
 
-    __slots__ = ("transport", "pending", "pending_bytes", "scheduled", "dirty", "listed")
+    __slots__ = ("transport", "pending", "pending_bytes", "scheduled", "dirty", "listed", "eager")
 
-    def __init__(self, transport, dirty: list | None = None) -> None:
+    def __init__(self, transport, dirty: list | None = None, eager: bool = False) -> None:
         self.transport = transport
+        # eager (the client's side): the first frame of a loop turn is written at once, only the ones that
+        # follow it in the same turn are corked; a lone caller waits for no loop turn.
+        self.eager = eager
         self.pending: list = []
         self.pending_bytes = 0
         self.scheduled = False
@@ -97,6 +100,12 @@ class _WriteCork:
         self.listed = False  # in `dirty` (at most once; the owner's flush clears it)
 
     def write(self, buffers: list, size: int) -> None:
+        if self.eager and not self.scheduled:
+            self.scheduled = True  # later frames of this turn are corked
+            asyncio.get_running_loop().call_soon(self.flush)
+            if not self.transport.is_closing():
+                self.transport.writelines(buffers)
+            return
         self.pending.extend(buffers)
         self.pending_bytes += size
         if self.pending_bytes >= _CORK_FLUSH_BYTES:
@@ -914,7 +923,7 @@ class _ClientProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        self.cork = _WriteCork(transport)
+        self.cork = _WriteCork(transport, eager=True)
         _nodelay(transport)
         transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER_BYTES, low=_WRITE_LOW_WATER_BYTES)
 

@@ -343,3 +343,42 @@ def test_blocking_connect_has_the_same_methods():
         loop.call_soon_threadsafe(stop.set)
         t.join(10)
     assert isinstance(AppendRequest, type)
+
+
+def test_a_lone_append_is_sent_from_its_callers_task():
+    """Nothing waiting and a slot free: no hop through the accumulator's tasks (each a loop turn)."""
+    async def go():
+        from quorumlog.client.accumulator import Accumulator
+
+        seen = []
+
+        async def send_batch(batch):
+            seen.append((asyncio.current_task(), [p.body for p in batch]))
+            for p in batch:
+                p.future.set_result(len(seen))
+
+        acc = Accumulator(send_batch, linger_ms=0, max_batch_bytes=1 << 20, max_in_flight=2)
+        assert await acc.add(b"a") == 1 and await acc.add(b"b") == 2
+        assert [t for t, _ in seen] == [asyncio.current_task()] * 2
+        # busy slots: later appends queue and leave together, from the accumulator's tasks
+        gate = asyncio.Event()
+
+        async def slow_batch(batch):
+            seen.append((asyncio.current_task(), [p.body for p in batch]))
+            await gate.wait()
+            for p in batch:
+                p.future.set_result(len(seen))
+        acc._send_batch = slow_batch
+        first = [asyncio.ensure_future(acc.add(b"x%d" % i)) for i in range(2)]  # take both slots
+        await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(acc.add(b"y%d" % i)) for i in range(5)]
+        while len(seen) < 4:
+            await asyncio.sleep(0.001)
+        gate.set()
+        await asyncio.gather(*first, *rest)
+        assert [b for _, b in seen[2:4]] == [[b"x0"], [b"x1"]]
+        later = seen[4:]
+        assert len(later) <= 2 and [x for _, b in later for x in b] == [b"y%d" % i for i in range(5)]
+        assert all(t not in rest for t, _ in later)  # sent by the accumulator's sender tasks
+        await acc.close(1000)
+    run(go())
