@@ -294,14 +294,19 @@ class FileStore(RecoverOnOpen):
         if not bodies:
             raise EmptyBatch("empty batch")
         channel = codec.CHANNEL_NOOP if noop else 0
-        lengths = list(map(len, bodies))
-        if max(lengths) > self.max_entry_bytes:
-            raise EntryTooLarge(f"entry of {max(lengths)} bytes > max_entry_bytes {self.max_entry_bytes}")
+        if codec._fast is not None:  # one C call instead of three passes over the bodies
+            lengths = None
+            body_total, body_max = codec._fast.body_sizes(bodies)
+        else:
+            lengths = list(map(len, bodies))
+            body_total, body_max = sum(lengths), max(lengths)
+        if body_max > self.max_entry_bytes:
+            raise EntryTooLarge(f"entry of {body_max} bytes > max_entry_bytes {self.max_entry_bytes}")
         self._check_writable()
         n = len(bodies)
         tag = producer_tag(producer[0], producer[1], n) if producer is not None else None
         first = self._end + 1
-        total = sum(lengths) + HEADER_SIZE * n + (PRODUCER_TAG_SIZE if tag else 0)
+        total = body_total + HEADER_SIZE * n + (PRODUCER_TAG_SIZE if tag else 0)
         seg = self._data[-1]
         if self._write_pos + total + MIN_BLANK_SIZE <= seg.end:  # the common case: one segment
             parts, units, chain = encode_parts_and_units(first, term, bodies, timestamp_ms, self._write_pos,
@@ -309,7 +314,7 @@ class FileStore(RecoverOnOpen):
             self._commit_write([(seg, self._write_pos, parts)], [], units, first, first + n - 1, term, chain,
                                self._write_pos + total)
         else:
-            sizes = [HEADER_SIZE + x for x in lengths]
+            sizes = [HEADER_SIZE + x for x in (lengths if lengths is not None else map(len, bodies))]
             if tag:
                 sizes[-1] += PRODUCER_TAG_SIZE
             plan = self._plan(sizes)

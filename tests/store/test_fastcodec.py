@@ -106,6 +106,16 @@ def test_encode_big_batch_is_byte_identical():
     assert fast.encode(10, 3, bodies, 99, 12345, 77, tag, 0, True) == (b"".join(parts), units, last)
 
 
+@common
+@given(bodies=bodies_st)
+def test_body_sizes(bodies):
+    if fast is None:
+        pytest.skip("quorumlog.store._fastcodec is not built")
+    lengths = list(map(len, bodies))
+    assert fast.body_sizes(bodies) == (sum(lengths), max(lengths))
+    assert fast.body_sizes(tuple(bodies)) == (sum(lengths), max(lengths))
+
+
 @needs_fast
 def test_public_encoders_agree_both_ways(monkeypatch):
     bodies = [b"a" * 100, b"", bytearray(b"xyz"), memoryview(b"q" * 5000)]
