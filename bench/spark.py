@@ -10,6 +10,8 @@
 
     .venv/bin/python bench/spark.py [--out bench/results] [--repeat 3] [--stream-repeat 3]
     .venv/bin/python bench/spark.py --quick     # while developing: ~1 min, prints a JSON summary only
+    .venv/bin/python bench/spark.py --variant p1=quorumlog: --variant p2=quorumlog:minPartitions=2 \
+        --variant mem=arrowmemstream:partitions=1 --stream-repeat 5   # streaming variants, alternated
 
 Writes bench/results/spark-<date>.json and prints (and saves) a short markdown table.
 """
@@ -36,6 +38,7 @@ from quorumlog.client import Client
 from quorumlog.spark.arrow import records_to_batches
 from quorumlog.spark.flights import append_all, json_bodies, load_flights
 from quorumlog.spark.local import LocalCluster, spark_session
+from quorumlog.spark.remote import settle_worker_heap
 
 TARGET_CEILING_RATIO = 0.70
 TARGET_STREAM_ROWS_PER_S = 200_000
@@ -77,6 +80,7 @@ class InMemoryArrowReader(DataSourceReader):
         reader = pa.ipc.open_file(source)
         for i in range(partition.first_batch, partition.last_batch):
             yield reader.get_batch(i)
+        settle_worker_heap()  # the same worker hygiene as format("quorumlog") (see quorumlog/spark/remote.py)
 
 
 class IndexRangePartition(InputPartition):
@@ -134,6 +138,7 @@ class InMemoryArrowStreamReader(DataSourceStreamReader, SupportsTriggerAvailable
     def read(self, partition):
         table = pa.ipc.open_file(pa.memory_map(partition.path)).read_all()
         yield from table.slice(partition.start - partition.first_index, partition.end - partition.start).to_batches()
+        settle_worker_heap()
 
     def commit(self, end: dict) -> None:
         pass
@@ -154,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="batch read vs ceiling (2 runs each) and streaming vs its ceiling only; prints a JSON "
                          "summary, writes no result files")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=FORMAT:opt=v,...",
+                    help="only compare streaming variants (format quorumlog or arrowmemstream plus options), "
+                         "alternated --stream-repeat times in one session; prints their steady rates and CPU")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeat = min(args.repeat, 2)
@@ -186,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         # The same rows as the same Arrow batches, written once to an IPC file the ceiling source maps.
         arrow_path = work / "flights.arrow"
         _dump_log_as_arrow(cluster.peers, start, end, arrow_path)
+        if args.variant:
+            return _compare_variants(spark, cluster, start, end, arrow_path, work, args)
         mem_df = (spark.read.format("arrowmem").option("path", str(arrow_path))
                   .option("partitions", partitions).load())
         any_df = (spark.read.format("quorumlog").option("peers", cluster.peers).option("readFrom", "any")
@@ -359,6 +369,37 @@ def _stream_once(spark, fmt: str, options: dict, rows_expected: int, checkpoint:
             # CPU per 100,000 rows over the whole query, by process: where the time goes
             "cpu_ms_per_100k_rows": {k: round((cpu1[k] - cpu0[k]) * 1000 * 100_000 / sum(rows)) for k in cpu1},
             "phases_ms": {k: [p["durationMs"].get(k, 0) for p in progress] for k in PHASES}}
+
+
+def _compare_variants(spark, cluster, start: int, end: int, arrow_path: Path, work: Path, args) -> int:
+    """--variant: streaming configurations side by side (each round runs every variant once, in order)."""
+    import statistics
+
+    node_pids = [int(n["pid"]) for n in cluster.doc["nodes"]]
+    base = {"quorumlog": {"peers": cluster.peers, "startingIndex": start, "endingIndex": end},
+            "arrowmemstream": {"path": str(arrow_path), "firstIndex": start, "endIndex": end}}
+    variants = []
+    for text in args.variant:
+        name, _, spec = text.partition("=")
+        fmt, _, rest = spec.partition(":")
+        options = dict(base[fmt], maxRecordsPerTrigger=STREAM_MAX_ROWS)
+        options.update(kv.split("=", 1) for kv in rest.split(",") if kv)
+        variants.append((name, fmt, options))
+    runs: dict[str, list] = {name: [] for name, _, _ in variants}
+    for i in range(args.stream_repeat):
+        for name, fmt, options in variants:
+            r = _stream_once(spark, fmt, options, end - start, work / f"ck-{name}-{i}", node_pids)
+            runs[name].append(r)
+            print(f"  {name} round {i + 1}: steady {r['steady_rows_per_s']:,} rows/s, micro-batches {r['batch_ms']} ms, "
+                  f"CPU ms per 100k rows {r['cpu_ms_per_100k_rows']} (load {os.getloadavg()[0]:.1f})", flush=True)
+    summary = {}
+    for name, rs in runs.items():
+        steady = [r["steady_rows_per_s"] for r in rs]
+        cpu = {k: round(statistics.median(r["cpu_ms_per_100k_rows"][k] for r in rs)) for k in rs[0]["cpu_ms_per_100k_rows"]}
+        summary[name] = {"steady_rows_per_s_median": round(statistics.median(steady)), "steady_rows_per_s_best": max(steady),
+                         "all": steady, "cpu_ms_per_100k_rows_median": cpu}
+    print(json.dumps(summary))
+    return 0
 
 
 def _stream_partitions(options: dict, start: int) -> int:

@@ -22,7 +22,7 @@ from ..errors import IndexOutOfRange, QuorumLogError, Timeout
 from ..store.base import Records
 from .arrow import records_to_batches
 from .options import EARLIEST, LATEST, SourceOptions
-from .remote import LogBounds, Remote, remote_for
+from .remote import LogBounds, Remote, remote_for, settle_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,7 @@ def read_partition(opts: SourceOptions, start: int, end: int, node: str | None,
             queue.appendleft(request(got_to, hi))
         fill()
         yield from records_to_batches(records.chunks)
+    settle_worker_heap()
 
 
 class QuorumLogBatchReader(DataSourceReader):

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 
 from ..errors import DuplicateSequenceTooOld
 from .options import OptionError, SourceOptions
-from .remote import remote_for
+from .remote import remote_for, settle_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,7 @@ class QuorumLogWriter(DataSourceArrowWriter):
         msg = append_chunks(remote, chunks, f"job:{self.job_id}", 0, self.opts.writes_in_flight, pid)
         log.info("wrote partition=%d attempt=%d rows=%d chunks=%d duplicates=%d", pid, ctx.attemptNumber(),
                  msg.rows, msg.chunks, msg.duplicate_chunks)
+        settle_worker_heap()
         return msg
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -190,6 +191,7 @@ class QuorumLogStreamWriter(DataSourceStreamArrowWriter):
                             self.opts.writes_in_flight, pid)
         log.info("wrote query=%s batch=%d partition=%d rows=%d duplicates=%d", query_id, batch_id, pid, msg.rows,
                  msg.duplicate_chunks)
+        settle_worker_heap()
         return msg
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -199,3 +199,22 @@ def test_client_ids_are_stable_distinct_and_nonzero():
     assert a == derive_client_id("job:x", 0) != 0
     assert len({derive_client_id("job:x", p, lane) for p in range(50) for lane in range(4)}) == 200
     assert derive_client_id("job:x", 0) != derive_client_id("job:y", 0)
+
+
+def test_a_worker_heap_is_frozen_once_it_is_big_and_only_in_a_spark_worker():
+    import subprocess
+    import sys
+
+    code = """
+import gc, sys, types
+from quorumlog.spark.remote import FREEZE_AFTER_OBJECTS, settle_worker_heap
+keep = [[i] for i in range(2 * FREEZE_AFTER_OBJECTS)]   # objects that live across tasks
+assert not settle_worker_heap(), "froze outside a Spark worker"
+sys.modules["pyspark.worker"] = types.ModuleType("pyspark.worker")
+assert settle_worker_heap() and gc.get_freeze_count() >= len(keep)
+assert len(gc.get_objects()) < FREEZE_AFTER_OBJECTS
+assert not settle_worker_heap(), "froze again without new long-lived objects"
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
