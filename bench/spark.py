@@ -315,9 +315,9 @@ def _proc_cpu_s(pid: int) -> tuple[int, float, str]:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), cmd
 
 
-def cpu_by_role(node_pids: list[int]) -> dict[str, float]:
-    """CPU seconds used so far by this benchmark's processes: Spark's JVM, its Python workers (and the
-    streaming source's driver-side Python process), the log's nodes. Linux only; {} elsewhere."""
+def cpu_by_role(node_pids: list[int]) -> dict[int, tuple[str, float]]:
+    """pid → (role, CPU seconds so far) for this benchmark's processes: Spark's JVM, its Python workers (and
+    the streaming source's driver-side Python process), the log's nodes. Linux only; {} elsewhere."""
     procs = {}
     for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if d.isdigit():
@@ -329,7 +329,7 @@ def cpu_by_role(node_pids: list[int]) -> dict[str, float]:
     while frontier:
         frontier = {p for p, (ppid, _, _) in procs.items() if ppid in frontier} - ours
         ours |= frontier
-    out = {"spark_jvm": 0.0, "python_workers": 0.0, "nodes": 0.0}
+    out = {}
     for p in ours | set(node_pids):
         if p not in procs or p == os.getpid():
             continue
@@ -337,8 +337,16 @@ def cpu_by_role(node_pids: list[int]) -> dict[str, float]:
         role = ("nodes" if p in node_pids or "quorumlog" in cmd and " node " in cmd else
                 "spark_jvm" if "java" in cmd.split(" ", 1)[0] else "python_workers" if "pyspark" in cmd else None)
         if role:
-            out[role] += cpu
+            out[p] = (role, cpu)
     return out
+
+
+def cpu_spent(before: dict, after: dict) -> dict[str, float]:
+    """CPU seconds by role between two cpu_by_role snapshots (a process that ended in between is missed)."""
+    spent = {"spark_jvm": 0.0, "python_workers": 0.0, "nodes": 0.0}
+    for p, (role, cpu) in after.items():
+        spent[role] += cpu - before.get(p, (role, 0.0))[1]
+    return spent
 
 
 def _stream_once(spark, fmt: str, options: dict, rows_expected: int, checkpoint: Path,
@@ -367,7 +375,7 @@ def _stream_once(spark, fmt: str, options: dict, rows_expected: int, checkpoint:
             "steady_rows_per_s": round(later_rows / (later_ms / 1000)) if later_ms else None,
             "micro_batches": len(progress), "rows": rows, "batch_ms": batch_ms,
             # CPU per 100,000 rows over the whole query, by process: where the time goes
-            "cpu_ms_per_100k_rows": {k: round((cpu1[k] - cpu0[k]) * 1000 * 100_000 / sum(rows)) for k in cpu1},
+            "cpu_ms_per_100k_rows": {k: round(v * 1000 * 100_000 / sum(rows)) for k, v in cpu_spent(cpu0, cpu1).items()},
             "phases_ms": {k: [p["durationMs"].get(k, 0) for p in progress] for k in PHASES}}
 
 
@@ -386,6 +394,8 @@ def _compare_variants(spark, cluster, start: int, end: int, arrow_path: Path, wo
         options.update(kv.split("=", 1) for kv in rest.split(",") if kv)
         variants.append((name, fmt, options))
     runs: dict[str, list] = {name: [] for name, _, _ in variants}
+    for name, fmt, options in variants:  # warm-up, not counted: the JVM's JIT, the workers' imports
+        _stream_once(spark, fmt, options, end - start, work / f"ck-{name}-warm", node_pids)
     for i in range(args.stream_repeat):
         for name, fmt, options in variants:
             r = _stream_once(spark, fmt, options, end - start, work / f"ck-{name}-{i}", node_pids)
