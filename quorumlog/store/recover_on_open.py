@@ -13,12 +13,12 @@ import logging
 import os
 import time
 
-from ..errors import CorruptEntry, IndexOutOfRange
+from ..errors import CorruptEntry
 from . import codec
 from .checkpoint import Checkpoint, read_checkpoint, remove_stale_tmp
 from .codec import (
-    BLANK_MAGIC, ENTRY_MAGIC, HEADER, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE, PRODUCER_TAG,
-    PRODUCER_TAG_SIZE,
+    BLANK_MAGIC, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE,
+    PRODUCER_TAG, PRODUCER_TAG_SIZE,
 )
 from .files import TMP_SUFFIX, fsync_dir, zero_nonzero
 from .recovery import RecoveryError, check_record, scan_forward
@@ -214,12 +214,19 @@ class RecoverOnOpen:
         if e == 0:
             prev: int | None = _EMPTY_CHAIN
         elif e - 1 >= self._begin:
-            try:
-                pos, _size, _ = self._unit(e - 1)
-                pseg = self._data_seg(pos)
-                prev = HEADER.unpack_from(pseg.view, pos - pseg.start)[6]
-            except (CorruptEntry, IndexOutOfRange):
-                prev = None
+            # Not self._unit(): the end index is not known yet while recovering (it range-checks against it),
+            # which made every reopen after a clean close scan the whole log.
+            prev = None
+            useg = self._index_seg(e - 1)
+            if useg is not None:
+                magic, pos, size, idx, _term = INDEX_UNIT.unpack_from(useg.view, (e - 1 - useg.start) * INDEX_UNIT_SIZE)
+                if magic == INDEX_MAGIC and idx == e - 1 and size >= HEADER_SIZE:
+                    try:
+                        pseg = self._data_seg(pos)
+                    except CorruptEntry:
+                        pseg = None
+                    if pseg is not None and pos - pseg.start + HEADER_SIZE <= pseg.size_bytes:
+                        prev = HEADER.unpack_from(pseg.view, pos - pseg.start)[6]
         else:
             return True  # e is the first entry kept: nothing to compare with
         if prev is not None and codec.chain_crc_of(prev, h[2], h[3], h[5], h[7], h[8], h[9]) == h[6]:

@@ -177,7 +177,8 @@ def test_scan_matches_check_record(crc_backend, bodies, first, chain, seg_start,
 
 
 def _push_store(tmp_path, name: str, prefix_bodies) -> FileStore:
-    s = FileStore(str(tmp_path / name), StoreConfig(data_segment_size_bytes=64 * 1024, index_segment_size_bytes=32 * 1024, max_entry_bytes=4096,
+    s = FileStore(str(tmp_path / name), StoreConfig(data_segment_size_bytes=64 * 1024,
+                                                    index_segment_size_bytes=32 * 1024, max_entry_bytes=4096,
                                                     disk_full_ratio=1.0, checkpoint_interval_ms=0))
     if prefix_bodies:
         s.append_batch(1, prefix_bodies, 1)

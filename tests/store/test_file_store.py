@@ -68,6 +68,20 @@ def test_layout_names_blanks_and_reopen(tmp_path):
         assert s.get(len(bodies)).body == b"after-reopen"
 
 
+def test_reopen_after_clean_close_scans_from_the_checkpoint(tmp_path, caplog):
+    """The checkpoint's last entry is confirmed by its predecessor's chain CRC, so a clean reopen starts the
+    forward scan there instead of at the beginning (and older records are checked on first read)."""
+    path = str(tmp_path / "g")
+    with FileStore(path, SMALL) as s:
+        bodies = fill(s, 60)
+    caplog.set_level(logging.WARNING, logger="quorumlog.store")
+    with FileStore(path, SMALL) as s:
+        assert s.end_index == len(bodies) - 1
+        assert s._verified_from == len(bodies)  # nothing rescanned: the scan started after the checkpoint entry
+        check_prefix(s, bodies, len(bodies) - 1)
+    assert not [r for r in caplog.records if "scanning from the beginning" in r.getMessage()]
+
+
 def test_one_big_batch_spans_many_segments(tmp_path):
     with FileStore(str(tmp_path / "g"), SMALL) as s:
         bodies = [body_for(i, 900) for i in range(40)]
