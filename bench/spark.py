@@ -453,6 +453,10 @@ def _stream_runs(spark, peers: str, start: int, end: int, arrow_path: Path, work
     return out
 
 
+def _cpu_text(cpu: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v} ms" for k, v in cpu.items())
+
+
 def _markdown(r: dict) -> str:
     ok = lambda good: "✓" if good else "✗"  # noqa: E731
     ratio_ok = r["ratio_to_ceiling"] >= TARGET_CEILING_RATIO
@@ -482,6 +486,9 @@ def _markdown(r: dict) -> str:
         f"{r['streaming_read']['ceiling_in_memory_stream']['steady_rows_per_s']:,} rows/s "
         f"(streaming read at {r['streaming_read']['steady_ratio_to_ceiling']:.0%} of it) | |",
         f"| streaming read, wall clock incl. query start | {r['streaming_read']['wall_rows_per_s']:,} rows/s | |",
+        f"| streaming: partitions per micro-batch; CPU per 100,000 rows (best run) | "
+        f"{r['streaming_read']['partitions_per_micro_batch']}; {_cpu_text(r['streaming_read']['cpu_ms_per_100k_rows'])} "
+        f"(in-memory: {_cpu_text(r['streaming_read']['ceiling_in_memory_stream']['cpu_ms_per_100k_rows'])}) | |",
         "",
     ])
 
