@@ -107,6 +107,7 @@ class CycleRecord:
     t_end: float = 0.0
     recovered: bool = False
     unavailable_s: float = 0.0
+    hold_unavailable_s: float = 0.0  # the longest no-ack stretch from the fault's start to its heal
     note: str = ""
     target_led_after_fault: bool = False  # disk faults: the failed leader still led a second after the fault
     acks_during_hold: int = 0
@@ -141,8 +142,10 @@ class SoakResult:
 
     def figures(self) -> dict[str, Any]:
         per_kind: dict[str, list[float]] = {}
+        per_kind_hold: dict[str, list[float]] = {}
         for c in self.cycles:
             per_kind.setdefault(c.kind, []).append(c.unavailable_s)
+            per_kind_hold.setdefault(c.kind, []).append(c.hold_unavailable_s)
         return {
             "seed": self.seed, "cycles": len(self.cycles), "mechanism": self.mechanism,
             "duration_s": round(self.duration_s, 1), "ops": checker.summarize(self.history),
@@ -159,6 +162,9 @@ class SoakResult:
                            ("packet_loss", "reorder_duplicate") if any(c.kind == k for c in self.cycles)},
             "unavailability_s": {k: {"cycles": len(v), "max": round(max(v), 3), "median": round(statistics.median(v), 3)}
                                  for k, v in sorted(per_kind.items())},
+            # the same over the fault's hold only (without the heal: restarts, reconnections)
+            "unavailability_during_fault_s": {k: {"max": round(max(v), 3), "median": round(statistics.median(v), 3)}
+                                              for k, v in sorted(per_kind_hold.items())},
         }
 
 
@@ -423,6 +429,8 @@ class Soak:
         acks = [x for x in self.ok_times if c.t_fault <= x <= c.t_end]
         edges = [c.t_fault, *acks, c.t_end]
         c.unavailable_s = round(max(b - a for a, b in zip(edges, edges[1:])), 3)
+        held = [c.t_fault, *(x for x in acks if x <= c.t_heal), c.t_heal]
+        c.hold_unavailable_s = round(max(b - a for a, b in zip(held, held[1:])), 3)
 
     async def _hold_watching_target(self, c: CycleRecord, admin: Client) -> None:
         """Hold a disk fault on the leader while watching it: after a grace of one second it must not lead
