@@ -15,8 +15,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <nmmintrin.h>
@@ -223,7 +226,7 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
 /* encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain, tag, channel, ends_batch)
  *   -> (records: bytes, units: bytes, last_chain: int)
  * Same arguments and output as codec.encode_records_and_units. */
-static PyObject *py_encode(PyObject *self, PyObject *args) {
+static PyObject *encode_impl(PyObject *args, int headers_only) {
     long long first_index, term, timestamp_ms, first_pos;
     PyObject *bodies_obj, *prev_obj, *tag_obj;
     int channel, ends_batch;
@@ -268,7 +271,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
         }
         total += HEADER_SIZE + body;
     }
-    records = PyBytes_FromStringAndSize(NULL, total);
+    records = PyBytes_FromStringAndSize(NULL, headers_only ? n * HEADER_SIZE : total);
     units = PyBytes_FromStringAndSize(NULL, n * UNIT_SIZE);
     if (!records || !units)
         goto done;
@@ -282,9 +285,9 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
         size_t len = (size_t)bufs[i].len;
         uint8_t *h = out;
         uint32_t ch = i == n - 1 ? last : mid;
-        uint32_t body_crc = crc32c_copy(0, body, len, h + HEADER_SIZE);
+        uint32_t body_crc = crc32c_copy(0, body, len, headers_only ? NULL : h + HEADER_SIZE);
         if (i == n - 1 && have_tag) {
-            body_crc = crc32c_copy(body_crc, tag.buf, (size_t)tag.len, h + HEADER_SIZE + len);
+            body_crc = crc32c_copy(body_crc, tag.buf, (size_t)tag.len, headers_only ? NULL : h + HEADER_SIZE + len);
             len += (size_t)tag.len;
         }
         uint32_t rec = (uint32_t)(HEADER_SIZE + len);
@@ -305,7 +308,7 @@ static PyObject *py_encode(PyObject *self, PyObject *args) {
         put64(u + 16, index);
         put64(u + 24, (uint64_t)term);
         u += UNIT_SIZE;
-        out += rec;
+        out += headers_only ? HEADER_SIZE : rec;
         pos += rec;
     }
     if (ts)
@@ -320,6 +323,116 @@ done:
     Py_XDECREF(records);
     Py_XDECREF(units);
     Py_DECREF(seq);
+    return result;
+}
+
+static PyObject *py_encode(PyObject *self, PyObject *args) { return encode_impl(args, 0); }
+
+/* encode_headers(same arguments as encode) -> (headers: bytes, units: bytes, last_chain: int)
+ * Only the 56-byte headers, back to back (the bodies are CRC-ed, not copied): write_records then hands the
+ * kernel headers and the caller's bodies in one pwritev, so a batch is never copied in user space. */
+static PyObject *py_encode_headers(PyObject *self, PyObject *args) { return encode_impl(args, 1); }
+
+/* write_records(fd, offset, headers, bodies, tag) -> (bytes written, errno or 0)
+ * pwritev of header 0, body 0, header 1, body 1, ... (the tag after the last body) at offset, with the GIL
+ * released, IOV_MAX buffers per call, continuing after short writes. Errors come back as an errno with what
+ * was written before them, so the caller can undo those bytes and raise its own error. */
+static PyObject *py_write_records(PyObject *self, PyObject *args) {
+    int fd;
+    long long offset;
+    Py_buffer hdrs;
+    PyObject *bodies_obj, *tag_obj;
+    if (!PyArg_ParseTuple(args, "iLy*OO:write_records", &fd, &offset, &hdrs, &bodies_obj, &tag_obj))
+        return NULL;
+    PyObject *result = NULL;
+    PyObject *seq = PySequence_Fast(bodies_obj, "bodies must be a sequence");
+    Py_buffer *bufs = NULL, tag = {0};
+    struct iovec *iov = NULL;
+    Py_ssize_t n = 0, got = 0;
+    int have_tag = 0;
+    if (!seq)
+        goto done;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n == 0 || hdrs.len != n * HEADER_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "write_records: headers do not match the bodies");
+        goto done;
+    }
+    if (tag_obj != Py_None) {
+        if (PyObject_GetBuffer(tag_obj, &tag, PyBUF_SIMPLE) < 0)
+            goto done;
+        have_tag = 1;
+    }
+    bufs = PyMem_Calloc((size_t)n, sizeof(Py_buffer));
+    iov = PyMem_Calloc((size_t)(2 * n + 1), sizeof(struct iovec));
+    if (!bufs || !iov) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const uint8_t *h = hdrs.buf;
+    Py_ssize_t niov = 0;
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(items[got], &bufs[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        Py_ssize_t len = bufs[got].len + (got == n - 1 ? tag.len : 0);
+        if ((Py_ssize_t)get32(h + got * HEADER_SIZE + 52) != len) {  /* the headers were made for these bodies */
+            PyErr_SetString(PyExc_ValueError, "write_records: a body's size differs from its header");
+            goto done;
+        }
+        iov[niov].iov_base = (void *)(h + got * HEADER_SIZE);
+        iov[niov++].iov_len = HEADER_SIZE;
+        if (bufs[got].len) {
+            iov[niov].iov_base = bufs[got].buf;
+            iov[niov++].iov_len = (size_t)bufs[got].len;
+        }
+    }
+    if (have_tag && tag.len) {
+        iov[niov].iov_base = tag.buf;
+        iov[niov++].iov_len = (size_t)tag.len;
+    }
+    long iov_max = sysconf(_SC_IOV_MAX);
+    if (iov_max <= 0 || iov_max > 1024)
+        iov_max = 1024;
+    long long written = 0;
+    int err = 0;
+    Py_ssize_t idx = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (idx < niov) {
+        int cnt = (int)(niov - idx < iov_max ? niov - idx : iov_max);
+        ssize_t r = pwritev(fd, iov + idx, cnt, (off_t)(offset + written));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            err = errno;
+            break;
+        }
+        if (r == 0) {  /* no progress on a non-empty write: do not spin */
+            err = EIO;
+            break;
+        }
+        written += r;
+        while (r > 0) {  /* drop what was written, cut into a partly written buffer */
+            if ((size_t)r >= iov[idx].iov_len) {
+                r -= (ssize_t)iov[idx].iov_len;
+                idx++;
+            } else {
+                iov[idx].iov_base = (uint8_t *)iov[idx].iov_base + r;
+                iov[idx].iov_len -= (size_t)r;
+                r = 0;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(Li)", written, err);
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(iov);
+    if (have_tag)
+        PyBuffer_Release(&tag);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&hdrs);
     return result;
 }
 
@@ -548,6 +661,10 @@ static PyMethodDef methods[] = {
     {"encode", py_encode, METH_VARARGS,
      "encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain, tag, channel, ends_batch)"
      " -> (records, units, last_chain)"},
+    {"encode_headers", py_encode_headers, METH_VARARGS,
+     "encode_headers(same arguments as encode) -> (headers, units, last_chain)"},
+    {"write_records", py_write_records, METH_VARARGS,
+     "write_records(fd, offset, headers, bodies, tag) -> (bytes written, errno or 0)"},
     {"scan", py_scan, METH_VARARGS,
      "scan(buf, off, end, expected_index, prev_chain, check_chain, pos_base, room, max_body, check_tag,"
      " max_count, want_units) -> (n, off, last_chain, last_term, units, tags)"},

@@ -173,6 +173,44 @@ def encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes],
                                       channel, ends_batch)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordParts:
+    """Records as the compiled codec hands them to the kernel: the headers back to back and the caller's
+    bodies (plus the producer tag after the last), written by write_record_parts in one pwritev, so a batch
+    is never copied in user space."""
+
+    headers: bytes
+    bodies: Sequence
+    tag: bytes | None
+    size_bytes: int
+
+
+def encode_for_write(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int, first_pos: int,
+                     prev_chain_crc: int, tag: bytes | None = None, channel: int = 0,
+                     ends_batch: bool = True) -> tuple[RecordParts | list, bytes, int]:
+    """What FileStore writes for a batch: RecordParts (compiled) or encode_parts_and_units' list (pure
+    Python); either way, the bytes written are encode_records_and_units' records."""
+    fast = _fast
+    if fast is None:
+        return _py_encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc, tag,
+                                          channel, ends_batch)
+    headers, units, chain = fast.encode_headers(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc,
+                                                tag, channel, ends_batch)
+    _magic, last_pos, last_size, _index, _term = INDEX_UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)
+    return RecordParts(headers, bodies, tag, last_pos + last_size - first_pos), units, chain
+
+
+def write_record_parts(fd: int, offset: int, parts: RecordParts) -> int:
+    """Write parts at offset (one pwritev per IOV_MAX buffers); returns the bytes written, raises OSError with
+    `.written` set to what went out before the error."""
+    written, err = _fast.write_records(fd, offset, parts.headers, parts.bodies, parts.tag)
+    if err:
+        e = OSError(err, os.strerror(err))
+        e.written = written  # type: ignore[attr-defined]
+        raise e
+    return written
+
+
 def _py_encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes], timestamp_ms: int,
                                first_pos: int, prev_chain_crc: int, tag: bytes | None = None,
                                channel: int = 0, ends_batch: bool = True) -> tuple[list, bytes, int]:
