@@ -10,6 +10,7 @@
 
     .venv/bin/python bench/spark.py [--out bench/results] [--repeat 3] [--stream-repeat 3]
     .venv/bin/python bench/spark.py --quick     # while developing: ~1 min, prints a JSON summary only
+    .venv/bin/python bench/spark.py --quick --profile-workers /tmp/spy   # + py-spy of the Python workers
     .venv/bin/python bench/spark.py --variant p1=quorumlog: --variant p2=quorumlog:minPartitions=2 \
         --variant mem=arrowmemstream:partitions=1 --stream-repeat 5   # streaming variants, alternated
 
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="batch read vs ceiling (2 runs each) and streaming vs its ceiling only; prints a JSON "
                          "summary, writes no result files")
+    ap.add_argument("--profile-workers", metavar="DIR", default=None,
+                    help="py-spy (dev extra) the Spark Python workers during the streaming runs: raw profiles and "
+                         "the top frames by CPU samples in DIR")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FORMAT:opt=v,...",
                     help="only compare streaming variants (format quorumlog or arrowmemstream plus options), "
                          "alternated --stream-repeat times in one session; prints their steady rates and CPU")
@@ -231,7 +235,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spark batch read (cluster, readFrom=any): {rate['any']:,.0f} rows/s; all runs "
                   f"{[round(t, 2) for t in times['any']]}", flush=True)
 
-        stream = _stream_runs(spark, cluster.peers, start, end, arrow_path, work, args.stream_repeat, node_pids)
+        spies = _start_py_spy(Path(args.profile_workers)) if args.profile_workers else []
+        try:
+            stream = _stream_runs(spark, cluster.peers, start, end, arrow_path, work, args.stream_repeat, node_pids)
+        finally:
+            if spies:
+                _stop_py_spy(spies, Path(args.profile_workers))
         print(f"spark streaming read (maxRecordsPerTrigger {STREAM_MAX_ROWS:,}, best run): "
               f"{stream['rows_per_s']:,} rows/s processing, {stream['steady_rows_per_s']:,} rows/s after the first "
               f"micro-batch, {stream['wall_rows_per_s']:,} rows/s wall; in-memory streaming ceiling "
@@ -420,6 +429,62 @@ def _compare_variants(spark, cluster, start: int, end: int, arrow_path: Path, wo
                          "all": steady, "cpu_ms_per_100k_rows_median": cpu}
     print(json.dumps(summary))
     return 0
+
+
+def _our_processes() -> dict[int, str]:
+    """pid → command line of this process's descendants (Spark's JVM, its Python daemon and workers)."""
+    procs = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid, _, cmd = _proc_cpu_s(int(d))
+            except (OSError, IndexError, ValueError):
+                continue
+            procs[int(d)] = (ppid, cmd)
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {p for p, (ppid, _) in procs.items() if ppid in frontier} - ours
+        ours |= frontier
+    return {p: procs[p][1] for p in ours}
+
+
+def _start_py_spy(out: Path) -> list:
+    """py-spy record on each of our pyspark.daemon processes and the workers they fork (CPU samples only)."""
+    import shutil as _shutil
+    import subprocess
+
+    exe = _shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.mkdir(parents=True, exist_ok=True)
+    daemons = [p for p, cmd in _our_processes().items() if "pyspark.daemon" in cmd]
+    daemons = [p for p in daemons if _proc_cpu_s(p)[0] not in daemons]  # the managers; --subprocesses adds workers
+    spies = [subprocess.Popen([exe, "record", "--pid", str(p), "--subprocesses", "--rate", "250", "--format", "raw",
+                               "--nonblocking", "-o", str(out / f"py-spy-{p}.txt")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in daemons]
+    time.sleep(1.0)  # py-spy attaches
+    return spies
+
+
+def _stop_py_spy(spies: list, out: Path) -> None:
+    import collections
+    import signal
+
+    for s in spies:
+        s.send_signal(signal.SIGINT)
+    for s in spies:
+        s.wait(timeout=60)
+    self_samples: collections.Counter = collections.Counter()
+    total = 0
+    for path in out.glob("py-spy-*.txt"):
+        for line in path.read_text().splitlines():
+            stack, _, n = line.rpartition(" ")
+            if stack:
+                self_samples[stack.split(";")[-1]] += int(n)
+                total += int(n)
+    lines = [f"{100 * n / total:5.1f}% {frame}" for frame, n in self_samples.most_common(25)] if total else []
+    # "manager (daemon.py:275)" is pyspark's gc.collect() after a task (see quorumlog/spark/remote.py)
+    (out / "top-self.txt").write_text(f"{total} samples of Spark's Python daemons and their workers\n" + "\n".join(lines) + "\n")
+    print(f"py-spy: {total} samples; top frames by own CPU ({out / 'top-self.txt'}):", *lines[:12], sep="\n  ",
+          flush=True)
 
 
 def _stream_partitions(options: dict, start: int) -> int:
