@@ -2,8 +2,9 @@
 
 A batch leaves when a send slot is free (at most max_in_flight batches in flight), after linger_ms, or as
 soon as max_batch_bytes are waiting. While every slot is busy, new appends pile up and leave together:
-many callers, few frames, with no added latency for a lone writer when linger_ms is 0 (an append that finds
-nothing waiting and a slot free is sent from its caller's task).
+many callers, few frames, with no added latency for a lone writer when linger_ms is 0 (once the last batches
+were single appends flying alone, an append that finds nothing waiting or in flight is sent from its caller's
+task).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Awaitable, Callable, Sequence
 from ..errors import NetworkError
 
 log = logging.getLogger(__name__)
+
+LONE_AFTER_BATCHES = 2  # single-entry batches in a row, each alone in flight, before appends skip the accumulator
 
 
 @dataclass(slots=True)
@@ -44,6 +47,8 @@ class Accumulator:
         # awaited or cancelled by close().
         self._tasks: set[asyncio.Task] = set()
         self._direct: set[asyncio.Future] = set()  # appends being sent from their caller's task
+        self._in_flight = 0  # batches being sent (either way)
+        self._lone = 0  # consecutive batches of one entry that were the only one in flight
         self._sender = asyncio.get_running_loop().create_task(self._run(), name="quorumlog-accumulator")
         self.batches_sent = 0
 
@@ -53,11 +58,14 @@ class Accumulator:
         if self._sender.done():  # never expected; without this guard an append would wait forever
             raise NetworkError(f"append sender stopped: {self._sender!r}")
         fut = asyncio.get_running_loop().create_future()
-        if not self._linger_s and not self._pending and not self._slots.locked():
-            # Nothing waits and a slot is free: this append is a batch of one whatever we do, so the caller's
-            # own task sends it (no hop through the accumulator task and a sender task, each a loop turn,
-            # on the way out and back).
-            await self._slots.acquire()  # free: returns without suspending
+        if not self._linger_s and not self._pending and self._in_flight == 0 and self._lone >= LONE_AFTER_BATCHES:
+            # A lone writer (the last batches each held one entry and flew alone): this append would be a batch
+            # of one whatever we do, so the caller's own task sends it (no hop through the accumulator task and
+            # a sender task, each a loop turn, on the way out and back). Concurrent writers never get here: their
+            # appends meet in the accumulator and keep sharing frames (the first writer woken by a shared answer
+            # must not leave alone: that halves the entries per frame of 64 looping writers).
+            await self._slots.acquire()  # all free: returns without suspending
+            self._in_flight += 1
             self.batches_sent += 1
             self._direct.add(fut)
             try:
@@ -108,12 +116,14 @@ class Accumulator:
             if not batch:
                 self._slots.release()
                 continue
+            self._in_flight += 1  # counted from here: a lone append must not overtake a batch already taken
             self.batches_sent += 1
             task = asyncio.get_running_loop().create_task(self._send(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _send(self, batch: list[PendingAppend]) -> None:
+        """Send one batch that holds a slot and is counted in _in_flight; gives both back."""
         try:
             await self._send_batch(batch)
         except Exception as e:  # the sender reports per caller; this is a last resort so no caller hangs
@@ -122,6 +132,8 @@ class Accumulator:
                 if not p.future.done():
                     p.future.set_exception(e)
         finally:
+            self._lone = self._lone + 1 if len(batch) == 1 and self._in_flight == 1 else 0
+            self._in_flight -= 1
             self._slots.release()
 
     async def close(self, timeout_ms: float) -> None:

@@ -358,8 +358,11 @@ def test_a_lone_append_is_sent_from_its_callers_task():
                 p.future.set_result(len(seen))
 
         acc = Accumulator(send_batch, linger_ms=0, max_batch_bytes=1 << 20, max_in_flight=2)
-        assert await acc.add(b"a") == 1 and await acc.add(b"b") == 2
-        assert [t for t, _ in seen] == [asyncio.current_task()] * 2
+        for i in range(4):
+            assert await acc.add(b"a%d" % i) == i + 1
+        me = asyncio.current_task()
+        # the first LONE_AFTER_BATCHES go through the accumulator's tasks, then the caller's task sends
+        assert [t is me for t, _ in seen] == [False, False, True, True]
         # busy slots: later appends queue and leave together, from the accumulator's tasks
         gate = asyncio.Event()
 
@@ -372,13 +375,30 @@ def test_a_lone_append_is_sent_from_its_callers_task():
         first = [asyncio.ensure_future(acc.add(b"x%d" % i)) for i in range(2)]  # take both slots
         await asyncio.sleep(0)
         rest = [asyncio.ensure_future(acc.add(b"y%d" % i)) for i in range(5)]
-        while len(seen) < 4:
+        while len(seen) < 6:
             await asyncio.sleep(0.001)
         gate.set()
         await asyncio.gather(*first, *rest)
-        assert [b for _, b in seen[2:4]] == [[b"x0"], [b"x1"]]
-        later = seen[4:]
+        assert [b for _, b in seen[4:6]] == [[b"x0"], [b"x1"]]
+        later = seen[6:]
         assert len(later) <= 2 and [x for _, b in later for x in b] == [b"y%d" % i for i in range(5)]
         assert all(t not in rest for t, _ in later)  # sent by the accumulator's sender tasks
         await acc.close(1000)
+    run(go())
+
+
+def test_writers_that_append_in_a_loop_keep_sharing_frames():
+    """The lone-writer shortcut must not turn steady concurrent load into one frame per append."""
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, max_in_flight=32) as c:
+            await c.append(b"warm")
+            fc.group.append_delay_s = 0.002
+
+            async def writer(w):
+                for i in range(10):
+                    await c.append(b"w%d-%d" % (w, i))
+            await asyncio.gather(*(writer(w) for w in range(64)))
+            frames = fc.group.appends()[1:]
+            assert sum(len(f.bodies) for f in frames) == 640
+            assert len(frames) <= 640 // 8, len(frames)
     run(go())
