@@ -34,13 +34,14 @@ log = logging.getLogger(__name__)
 MIN_ROWS_PER_PARTITION = 20_000
 
 
-async def _head(remote: Remote, index: int) -> tuple[int, int, float | None]:
-    """One read at `index` from the leader: (begin_index, committed_index, bytes per entry or None when
-    nothing at `index` is readable). The answer carries the leader's bounds, so no status round is needed."""
-    records, committed, begin = await remote.client.read_records(index, end=index + SAMPLE_ENTRIES - 1,
-                                                                 max_bytes=SAMPLE_BYTES)
+async def _head(remote: Remote, index: int, end: int) -> tuple[int, int, float | None, int]:
+    """One read of up to SAMPLE_ENTRIES entries from `index` (below `end`) from the leader: (begin_index,
+    committed_index, bytes per entry or None when nothing at `index` is readable, entries read). The answer
+    carries the leader's bounds, so no status round is needed."""
+    records, committed, begin = await remote.client.read_records(
+        index, end=min(end, index + SAMPLE_ENTRIES) - 1, max_bytes=SAMPLE_BYTES)
     per_entry = records.size_bytes / records.count if records.count > 0 else None
-    return max(0, begin), committed, per_entry
+    return max(0, begin), committed, per_entry, records.count
 
 
 def _index(offset: dict) -> int:
@@ -51,7 +52,8 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._available_now_end: int | None = None  # Trigger.AvailableNow's target (exclusive)
-        self._entry_bytes: float | None = None  # bytes per entry, as latestOffset last saw them
+        # (index, bytes per entry, entries read) from latestOffset's read at the start of the next micro-batch
+        self._head_sample: tuple[int, float, int] | None = None
 
     def _remote(self):
         return remote_for(self.opts)
@@ -76,9 +78,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = _index(start)
-        begin_index, committed_index, per_entry = self._remote().run(_head(self._remote(), begin))
-        if per_entry is not None:
-            self._entry_bytes = per_entry
+        begin_index, committed_index, per_entry, got = self._remote().run(
+            _head(self._remote(), begin, begin + SAMPLE_ENTRIES))
+        self._head_sample = (begin, per_entry, got) if per_entry is not None else None
         if begin < begin_index:
             self._on_data_loss(begin, begin_index)
             begin = begin_index
@@ -103,9 +105,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if count <= 0:
             return []
         remote = self._remote()
-        entry_bytes = self._entry_bytes
-        if entry_bytes is None:  # a replayed batch right after a restart: latestOffset has not run yet
-            entry_bytes = self._sample(remote, lo)
+        entry_bytes = self._entry_bytes(remote, lo, hi)
         by_bytes = math.ceil(count * entry_bytes / self.opts.max_bytes_per_partition)
         n = max(self.opts.min_partitions or 1, by_bytes)
         n = max(1, min(n, math.ceil(count / MIN_ROWS_PER_PARTITION)))
@@ -113,14 +113,19 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         cuts = [lo + (count * i) // n for i in range(n + 1)]
         return [LogPartition(i, cuts[i], cuts[i + 1], nodes[i % len(nodes)], int(entry_bytes)) for i in range(n)]
 
-    def _sample(self, remote: Remote, index: int) -> float:
-        try:
-            _, _, per_entry = remote.run(_head(remote, index))
+    def _entry_bytes(self, remote: Remote, lo: int, hi: int) -> float:
+        """Bytes per entry of the first entries of [lo, hi): a function of committed entries only, so a
+        micro-batch replayed after a restart is cut into the same partitions (a sink keyed on partitions,
+        like format("quorumlog")'s, then re-sends the same keys). latestOffset's read usually is that read."""
+        sample = self._head_sample
+        if sample is not None and sample[0] == lo and lo + sample[2] <= hi:
+            return sample[1]
+        try:  # a replay right after a restart, or a micro-batch shorter than the sample
+            _, _, per_entry, _ = remote.run(_head(remote, lo, hi))
         except QuorumLogError as e:  # only sizing is at stake: tasks handle pages cut short
-            log.warning("could not sample entry sizes at %d: %s", index, e)
+            log.warning("could not sample entry sizes at %d: %s", lo, e)
             per_entry = None
-        self._entry_bytes = per_entry or self._entry_bytes
-        return self._entry_bytes or DEFAULT_ENTRY_BYTES
+        return per_entry or DEFAULT_ENTRY_BYTES
 
     def read(self, partition: LogPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition.start, partition.end, partition.node, partition.entry_bytes)

@@ -142,6 +142,25 @@ def test_a_micro_batch_costs_the_driver_one_read_and_is_cut_by_bytes(stub):
     assert len(stream.QuorumLogStreamReader(_opts(minPartitions=3)).partitions({"index": 0}, end)) == 3
 
 
+def test_a_replayed_micro_batch_is_cut_into_the_same_partitions(stub):
+    """After a restart Spark asks for the partitions of the logged batch without a latestOffset first; a
+    sink keyed on partitions (format("quorumlog")'s) re-sends the same keys only if the cut is the same."""
+    stub(0, 99_999)
+    opts = _opts(maxRecordsPerTrigger=30_000, maxBytesPerPartition=200_000)
+    first = stream.QuorumLogStreamReader(opts)
+    cuts, start = [], {"index": 0}
+    for _ in range(4):
+        end = first.latestOffset(start, ReadMaxRows(30_000))
+        cuts.append([(p.start, p.end) for p in first.partitions(start, end)])
+        start = end
+    assert len(cuts[0]) > 1
+    starts = [0, 30_000, 60_000, 90_000]
+    ends = [30_000, 60_000, 90_000, 100_000]
+    for s_, e_, expected in zip(starts, ends, cuts):
+        replay = stream.QuorumLogStreamReader(opts)
+        assert [(p.start, p.end) for p in replay.partitions({"index": s_}, {"index": e_})] == expected
+
+
 def test_batch_read_before_begin_index(stub):
     stub(begin=100, committed=199)
     with pytest.raises(batch.DataLoss):
