@@ -176,6 +176,27 @@ def test_scan_matches_check_record(crc_backend, bodies, first, chain, seg_start,
     assert got == _ref_segment_scan(memoryview(seg), 0, len(seg), seg_start, first, prev)
 
 
+@common
+@given(bodies=small_bodies_st, tag=tag_st, channel=channel_st, damage=damage_st)
+def test_iter_records_same_records_and_error(monkeypatch, bodies, tag, channel, damage):
+    if fast is None:
+        pytest.skip("quorumlog.store._fastcodec is not built")
+    records, _units, _ = codec._py_encode_parts_and_units(3, 1, bodies, 5, 0, 0, tag, channel)
+    buf = _damage(b"".join(records), damage)
+    results = []
+    for mode in ("compiled", "pure"):
+        monkeypatch.setattr(codec, "_fast", fast if mode == "compiled" else None)
+        got = []
+        try:
+            for h, body in codec.iter_records(buf):
+                got.append((h, bytes(body)))
+            got.append("end")
+        except QuorumLogError as e:
+            got.append((type(e).__name__, str(e)))
+        results.append(got)
+    assert results[0] == results[1]
+
+
 def _push_store(tmp_path, name: str, prefix_bodies) -> FileStore:
     s = FileStore(str(tmp_path / name), StoreConfig(data_segment_size_bytes=64 * 1024,
                                                     index_segment_size_bytes=32 * 1024, max_entry_bytes=4096,
