@@ -11,6 +11,7 @@ from .cluster import cluster_app
 from .common import EXIT_USAGE
 from .data import append, read, status, transfer_leader
 from .node import node_command
+from .soak import soak
 
 app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DLedger-style Raft).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -21,7 +22,7 @@ app.command("append")(append)
 app.command("read")(read)
 app.command("transfer-leader")(transfer_leader)
 app.command("bench")(bench)
-app.command("soak")(__import__("quorumlog.cli.soak", fromlist=["soak"]).soak)
+app.command("soak")(soak)
 
 
 def main(argv: list[str] | None = None) -> None:
