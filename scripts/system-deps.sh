@@ -4,6 +4,10 @@ set -euo pipefail
 need=()
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v ip >/dev/null || need+=(iproute2)
+# nft: random packet loss inside the soak's network namespaces (this kernel has no tc netem).
+command -v nft >/dev/null || need+=(nftables)
+# cc: the store's compiled record codec and the soak's failing-disk shim (both fall back without it).
+command -v cc >/dev/null || need+=(gcc libc6-dev)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then echo "system-deps: missing ${need[*]} and not root; install them by hand" >&2; exit 1; fi
 apt-get update -qq
