@@ -18,19 +18,20 @@ $(STAMP): pyproject.toml setup.py quorumlog/store/_fastcodec.c
 	touch $(STAMP)
 
 # System packages the tests and benchmarks use; idempotent, installs only what is missing (needs root).
+# Listed before install: the compiled codec is built by install when a C compiler is there.
 system-deps:
 	@bash scripts/system-deps.sh
 
-test: install system-deps
+test: system-deps install
 	$(PYTEST) -n $(WORKERS) --durations=15
 
 test-fast: install
 	$(PYTEST) -n $(WORKERS) -m "not slow and not e2e and not spark"
 
-run: install system-deps
+run: system-deps install
 	$(BIN)/python -m quorumlog.demo
 
-bench: install system-deps
+bench: system-deps install
 	PY=$(BIN)/python scripts/peers-deps.sh
 	$(BIN)/python bench/store.py
 	$(BIN)/python bench/core.py
