@@ -10,9 +10,9 @@ SimpleQueue.put), and the thread reports with one call_soon_threadsafe whose cal
 Same guarantees as GroupCommitter: one fsync at a time covering everything written before it started, the
 answer clamped at a truncation that happened meanwhile, durable only once fdatasync returned, io_lock held
 by nobody else while it runs. The fast path covers the common case only; every case it does not take (io_lock
-busy or awaited, closing) goes to GroupCommitter's own task and flush_once. A failed fsync gets flush_once's
-policy (_failed_fsync mirrors it: EIO is final, a full disk is reported and retried by that task after the
-backoff), and the committer keeps using that path from then on.
+busy or awaited, closing) goes to GroupCommitter's own task and flush_once. A failed fsync gets GroupCommitter's
+own policy (_fsync_failed: EIO is final, a full disk is reported and retried by that task after the backoff),
+and the committer keeps using that path from then on.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import time
 from typing import Callable
 
 from ..codes import ResponseCode
-from ..errors import QuorumLogError
-from .group_commit import FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS, GroupCommitter
+from .group_commit import GroupCommitter
 
 log = logging.getLogger(__name__)
 
@@ -105,45 +104,17 @@ class ThreadedGroupCommitter(GroupCommitter):
         self.fsync_running = False
         self.fsync_idle.set()
         if isinstance(result, BaseException):
-            self._failed_fsync(result)
+            # GroupCommitter's policy; a retry (full disk) goes through its own task from now on.
+            self._fast = False
+            backoff_s = self._fsync_failed(result)
+            if backoff_s is not None:
+                self._loop.call_later(backoff_s, self._wake.set)
             return
-        self.fsyncs += 1
-        self._failures = 0
-        self._observe_fsync_s(time.perf_counter() - started)
-        durable = result
-        again = False
-        if self._truncated_to is not None:
-            durable = min(durable, self._truncated_to)
-            again = True  # what was written after the truncation needs its own fsync
-        if durable > self._written:
-            durable = self._written
-        if durable > self._durable:
-            self._durable = durable
-            self._on_durable(durable)
-        if (again or self._written > self._durable) and not self.fsync_running:
+        if self._fsync_done(result, started) and not self.fsync_running:
             if self._fast and not self._closed and not self._lock.locked() and not self._lock.waiting:
                 self._start()
             else:
                 self._wake.set()
-
-    def _failed_fsync(self, e: BaseException) -> None:
-        """GroupCommitter.flush_once's failure policy, for an fsync that failed in the thread: DISK_ERROR is
-        final (never retried nor believed: fsyncgate), anything else (a full disk) is reported and retried by
-        GroupCommitter's own task after the backoff. This committer stays on that path from now on."""
-        self._fast = False
-        code = e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
-        if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
-            code = ResponseCode.DISK_ERROR
-        self._failures += 1
-        log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
-        if code == ResponseCode.DISK_ERROR:
-            self.failed = str(e)
-            log.critical("disk error: no fsync will be retried or trusted until restart reason=%s", e)
-            self._on_failed(code, str(e))
-            return
-        self._on_failed(code, str(e))
-        backoff_ms = min(FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS * 2 ** (self._failures - 1))
-        self._loop.call_later(backoff_ms / 1000, self._wake.set)
 
     # -- the thread --------------------------------------------------------------------------------------
     def _thread_main(self) -> None:

@@ -139,33 +139,46 @@ class GroupCommitter:
             try:
                 durable = await asyncio.to_thread(self._store.flush)
             except Exception as e:  # noqa: BLE001 - any failure of the disk is reported to the core
-                code = e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
-                if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
-                    code = ResponseCode.DISK_ERROR
-                self._failures += 1
-                log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
-                if code == ResponseCode.DISK_ERROR:
-                    self.failed = str(e)
-                    log.critical("disk error: no fsync will be retried or trusted until restart reason=%s", e)
-                    self._on_failed(code, str(e))
-                    return self._durable
-                self._on_failed(code, str(e))
-                backoff_ms = min(FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS * 2 ** (self._failures - 1))
-                await asyncio.sleep(backoff_ms / 1000)
-                self._wake.set()
+                backoff_s = self._fsync_failed(e)
+                if backoff_s is not None:
+                    await asyncio.sleep(backoff_s)
+                    self._wake.set()
                 return self._durable
-            self.fsyncs += 1
-            self._failures = 0
-            self._observe_fsync_s(time.perf_counter() - started)
-            if self._truncated_to is not None:
-                durable = min(durable, self._truncated_to)
-                self._wake.set()  # what was written after the truncation needs its own fsync
-            if durable > self._written:
-                durable = self._written
-            if durable > self._durable:
-                self._durable = durable
-                if self._sync:
-                    self._on_durable(durable)
-            if self._written > self._durable:
+            if self._fsync_done(durable, started):
                 self._wake.set()
             return self._durable
+
+    def _fsync_failed(self, e: BaseException) -> float | None:
+        """The failure policy for one failed fsync (see the module doc): reports it to the core and returns
+        the backoff in seconds before a retry, or None when the failure is final (DISK_ERROR)."""
+        code = e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
+        if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
+            code = ResponseCode.DISK_ERROR
+        self._failures += 1
+        log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
+        if code == ResponseCode.DISK_ERROR:
+            self.failed = str(e)
+            log.critical("disk error: no fsync will be retried or trusted until restart reason=%s", e)
+            self._on_failed(code, str(e))
+            return None
+        self._on_failed(code, str(e))
+        return min(FAILED_FLUSH_BACKOFF_MAX_MS, FAILED_FLUSH_BACKOFF_MS * 2 ** (self._failures - 1)) / 1000
+
+    def _fsync_done(self, durable: int, started_s: float) -> bool:
+        """Bookkeeping after a successful fsync that started at started_s (perf_counter) and reported
+        `durable`: clamp at a truncation that happened meanwhile, report progress; True if another fsync
+        is needed (a truncation, or writes that came after this one started)."""
+        self.fsyncs += 1
+        self._failures = 0
+        self._observe_fsync_s(time.perf_counter() - started_s)
+        again = False
+        if self._truncated_to is not None:
+            durable = min(durable, self._truncated_to)
+            again = True  # what was written after the truncation needs its own fsync
+        if durable > self._written:
+            durable = self._written
+        if durable > self._durable:
+            self._durable = durable
+            if self._sync:
+                self._on_durable(durable)
+        return again or self._written > self._durable
