@@ -611,6 +611,43 @@ done:
     return result;
 }
 
+/* record_offsets(buf) -> bytes (native int64 start offset of each record) or None.
+ * Walks the records by their total size: None unless every record has the entry magic, a total size
+ * >= 56, and the records tile buf exactly (the caller's Python walk then gives the reference error).
+ * Reads (Spark's Arrow conversion) need only the boundaries; CRCs were checked by the serving store. */
+static PyObject *py_record_offsets(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t size = b.len, n = 0, off = 0;
+    PyObject *result = NULL;
+    while (off + HEADER_SIZE <= size) {  /* count first: one exact allocation */
+        uint32_t total = get32(p + off + 4);
+        if (get32(p + off) != ENTRY_MAGIC || total < HEADER_SIZE)
+            break;
+        off += total;
+        n++;
+    }
+    if (off != size) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (!result)
+        goto done;
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
+    off = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = off;
+        off += get32(p + off + 4);
+    }
+done:
+    PyBuffer_Release(&b);
+    return result;
+}
+
 static PyObject *py_crc_backend(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(crc_hw ? "sse4.2" : "table");
 }
@@ -670,6 +707,8 @@ static PyMethodDef methods[] = {
      " max_count, want_units) -> (n, off, last_chain, last_term, units, tags)"},
     {"relocate", py_relocate, METH_VARARGS,
      "relocate(buf, start, end, first_pos, first_index) -> (records bytearray, units)"},
+    {"record_offsets", py_record_offsets, METH_O,
+     "record_offsets(buf) -> native int64 offsets of the records tiling buf (as bytes), or None."},
     {"body_sizes", py_body_sizes, METH_O, "body_sizes(bodies) -> (sum of lengths, max length or -1)."},
     {"crc_backend", py_crc_backend, METH_NOARGS, "'sse4.2' or 'table': how CRC32C is computed."},
     {"set_crc_backend", py_set_crc_backend, METH_O, "set_crc_backend('sse4.2' | 'table') (for tests)."},
