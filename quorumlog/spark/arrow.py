@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptEntry
-from ..store.codec import CHANNEL_NOOP, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER_SIZE, PRODUCER_TAG_SIZE, record_starts
+from ..store.codec import CHANNEL_NOOP, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER_SIZE, PRODUCER_TAG_SIZE, record_columns
 
 SCHEMA = pa.schema([
     pa.field("index", pa.int64(), nullable=False),
@@ -60,14 +60,10 @@ _MAGIC_BYTES = ENTRY_MAGIC.to_bytes(4, "big")
 def record_offsets(buf) -> np.ndarray:
     """Start offset of each record in `buf` (int64). Raises CorruptEntry if the sizes do not tile `buf`.
 
-    Fastest: the compiled codec walks the sizes (codec.record_starts). Without it, vectorised: every place
-    the entry magic occurs is a candidate; if the candidates chain exactly (first at 0, each one's
-    total_size leads to the next, the last to the end), they are the records. A body that happens to contain
-    the magic breaks the chain and we walk instead.
+    Fast path, vectorised: every place the entry magic occurs is a candidate; if the candidates chain
+    exactly (first at 0, each one's total_size leads to the next, the last to the end), they are the
+    records. A body that happens to contain the magic breaks the chain and we walk instead.
     """
-    starts = record_starts(buf)
-    if starts is not None:
-        return np.frombuffer(starts, dtype=np.int64)
     raw = np.frombuffer(buf, dtype=np.uint8)
     size = raw.size
     if size >= HEADER_SIZE:
@@ -109,15 +105,25 @@ def _pieces(buf, bounds: np.ndarray) -> pa.BinaryArray:
 def records_to_batch(buf) -> pa.RecordBatch:
     """Contiguous raw records (one Records chunk) → RecordBatch(index, term, timestamp, body).
 
-    The buffer is viewed as an Arrow binary array cut at record/header/body boundaries, and `take` copies
-    the pieces we want (headers, then user bodies) at C speed. Checks magic and sizes (vectorised); body
-    CRCs were checked by the store that served the read.
+    With the compiled codec, one C pass builds the columns (codec.record_columns). Without it (or for a
+    malformed buffer, to raise the reference error), the buffer is viewed as an Arrow binary array cut at
+    record/header/body boundaries, and `take` copies the pieces we want (headers, then user bodies) at C
+    speed. Checks magic and sizes; body CRCs were checked by the store that served the read.
     """
     size = len(buf)
     if size == 0:
         return empty_batch()
     if size > MAX_BUFFER_BYTES:
         raise ValueError(f"records buffer of {size} bytes exceeds {MAX_BUFFER_BYTES}")
+    columns = record_columns(buf)
+    if columns is not None:
+        n, index, term, ts_us, offsets, data = columns
+        return pa.RecordBatch.from_arrays([
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(index)]),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(term)]),
+            pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(ts_us)]),
+            pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
+        ], schema=SCHEMA)
     starts = record_offsets(buf).astype(np.int32)
     n = starts.size
     bounds = np.empty(2 * n + 1, dtype=np.int32)

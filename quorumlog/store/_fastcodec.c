@@ -611,39 +611,75 @@ done:
     return result;
 }
 
-/* record_offsets(buf) -> bytes (native int64 start offset of each record) or None.
- * Walks the records by their total size: None unless every record has the entry magic, a total size
- * >= 56, and the records tile buf exactly (the caller's Python walk then gives the reference error).
- * Reads (Spark's Arrow conversion) need only the boundaries; CRCs were checked by the serving store. */
-static PyObject *py_record_offsets(PyObject *self, PyObject *arg) {
+/* record_columns(buf) -> (n, index, term, timestamp_us, body_offsets, body_data) or None.
+ * Spark's Arrow columns from the records tiling buf, in two passes (check and size, then fill): index,
+ * term and timestamp (ms * 1000) as native int64 arrays, the user bodies (producer tag stripped) as int32
+ * Arrow offsets (n + 1) and their bytes; no-op entries (CHANNEL_NOOP) are left out. None when a record is
+ * malformed (magic, total != 56 + body size, a tagged body shorter than its tag, records not tiling buf, a
+ * buffer past int32 offsets): the caller's Python path raises the reference error. */
+#define CHANNEL_NOOP 2
+static PyObject *py_record_columns(PyObject *self, PyObject *arg) {
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
         return NULL;
     const uint8_t *p = (const uint8_t *)b.buf;
-    Py_ssize_t size = b.len, n = 0, off = 0;
-    PyObject *result = NULL;
-    while (off + HEADER_SIZE <= size) {  /* count first: one exact allocation */
-        uint32_t total = get32(p + off + 4);
-        if (get32(p + off) != ENTRY_MAGIC || total < HEADER_SIZE)
+    Py_ssize_t size = b.len, off = 0, n = 0, data_bytes = 0;
+    PyObject *result = NULL, *idx = NULL, *term = NULL, *ts = NULL, *offs = NULL, *data = NULL;
+    int ok = size <= 0x7fffffff;
+    while (ok && off + HEADER_SIZE <= size) {
+        const uint8_t *h = p + off;
+        uint32_t total = get32(h + 4), body = get32(h + 52), channel = get32(h + 32);
+        if (get32(h) != ENTRY_MAGIC || total < HEADER_SIZE || body != total - HEADER_SIZE ||
+            ((channel & CHANNEL_PRODUCER_TAG) && body < TAG_SIZE)) {
+            ok = 0;
             break;
+        }
+        if (!(channel & CHANNEL_NOOP)) {
+            n++;
+            data_bytes += body - ((channel & CHANNEL_PRODUCER_TAG) ? TAG_SIZE : 0);
+        }
         off += total;
-        n++;
     }
-    if (off != size) {
+    if (!ok || off != size) {
         result = Py_None;
         Py_INCREF(result);
         goto done;
     }
-    result = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
-    if (!result)
+    idx = PyBytes_FromStringAndSize(NULL, n * 8);
+    term = PyBytes_FromStringAndSize(NULL, n * 8);
+    ts = PyBytes_FromStringAndSize(NULL, n * 8);
+    offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    data = PyBytes_FromStringAndSize(NULL, data_bytes);
+    if (!idx || !term || !ts || !offs || !data)
         goto done;
-    int64_t *out = (int64_t *)PyBytes_AS_STRING(result);
-    off = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = off;
-        off += get32(p + off + 4);
+    int64_t *pi = (int64_t *)PyBytes_AS_STRING(idx), *pt = (int64_t *)PyBytes_AS_STRING(term);
+    int64_t *ps = (int64_t *)PyBytes_AS_STRING(ts);
+    int32_t *po = (int32_t *)PyBytes_AS_STRING(offs);
+    uint8_t *pd = (uint8_t *)PyBytes_AS_STRING(data);
+    int32_t w = 0;
+    Py_ssize_t k = 0;
+    po[0] = 0;
+    for (off = 0; off < size;) {
+        const uint8_t *h = p + off;
+        uint32_t total = get32(h + 4), channel = get32(h + 32);
+        if (!(channel & CHANNEL_NOOP)) {
+            uint32_t user = total - HEADER_SIZE - ((channel & CHANNEL_PRODUCER_TAG) ? TAG_SIZE : 0);
+            pi[k] = (int64_t)get64(h + 8);
+            pt[k] = (int64_t)get64(h + 16);
+            ps[k] = (int64_t)get64(h + 44) * 1000;
+            memcpy(pd + w, h + HEADER_SIZE, user);
+            w += (int32_t)user;
+            po[++k] = w;
+        }
+        off += total;
     }
+    result = Py_BuildValue("(nOOOOO)", n, idx, term, ts, offs, data);
 done:
+    Py_XDECREF(idx);
+    Py_XDECREF(term);
+    Py_XDECREF(ts);
+    Py_XDECREF(offs);
+    Py_XDECREF(data);
     PyBuffer_Release(&b);
     return result;
 }
@@ -707,8 +743,8 @@ static PyMethodDef methods[] = {
      " max_count, want_units) -> (n, off, last_chain, last_term, units, tags)"},
     {"relocate", py_relocate, METH_VARARGS,
      "relocate(buf, start, end, first_pos, first_index) -> (records bytearray, units)"},
-    {"record_offsets", py_record_offsets, METH_O,
-     "record_offsets(buf) -> native int64 offsets of the records tiling buf (as bytes), or None."},
+    {"record_columns", py_record_columns, METH_O,
+     "record_columns(buf) -> (n, index, term, timestamp_us, body_offsets, body_data) for Arrow, or None."},
     {"body_sizes", py_body_sizes, METH_O, "body_sizes(bodies) -> (sum of lengths, max length or -1)."},
     {"crc_backend", py_crc_backend, METH_NOARGS, "'sse4.2' or 'table': how CRC32C is computed."},
     {"set_crc_backend", py_set_crc_backend, METH_O, "set_crc_backend('sse4.2' | 'table') (for tests)."},

@@ -81,11 +81,13 @@ def compiled_codec() -> str | None:
     return f"C ({_fast.crc_backend()})" if _fast is not None else None
 
 
-def record_starts(buf) -> bytes | None:
-    """Start offsets (native int64, as bytes) of the records that tile `buf`, walked by their sizes in C;
-    None without the compiled codec, or when the magic/sizes do not tile `buf` (callers then walk in Python,
-    which raises the reference error). Boundaries only: CRCs are the serving store's job."""
-    return _fast.record_offsets(buf) if _fast is not None else None
+def record_columns(buf):
+    """Spark's Arrow columns of the records tiling `buf`, in one C pass: (n, index, term, timestamp_us,
+    body_offsets, body_data) as native int64 / int32 Arrow buffers (bytes), producer tags stripped, no-op
+    entries left out. None without the compiled codec, or when a record is malformed (callers then take the
+    Python path, which raises the reference error). Boundaries and sizes only: CRCs are the serving store's
+    job."""
+    return _fast.record_columns(buf) if _fast is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,29 +116,6 @@ def test_body_sizes(bodies):
     assert fast.body_sizes(tuple(bodies)) == (sum(lengths), max(lengths))
 
 
-@common
-@given(bodies=bodies_st, cut=st.integers(0, 200), garbage=st.binary(max_size=codec.HEADER_SIZE - 1))
-def test_record_offsets_walk_the_sizes_or_refuse(bodies, cut, garbage):
-    """The C walk gives the records' start offsets, or None (never a wrong answer) when the buffer is not
-    exactly whole records: cut short, garbage appended, or a bad magic."""
-    if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
-    parts, _u, _c = codec._py_encode_parts_and_units(5, 2, [bytes(b) for b in bodies], 0, 1, 0, None)
-    buf = b"".join(parts)
-    starts, off = [], 0
-    for b in bodies:
-        starts.append(off)
-        off += codec.HEADER_SIZE + len(b)
-    assert list(memoryview(fast.record_offsets(buf)).cast("q")) == starts
-    assert list(memoryview(fast.record_offsets(memoryview(buf))).cast("q")) == starts
-    if cut and cut < len(buf):
-        assert fast.record_offsets(buf[:-cut]) is None
-    if garbage:
-        assert fast.record_offsets(buf + garbage) is None
-    assert fast.record_offsets(b"X" + buf[1:]) is None
-    assert fast.record_offsets(b"") == b""
-
-
 @needs_fast
 def test_public_encoders_agree_both_ways(monkeypatch):
     bodies = [b"a" * 100, b"", bytearray(b"xyz"), memoryview(b"q" * 5000)]
