@@ -911,7 +911,9 @@ class PeerLinks:
 # ==================================================================================================
 # Client connection
 # ==================================================================================================
-class _ClientProtocol(asyncio.Protocol):
+class _ClientProtocol(asyncio.BufferedProtocol):
+    """Reads into the decoder's buffers (FrameDecoder.get_buffer): big responses land in place."""
+
     def __init__(self, conn: "ClientConnection", max_frame_bytes: int) -> None:
         self.conn = conn
         self.transport: asyncio.Transport | None = None
@@ -927,10 +929,13 @@ class _ClientProtocol(asyncio.Protocol):
         _nodelay(transport)
         transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER_BYTES, low=_WRITE_LOW_WATER_BYTES)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         conn = self.conn
         try:
-            self.decoder.feed(data)
+            self.decoder.buffer_updated(nbytes)
             while True:
                 frame = self.decoder.next_frame()
                 if frame is NEED_DATA:

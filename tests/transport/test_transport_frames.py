@@ -47,6 +47,58 @@ def test_any_chunking_gives_the_same_frames(cuts, as_bytearray):
     assert got == FRAMES
 
 
+BIG_FRAMES = [(14, b"a" * 10), (15, bytes(range(256)) * 1200), (16, b""), (17, b"b" * 600_000), (3, b"z")]
+BIG_WIRE = b"".join(encode_frame(k, p) for k, p in BIG_FRAMES)
+
+
+def _socket_into(dec: FrameDecoder, wire: bytes, cuts: list[int]) -> list[tuple[int, bytes, memoryview]]:
+    """What asyncio does with a BufferedProtocol: write at most len(get_buffer()) bytes into it, then
+    buffer_updated(n); reads of the sizes in `cuts` (then the rest)."""
+    got, pos, i = [], 0, 0
+    while pos < len(wire):
+        view = dec.get_buffer(-1)
+        assert len(view) > 0
+        want = cuts[i] if i < len(cuts) else len(wire)
+        i += 1
+        n = min(len(view), want, len(wire) - pos)
+        view[:n] = wire[pos:pos + n]
+        dec.buffer_updated(n)
+        pos += n
+        while (f := dec.next_frame()) is not NEED_DATA:
+            got.append((f.kind, bytes(f.payload), f.payload))
+    return got
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 300_000), max_size=40))
+def test_buffered_reads_give_the_same_frames(cuts):
+    """get_buffer()/buffer_updated() (BufferedProtocol): same frames for any read sizes, big frames received
+    in place, and payloads handed out earlier are never overwritten by later reads."""
+    dec = FrameDecoder(1 << 20)
+    got = _socket_into(dec, BIG_WIRE, cuts)
+    assert [(k, p) for k, p, _ in got] == BIG_FRAMES
+    assert [(k, bytes(v)) for k, _, v in got] == BIG_FRAMES
+    assert dec.at_frame_boundary
+    dec.feed_eof()
+
+
+def test_buffered_big_frame_lands_in_place_and_eof_inside_it_is_an_error():
+    dec = FrameDecoder(1 << 20)
+    wire = encode_frame(17, b"c" * 400_000)
+    view = dec.get_buffer(-1)
+    view[:1000] = wire[:1000]
+    dec.buffer_updated(1000)
+    assert dec.next_frame() is NEED_DATA
+    rest = dec.get_buffer(-1)
+    assert len(rest) == len(wire) - 1000  # exactly the rest of the frame: nothing of the next one
+    rest[:len(rest) - 1] = wire[1000:-1]
+    dec.buffer_updated(len(rest) - 1)
+    assert dec.next_frame() is NEED_DATA and not dec.has_complete_frame
+    assert dec.buffered_bytes == len(wire) - 1
+    with pytest.raises(ProtocolError):
+        dec.feed_eof()
+
+
 def test_payload_views_stay_valid_after_more_data():
     """Handed-out payloads are never overwritten by later reads (the runtime may keep them)."""
     dec = FrameDecoder(1 << 20)
