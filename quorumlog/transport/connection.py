@@ -663,6 +663,22 @@ class _PeerLink:
         else:
             self.wakeup.set()
 
+    def _write_batch(self, transport) -> None:
+        """Hand up to MAX_WRITE_BATCH_BYTES of queued frames to the socket in one writelines()."""
+        q = self.queue
+        out: list = []
+        batch_bytes = 0
+        frames = 0
+        while q and batch_bytes < MAX_WRITE_BATCH_BYTES:
+            buffers, size = q.popleft()
+            out.extend(buffers)
+            batch_bytes += size
+            frames += 1
+        self.queued_bytes -= batch_bytes
+        transport.writelines(out)
+        self.stats.frames_out += frames
+        self.stats.bytes_out += batch_bytes
+
     def write_now(self) -> None:
         """Write what is queued straight to the socket if the writer task is parked on a healthy connection;
         otherwise wake the task (connecting, draining a full socket buffer, or reconnecting)."""
@@ -674,19 +690,7 @@ class _PeerLink:
                 or proto.transport.is_closing():
             self.wakeup.set()
             return
-        out: list = []
-        batch_bytes = 0
-        frames = 0
-        while q and batch_bytes < MAX_WRITE_BATCH_BYTES:
-            buffers, size = q.popleft()
-            out.extend(buffers)
-            batch_bytes += size
-            frames += 1
-        self.queued_bytes -= batch_bytes
-        proto.transport.writelines(out)
-        stats = self.stats
-        stats.frames_out += frames
-        stats.bytes_out += batch_bytes
+        self._write_batch(proto.transport)
         if q or proto.paused:
             self.wakeup.set()  # the rest (or the drain) is the task's
 
@@ -751,7 +755,6 @@ class _PeerLink:
         transport = proto.transport
         write_timeout_s = self.links.write_timeout_ms / 1000
         q = self.queue
-        stats = self.stats
         while True:
             if proto.lost.done():
                 raise NetworkError(f"connection lost: {proto.lost.result()}")
@@ -763,18 +766,7 @@ class _PeerLink:
                 finally:
                     self.idle = False
                 continue
-            out: list = []
-            batch_bytes = 0
-            frames = 0
-            while q and batch_bytes < MAX_WRITE_BATCH_BYTES:
-                buffers, size = q.popleft()
-                out.extend(buffers)
-                batch_bytes += size
-                frames += 1
-            self.queued_bytes -= batch_bytes
-            transport.writelines(out)
-            stats.frames_out += frames
-            stats.bytes_out += batch_bytes
+            self._write_batch(transport)
             await proto.drain(write_timeout_s)
 
 
