@@ -30,6 +30,13 @@ def _commits(checkpoint: Path) -> list[int]:
     return sorted(int(p.name) for p in d.glob("[0-9]*")) if d.exists() else []
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # exited meanwhile
+        return b""
+
+
 def test_stream_killed_and_restarted_delivers_every_entry_once(spark, cluster, tmp_path):
     start, end = append(cluster.peers, [b"k%d" % i for i in range(8_000)])
     checkpoint, out = tmp_path / "ck", tmp_path / "out"
@@ -40,10 +47,12 @@ def test_stream_killed_and_restarted_delivers_every_entry_once(spark, cluster, t
         wait_until(lambda: len(_commits(checkpoint)) >= 2 or first.poll() is not None, 240,
                    what="two micro-batches committed")
         assert first.poll() is None, "the query finished before it could be killed"
-        jvms = [p for p in descendants(first.pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        jvms = [p for p in descendants(first.pid) if b"java" in _cmdline(p)]
         assert jvms, "the driver's JVM was not found among its children"
         killed = kill_tree(first.pid)  # kill -9: the driver and its JVM, by pid
-        assert set(jvms) <= set(killed)
+        # a short-lived "java" process (the JVM starts its Python workers through jspawnhelper, under the
+        # JDK's path) that exited by itself between the two listings is gone all the same
+        assert all(p in killed or not Path(f"/proc/{p}").exists() for p in jvms), (jvms, killed)
     finally:
         kill_tree(first.pid)
         first.wait(30)
