@@ -18,7 +18,6 @@ and the committer keeps using that path from then on.
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 import threading
 import time
@@ -26,8 +25,6 @@ from typing import Callable
 
 from ..codes import ResponseCode
 from .group_commit import GroupCommitter
-
-log = logging.getLogger(__name__)
 
 _STOP = object()
 
