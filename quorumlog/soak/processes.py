@@ -21,7 +21,7 @@ from quorumlog.client import Client, Entry
 
 PYTHON = sys.executable
 
-# Small segments: a node preallocates (zero-fills) its first segment on start, and tests want that quick.
+# Small segments: a node preallocates its segments (test-sized ones are zero-filled), and tests want that quick.
 NODE_ARGS = (
     "--max-entry-bytes", str(1024 * 1024),
     "--data-segment-size", str(8 * 1024 * 1024),

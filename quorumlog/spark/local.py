@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# Small segments: a node zero-fills a whole segment ahead of use, and 1 GiB ones cost seconds and disk.
+# Small segments: a node reserves a whole segment ahead of use, and 1 GiB ones cost disk.
 CLUSTER_SETTINGS = ("data_segment_size=67108864", "index_segment_size=8388608")
 CLUSTER_UP_TIMEOUT_S = 60
 

@@ -23,10 +23,9 @@ class StoreConfig:
     # refuse writes already at 0.85 so that the preallocated next segment and the index still fit.
     disk_full_ratio: float = 0.85
     file_reserved_hours: float = 72  # DLedger's fileReservedHours
-    # Reserve segments' blocks up front. The next segment is zero-filled in the background (RocketMQ's
-    # warm-up): overwriting written blocks makes fdatasync a plain data flush with no extent update, measured
-    # ~1.3-2x faster than appending into sparse or fallocated space. A segment needed at once (a new store's
-    # first one) is fallocated instead, so opening never waits for a 1 GiB fill. False: sparse files.
+    # Reserve segments' blocks up front (fallocate: a full disk shows when a segment is made, not in the
+    # middle of an append); the next segment is prepared in the background. Why not zero-filled ahead like
+    # RocketMQ's warm-up: files.SegmentAllocator. False: sparse files.
     preallocate: bool = True
     # Recovery rebuilds the idempotent-producer table from the last this-many entries.
     producer_scan_entries: int = 100_000

@@ -87,9 +87,8 @@ class FileStore(RecoverOnOpen):
         self._last_checkpoint_s = time.monotonic()
         self._failed: str | None = None
         self._closed = False
-        # The next data and index segments are zero-filled in the background once the active one is half
-        # full: early enough to be ready at rollover, late enough that the fill costs disk bandwidth in
-        # proportion to what is written.
+        # The next data and index segments are prepared (fallocated) in the background once the active one
+        # is half full: early enough to be ready at rollover.
         self._prepare_at_bytes = self.config.data_segment_size_bytes // 2
         self._prepared_after: Segment | None = None
         self._prepared_index_after = -1
