@@ -3,8 +3,6 @@
 import asyncio
 import threading
 
-from quorumlog.codes import ResponseCode
-from quorumlog.errors import DiskFull
 from quorumlog.server.flush_thread import ThreadedGroupCommitter
 
 from .test_group_commit import GatedStore, _until
@@ -106,51 +104,6 @@ def test_io_lock_waits_for_a_running_fsync_and_blocks_new_ones():
         await _until(lambda: durable and durable[-1] == 1)  # GroupCommitter's task took it
         gc.close()
         await task
-    asyncio.run(main())
-
-
-def test_failed_fsync_on_the_thread_is_final():
-    async def main():
-        store = GatedStore()
-        store.gate.set()
-        store.fail_next = True
-        durable: list[int] = []
-        failures: list = []
-        gc = _committer(store, durable, failures)
-        task = asyncio.create_task(gc.run())
-        gc.written(store.append_batch(1, [b"a"], 0))
-        await _until(lambda: failures == [ResponseCode.DISK_ERROR])
-        gc.written(store.append_batch(1, [b"b"], 0))
-        for _ in range(30):
-            await asyncio.sleep(0.002)
-        assert store.flushes == 1 and durable == [] and gc.failed
-        gc.close()
-        await task
-    asyncio.run(main())
-
-
-def test_full_disk_on_the_thread_is_retried_by_the_task():
-    async def main():
-        store = GatedStore()
-        store.gate.set()
-        real_flush = store.flush
-        calls = []
-
-        def flush():
-            calls.append(1)
-            if len(calls) == 1:
-                raise DiskFull("ENOSPC")
-            return real_flush()
-        store.flush = flush
-        durable: list[int] = []
-        failures: list = []
-        gc = _committer(store, durable, failures)
-        task = asyncio.create_task(gc.run())
-        gc.written(store.append_batch(1, [b"a"], 0))
-        await _until(lambda: durable == [0])
-        gc.close()
-        await task
-        assert failures == [ResponseCode.DISK_FULL] and gc.failed is None and len(calls) == 2
     asyncio.run(main())
 
 

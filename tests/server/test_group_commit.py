@@ -5,6 +5,7 @@ import pytest
 
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import DiskError, DiskFull
+from quorumlog.server.flush_thread import ThreadedGroupCommitter
 from quorumlog.server.group_commit import GroupCommitter
 from quorumlog.store import MemoryStore
 
@@ -82,15 +83,19 @@ def test_truncate_during_fsync_clamps_the_answer():
     asyncio.run(main())
 
 
-def test_failed_fsync_is_final_never_retried_nor_believed():
+# Both committers share the failure policy (GroupCommitter._fsync_failed): the task's fsync and the thread's.
+COMMITTERS = pytest.mark.parametrize("committer", [GroupCommitter, ThreadedGroupCommitter])
+
+
+@COMMITTERS
+def test_failed_fsync_is_final_never_retried_nor_believed(committer):
     """fsyncgate: after EIO from fsync, a retried fsync may succeed over dropped pages; never retry it."""
     async def main():
         store = GatedStore()
         store.gate.set()
         store.fail_next = True
         durable, failures = [], []
-        gc = GroupCommitter(store, sync=True, on_durable=durable.append,
-                            on_failed=lambda c, r: failures.append(c))
+        gc = committer(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: failures.append(c))
         task = asyncio.create_task(gc.run())
         gc.written(store.append_batch(1, [b"a"], 0))
         await _until(lambda: failures == [ResponseCode.DISK_ERROR])
@@ -106,7 +111,8 @@ def test_failed_fsync_is_final_never_retried_nor_believed():
     asyncio.run(main())
 
 
-def test_failed_flush_for_a_full_disk_is_retried():
+@COMMITTERS
+def test_failed_flush_for_a_full_disk_is_retried(committer):
     async def main():
         store = GatedStore()
         store.gate.set()
@@ -120,8 +126,7 @@ def test_failed_flush_for_a_full_disk_is_retried():
             return real_flush()
         store.flush = flush
         durable, failures = [], []
-        gc = GroupCommitter(store, sync=True, on_durable=durable.append,
-                            on_failed=lambda c, r: failures.append(c))
+        gc = committer(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: failures.append(c))
         task = asyncio.create_task(gc.run())
         gc.written(store.append_batch(1, [b"a"], 0))
         await _until(lambda: durable == [0])
