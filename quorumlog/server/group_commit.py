@@ -15,10 +15,6 @@ elections. Only a restart, whose recovery re-reads and CRC-checks the files inst
 cache, brings the node back (the entries it lacks come from the leader). A failed flush for a full disk
 (DISK_FULL: ENOSPC from a checkpoint or metadata write; the data segments are preallocated) is retried
 with backoff: space comes back.
-
-The committer also watches the disk's fill ratio while idle and reports DISK_FULL when it crosses the
-store's disk_full_ratio: a leader refusing appends for a full disk writes nothing, so no write would
-report it, and the core needs the report to hand leadership to a follower that can still store entries.
 """
 
 from __future__ import annotations
@@ -28,8 +24,6 @@ import logging
 import time
 from typing import Callable
 
-from ..store.disk_guard import used_ratio
-
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
 
@@ -38,8 +32,6 @@ log = logging.getLogger(__name__)
 ASYNC_FLUSH_INTERVAL_MS = 10  # flush mode async: background fsync period (DLedger's flushFileInterval)
 FAILED_FLUSH_BACKOFF_MS = 100  # first retry after a failed fsync; doubles up to the max
 FAILED_FLUSH_BACKOFF_MAX_MS = 5_000
-DISK_WATCH_INTERVAL_MS = 250  # idle check of the disk's fill ratio
-DISK_FULL_REPORT_INTERVAL_MS = 2_000  # while full, report again (a leader's hand-over may have failed)
 
 
 class GroupCommitter:
@@ -60,10 +52,6 @@ class GroupCommitter:
         self._failures = 0  # consecutive failed fsyncs
         self.failed: str | None = None  # a DISK_ERROR: no fsync is retried or believed after it
         self.fsyncs = 0
-        # the disk watch: needs a store on a real directory with a disk_full_ratio (FileStore)
-        self._watch_path = getattr(store, "path", None)
-        self._full_ratio = getattr(getattr(store, "config", None), "disk_full_ratio", None)
-        self._full_reported_s: float | None = None
 
     @property
     def io_lock(self) -> asyncio.Lock:
@@ -89,14 +77,6 @@ class GroupCommitter:
 
     async def run(self) -> None:
         """The flusher task: runs until close()."""
-        watch = asyncio.create_task(self._watch_disk_loop()) if self._watch_path and self._full_ratio else None
-        try:
-            await self._flush_loop()
-        finally:
-            if watch is not None:
-                watch.cancel()
-
-    async def _flush_loop(self) -> None:
         while not self._closed:
             await self._wake.wait()
             self._wake.clear()
@@ -109,25 +89,6 @@ class GroupCommitter:
                 await asyncio.sleep(ASYNC_FLUSH_INTERVAL_MS / 1000)
             if self._written > self._durable:
                 await self.flush_once()
-
-    async def _watch_disk_loop(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(DISK_WATCH_INTERVAL_MS / 1000)
-            self._watch_disk()
-
-    def _watch_disk(self) -> None:
-        try:
-            full = used_ratio(self._watch_path) > self._full_ratio
-        except OSError:
-            return
-        now = time.monotonic()
-        if not full:
-            self._full_reported_s = None
-            return
-        if self._full_reported_s is None or now - self._full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000:
-            self._full_reported_s = now
-            self._on_failed(ResponseCode.DISK_FULL, f"disk of {self._watch_path} above disk_full_ratio "
-                                                    f"{self._full_ratio}")
 
     async def flush_once(self) -> int:
         """One fsync covering everything written so far; returns the durable index."""

@@ -39,6 +39,7 @@ from .reads import CommitNotifier, serve_read
 log = logging.getLogger(__name__)
 
 DISK_CHECK_INTERVAL_MS = 250
+DISK_FULL_REPORT_INTERVAL_MS = 2_000  # while full, tell the core again (a leader's hand-over may have failed)
 STATUS_DISK_BYTES_INTERVAL_MS = 2_000
 LOOP_STALL_WARN_MS = 100
 
@@ -84,6 +85,7 @@ class Node:
         self.failed: str | None = None
         self._disk_full = False
         self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
+        self._disk_full_reported_s = 0.0
         self._store_bytes = 0
         self._store_bytes_at_ms = 0
         self._role: Role | None = None
@@ -434,7 +436,15 @@ class Node:
         if full != self._disk_full:
             log.warning("disk guard node=%s full=%s used_ratio=%.3f limit=%.3f", self.config.node_id, full, ratio,
                         self.config.disk_full_ratio)
-        self._disk_full = full
+        was_full, self._disk_full = self._disk_full, full
+        # Appends are refused here before they reach the core, so no write would tell it: a full leader must
+        # hear it from the guard to hand leadership to a follower that can still store entries.
+        now = time.monotonic()
+        if full and self._tasks and (not was_full or
+                                     now - self._disk_full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000):
+            self._disk_full_reported_s = now
+            self._step(StoreFailed(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} above "
+                                                           f"disk_full_ratio {self.config.disk_full_ratio}"))
 
     async def _checkpoint(self) -> None:
         """Persist (end, committed) when either moved; the store also checkpoints from flush() under load."""

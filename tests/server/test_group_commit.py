@@ -136,22 +136,6 @@ def test_failed_flush_for_a_full_disk_is_retried(committer):
     asyncio.run(main())
 
 
-def test_disk_watch_reports_a_full_disk_while_idle(tmp_path):
-    """A leader that refuses appends for a full disk writes nothing: the idle watch tells the core."""
-    async def main():
-        store = MemoryStore()
-        store.path = str(tmp_path)
-        store.config = type("Cfg", (), {"disk_full_ratio": 1e-9})()  # any used block counts as full
-        failures = []
-        gc = GroupCommitter(store, sync=True, on_durable=lambda i: None,
-                            on_failed=lambda c, r: failures.append(c))
-        task = asyncio.create_task(gc.run())
-        await _until(lambda: failures == [ResponseCode.DISK_FULL])
-        gc.close()
-        await task
-    asyncio.run(main())
-
-
 @pytest.mark.parametrize("sync", [True, False])
 def test_async_mode_never_reports_durable_but_still_flushes(sync):
     async def main():

@@ -115,3 +115,39 @@ def test_a_stopping_leader_hands_leadership_over_first(tmp_path):
             for n in nodes:
                 await n.stop()
     asyncio.run(main())
+
+
+def test_a_leader_whose_disk_guard_finds_it_full_hands_over(tmp_path, monkeypatch):
+    """A full leader refuses appends before they reach the core, so no write tells the core: the node's
+    disk guard does, and the core hands leadership to a follower that can still store entries."""
+    import shutil
+
+    from quorumlog.server import node as node_module
+
+    async def main():
+        peers, nodes = await _cluster(tmp_path)
+        try:
+            leader = await _leader(nodes)
+            async with quorumlog.Client(peers, timeout_ms=5_000) as client:
+                await asyncio.gather(*(client.append(b"f%d" % i) for i in range(20)))
+                real = shutil.disk_usage
+                full_dir = leader.config.data_dir
+
+                def usage(path):
+                    u = real(path)
+                    return u._replace(used=u.total) if str(path) == str(full_dir) else u
+                monkeypatch.setattr(node_module.shutil, "disk_usage", usage)
+                leader._check_disk()  # the guard's periodic check, run now: the core starts a transfer
+                rest = [n for n in nodes if n is not leader]
+                new = await _leader(rest)
+                deadline = time.monotonic() + 5
+                while leader.status()["leader_id"] != new.config.node_id and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # the old leader hears of the new term
+                assert leader.status()["role"] != "leader" and leader.status()["leader_id"] == new.config.node_id
+                r = await client.append(b"after")  # acknowledged by the new leader
+                entries = [e async for e in client.read(0, node=new.config.node_id)]
+                assert entries[r.index].body == b"after"
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(main())
