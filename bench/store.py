@@ -46,10 +46,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from quorumlog.store import FileStore, StoreConfig  # noqa: E402
-from quorumlog.store import codec  # noqa: E402
+from quorumlog.format import log_entry  # noqa: E402
 from quorumlog.store.files import ZERO, create_segment_file  # noqa: E402
 from quorumlog.store.segments import segment_name  # noqa: E402
-from quorumlog.store.codec import HEADER_SIZE  # noqa: E402
+from quorumlog.format.log_entry import HEADER_SIZE  # noqa: E402
 
 MIB = 1024 * 1024
 BENCH_SEGMENT_BYTES = 64 * MIB
@@ -272,7 +272,7 @@ def main() -> int:
     started = time.time()
     print(f"bench/store.py: dir={workdir} fs={fs_type(workdir)} reps={reps} quick={args.quick} "
           f"load={load_before[0]:.2f},{load_before[1]:.2f},{load_before[2]:.2f} cpus={os.cpu_count()} "
-          f"codec={codec.compiled_codec() or 'pure Python'}", flush=True)
+          f"codec={log_entry.compiled_codec() or 'pure Python'}", flush=True)
 
     big_batch_bytes = 4096 * (1024 + HEADER_SIZE)
     runs: dict[str, list[dict]] = {}
@@ -407,7 +407,7 @@ def main() -> int:
                     "fs": fs_type(tempfile.gettempdir() if args.dir is None else args.dir)},
         "flush_mode": "fdatasync per batch (durable)",
         # "C (sse4.2)" / "C (table)": the compiled record codec; "pure Python": missing or QUORUMLOG_PURE_PYTHON=1
-        "codec": codec.compiled_codec() or "pure Python",
+        "codec": log_entry.compiled_codec() or "pure Python",
         "workload": {"seq_total_bytes": seq_total, "serial_ops": serial_ops, "segment_bytes": BENCH_SEGMENT_BYTES,
                      "flushed_batches": flushed_batches, "cpu_batches": cpu_batches},
         "results": s, "paired_ratios": ratios, "targets": targets, "noise": noise,

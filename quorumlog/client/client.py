@@ -18,8 +18,8 @@ from ..codes import ResponseCode
 from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexOutOfRange, NetworkError, NotLeader,
                       QuorumLogError)
 from ..peers import Address, parse_peers
-from ..store.base import Records
-from ..store.codec import decode_records
+from ..format.log_entry import Records
+from ..format.log_entry import decode_records
 from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
                            StatusResponse, TransferLeaderRequest, TransferLeaderResponse)
 from .accumulator import Accumulator, PendingAppend

@@ -19,7 +19,7 @@ import random
 from bisect import bisect_left, bisect_right
 
 from ..codes import ResponseCode
-from ..store import codec
+from ..format import log_entry
 from ..store.base import LogView
 from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse,
                              TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult)
@@ -221,16 +221,16 @@ class RaftCore:
         log_view = self.log
         index = self.end_index
         first_kept = max(log_view.begin_index, self.committed_index + 1)
-        while index >= first_kept and self._channel_at(index) & codec.CHANNEL_BATCH_CONTINUES:
+        while index >= first_kept and self._channel_at(index) & log_entry.CHANNEL_BATCH_CONTINUES:
             index -= 1
         if index < self.end_index:
-            assert self._channel_at(self.end_index) & codec.CHANNEL_BATCH_CONTINUES
+            assert self._channel_at(self.end_index) & log_entry.CHANNEL_BATCH_CONTINUES
             log.info("dropping a partial batch node=%s after=%d end=%d", self.config.node_id, index, self.end_index)
             self.truncate_after(index)
 
     def _channel_at(self, index: int) -> int:
         records = self.log.read(index, 1, index)
-        return codec.HEADER.unpack_from(records.chunks[0], 0)[5]
+        return log_entry.HEADER.unpack_from(records.chunks[0], 0)[5]
 
     def step_down(self, term: int, leader_id: str | None) -> None:
         """Leave leadership or candidacy (or follow a new term); fails every waiting client request."""

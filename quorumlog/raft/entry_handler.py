@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..codes import ResponseCode
-from ..store import codec
+from ..format import log_entry
 from ..wire.messages import PushRequest, PushResponse, PushType
 from .types import AppendRecords
 
@@ -140,7 +140,7 @@ class EntryHandler:
             core.append_records(AppendRecords(first, last, data))
         else:  # overlaps what we hold: a retry, entries we have, or a suffix that conflicts
             index, off, stop = first, 0, min(last, end)
-            header = codec.HEADER
+            header = log_entry.HEADER
             matched = self.matched_end
             while index <= stop:
                 h = header.unpack_from(data, off)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptEntry
-from ..store.codec import CHANNEL_NOOP, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER_SIZE, PRODUCER_TAG_SIZE, record_columns
+from ..format.log_entry import CHANNEL_NOOP, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER_SIZE, PRODUCER_TAG_SIZE, record_columns
 
 SCHEMA = pa.schema([
     pa.field("index", pa.int64(), nullable=False),

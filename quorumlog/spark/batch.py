@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ..errors import IndexOutOfRange, QuorumLogError, Timeout
-from ..store.base import Records
+from ..format.log_entry import Records
 from .arrow import records_to_batches
 from .options import EARLIEST, LATEST, SourceOptions
 from .remote import LogBounds, Remote, remote_for, settle_worker_heap

@@ -10,28 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from .codec import Entry
+from ..format.log_entry import Entry, Records
 
 DEFAULT_MAX_ENTRY_BYTES = 4 * 1024 * 1024  # DLedger's 4 MiB entry buffer
 PRODUCER_WINDOW_BATCHES = 256  # idempotent batches remembered per client
-
-
-@dataclass(frozen=True, slots=True)
-class Records:
-    """Raw stored records first_index..last_index, as buffers to send or decode without re-encoding.
-
-    `chunks` are contiguous runs of records (one per data segment touched); padding is never included.
-    An empty read has last_index == first_index - 1 and no chunks.
-    """
-
-    first_index: int
-    last_index: int
-    chunks: tuple[bytes | memoryview, ...]
-    size_bytes: int
-
-    @property
-    def count(self) -> int:
-        return self.last_index - self.first_index + 1
 
 
 @dataclass(frozen=True, slots=True)

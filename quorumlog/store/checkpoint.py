@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import CorruptEntry
-from .codec import crc32c
+from ..format.log_entry import crc32c
 from .files import atomic_write_file
 
 CHECKPOINT_NAME = "checkpoint"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from . import codec
+from ..format import log_entry
 from .base import DEFAULT_MAX_ENTRY_BYTES
 
 GIB = 1024 * 1024 * 1024
@@ -16,7 +16,7 @@ class StoreConfig:
     # DLedger's mappedFileSizeForEntryData (1 GiB, like RocketMQ's commit log).
     data_segment_size_bytes: int = GIB
     # 4M units of 32 bytes = 128 MiB per index segment, so one index segment covers many data segments.
-    index_segment_size_bytes: int = codec.INDEX_UNIT_SIZE * 4 * 1024 * 1024
+    index_segment_size_bytes: int = log_entry.INDEX_UNIT_SIZE * 4 * 1024 * 1024
     max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES
     # Appends are refused above this used/total ratio of the filesystem. DLedger starts force-cleaning at
     # diskSpaceRatioToForceClean = 0.85 and forbids writes at diskFullRatio = 0.90 (forceClean + 0.05); we
@@ -46,11 +46,11 @@ class StoreConfig:
                 raise ValueError(f"{f.name} must be an integer, got {value!r}")
         if self.max_entry_bytes < 1:
             raise ValueError(f"max_entry_bytes must be >= 1, got {self.max_entry_bytes}")
-        if self.data_segment_size_bytes < max(MIN_DATA_SEGMENT_BYTES, self.max_record_bytes + codec.MIN_BLANK_SIZE):
+        if self.data_segment_size_bytes < max(MIN_DATA_SEGMENT_BYTES, self.max_record_bytes + log_entry.MIN_BLANK_SIZE):
             raise ValueError(
                 f"data_segment_size_bytes {self.data_segment_size_bytes} must be >= {MIN_DATA_SEGMENT_BYTES} and hold"
                 f" one largest record ({self.max_record_bytes} bytes) plus a blank record")
-        u = codec.INDEX_UNIT_SIZE
+        u = log_entry.INDEX_UNIT_SIZE
         if self.index_segment_size_bytes < 4 * u or self.index_segment_size_bytes % u:
             raise ValueError(f"index_segment_size_bytes {self.index_segment_size_bytes} must be a multiple of {u}"
                              f" and hold at least 4 units")
@@ -68,8 +68,8 @@ class StoreConfig:
     @property
     def max_record_bytes(self) -> int:
         """Largest stored record: header + body + a producer tag."""
-        return codec.HEADER_SIZE + self.max_entry_bytes + codec.PRODUCER_TAG_SIZE
+        return log_entry.HEADER_SIZE + self.max_entry_bytes + log_entry.PRODUCER_TAG_SIZE
 
     @property
     def index_units_per_segment(self) -> int:
-        return self.index_segment_size_bytes // codec.INDEX_UNIT_SIZE
+        return self.index_segment_size_bytes // log_entry.INDEX_UNIT_SIZE

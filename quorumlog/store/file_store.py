@@ -25,16 +25,17 @@ import time
 from typing import Sequence
 
 from ..errors import CorruptEntry, DiskError, DiskFull, EmptyBatch, EntryTooLarge, IndexOutOfRange
-from . import codec
-from .base import ProducerBatch, Records
+from ..format import log_entry
+from .base import ProducerBatch
+from ..format.log_entry import Records
 from .checkpoint import CHECKPOINT_NAME, Checkpoint, write_checkpoint
-from .codec import (
+from ..format.log_entry import (
     BLANK_MAGIC, CHAIN, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE,
     POS, PRODUCER_TAG, PRODUCER_TAG_SIZE, Entry, crc32c,
 )
 from .config import StoreConfig
 from .disk_guard import DiskGuard
-from .codec import encode_records_and_units, producer_tag
+from ..format.log_entry import encode_records_and_units, producer_tag
 from .files import SegmentAllocator, fsync_dir, is_enospc, write_zeros
 from .producers import ProducerTable
 from .recover_on_open import RecoverOnOpen
@@ -201,7 +202,7 @@ class FileStore(RecoverOnOpen):
         if why is not None:
             self._report_corrupt(seg.path, off, index, why)
         body = seg.view[off + HEADER_SIZE: off + size]
-        user_body, _tag = codec.split_producer_tag(h[5], body)
+        user_body, _tag = log_entry.split_producer_tag(h[5], body)
         return Entry(index, term, h[8], user_body)
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
@@ -230,7 +231,7 @@ class FileStore(RecoverOnOpen):
         chunks: list[memoryview] = []
         total_bytes = 0
         index = start
-        fast = codec._fast
+        fast = log_entry._fast
         while index <= stop:
             if fast is not None:  # the checked prefix in one C call; what stops it is handled below in Python
                 n, off2, chain, _term, _u, _t = fast.scan(seg.view, off, seg.size_bytes, index, prev_chain, True,
@@ -242,7 +243,7 @@ class FileStore(RecoverOnOpen):
                     prev_chain = chain
                     if index > stop:
                         break
-            if off + MIN_BLANK_SIZE <= seg.size_bytes and codec.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
+            if off + MIN_BLANK_SIZE <= seg.size_bytes and log_entry.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
                 if off > chunk_start:
                     chunks.append(seg.view[chunk_start:off])
                     total_bytes += off - chunk_start
@@ -292,10 +293,10 @@ class FileStore(RecoverOnOpen):
                      producer: tuple[int, int] | None = None, noop: bool = False) -> int:
         if not bodies:
             raise EmptyBatch("empty batch")
-        channel = codec.CHANNEL_NOOP if noop else 0
-        if codec._fast is not None:  # one C call instead of three passes over the bodies
+        channel = log_entry.CHANNEL_NOOP if noop else 0
+        if log_entry._fast is not None:  # one C call instead of three passes over the bodies
             lengths = None
-            body_total, body_max = codec._fast.body_sizes(bodies)
+            body_total, body_max = log_entry._fast.body_sizes(bodies)
         else:
             lengths = list(map(len, bodies))
             body_total, body_max = sum(lengths), max(lengths)
@@ -308,7 +309,7 @@ class FileStore(RecoverOnOpen):
         total = body_total + HEADER_SIZE * n + (PRODUCER_TAG_SIZE if tag else 0)
         seg = self._data[-1]
         if self._write_pos + total + MIN_BLANK_SIZE <= seg.end:  # the common case: one segment
-            parts, units, chain = codec.encode_for_write(first, term, bodies, timestamp_ms, self._write_pos,
+            parts, units, chain = log_entry.encode_for_write(first, term, bodies, timestamp_ms, self._write_pos,
                                                          self._end_chain, tag, channel)
             self._commit_write([(seg, self._write_pos, parts)], [], units, first, first + n - 1, term, chain,
                                self._write_pos + total)
@@ -333,7 +334,7 @@ class FileStore(RecoverOnOpen):
                     all_units.append(units)
                     end_pos = pos + len(records)
                     if k + 1 < len(plan):
-                        records += codec.encode_blank(seg.end - end_pos) if seg.end > end_pos else b""
+                        records += log_entry.encode_blank(seg.end - end_pos) if seg.end > end_pos else b""
                     writes.append((seg, pos, records))
             except BaseException:
                 self._discard_new_segments(new_segs)
@@ -348,7 +349,7 @@ class FileStore(RecoverOnOpen):
         self._check_writable()
         expected = self._end + 1
         prev_chain: int | None = self._end_chain if (self._end >= self._begin or self._begin == 0) else None
-        if codec._fast is not None and self._append_records_fast(view, expected, prev_chain):
+        if log_entry._fast is not None and self._append_records_fast(view, expected, prev_chain):
             return self._end
         starts: list[int] = []
         sizes: list[int] = []
@@ -373,7 +374,7 @@ class FileStore(RecoverOnOpen):
             if prev_chain is not None and \
                     crc32c(CHAIN.pack(index, term, channel, body_crc, ts, body_size), prev_chain) != chain:
                 raise CorruptEntry(f"chain crc mismatch at index {index}")
-            if channel & codec.CHANNEL_PRODUCER_TAG:
+            if channel & log_entry.CHANNEL_PRODUCER_TAG:
                 if body_size < PRODUCER_TAG_SIZE:
                     raise CorruptEntry(f"producer-tagged body of {body_size} bytes at index {index}")
                 client_id, seq, count = PRODUCER_TAG.unpack_from(view, off + total - PRODUCER_TAG_SIZE)
@@ -396,13 +397,13 @@ class FileStore(RecoverOnOpen):
                 buf = bytearray(view[starts[a]: starts[b - 1] + sizes[b - 1]]) if b > a else bytearray()
                 p, rel = pos, 0
                 for i in range(a, b):  # this node's layout: rewrite pos in place
-                    POS.pack_into(buf, rel + codec.POS_OFFSET, p)
+                    POS.pack_into(buf, rel + log_entry.POS_OFFSET, p)
                     units += upack(INDEX_MAGIC, p, sizes[i], first + i, terms[i])
                     p += sizes[i]
                     rel += sizes[i]
                 end_pos = p
                 if k + 1 < len(plan) and seg.end > end_pos:
-                    buf += codec.encode_blank(seg.end - end_pos)
+                    buf += log_entry.encode_blank(seg.end - end_pos)
                 writes.append((seg, pos, buf))
         except BaseException:
             self._discard_new_segments(new_segs)
@@ -417,14 +418,14 @@ class FileStore(RecoverOnOpen):
         record is good and they fit in the active segment; False leaves the case to the Python path, which
         raises the reference error for a bad record (the C scan accepts exactly what the Python loop does)."""
         n_bytes = len(view)
-        n, end_off, chain, term, _units, tags = codec._fast.scan(
+        n, end_off, chain, term, _units, tags = log_entry._fast.scan(
             view, 0, n_bytes, expected, prev_chain, True, None, 0, self.max_entry_bytes + PRODUCER_TAG_SIZE, True,
             -1, False)
         seg = self._data[-1]
         pos = self._write_pos
         if n == 0 or end_off != n_bytes or pos + n_bytes + MIN_BLANK_SIZE > seg.end:
             return False
-        buf, units = codec._fast.relocate(view, 0, n_bytes, pos, expected)
+        buf, units = log_entry._fast.relocate(view, 0, n_bytes, pos, expected)
         self._commit_write([(seg, pos, buf)], [], units, expected, expected + n - 1, term, chain, pos + n_bytes)
         for t in tags:
             self._producers.remember(*t)
@@ -650,7 +651,7 @@ class FileStore(RecoverOnOpen):
             for seg, pos, buf in writes:
                 if isinstance(buf, list):
                     self._pwritev_all(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
-                elif isinstance(buf, codec.RecordParts):
+                elif isinstance(buf, log_entry.RecordParts):
                     self._write_parts(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
                 else:
                     self._pwrite_all(seg.writable_fd(), buf, pos - seg.start, seg.path, done, seg)
@@ -666,7 +667,7 @@ class FileStore(RecoverOnOpen):
                 self._data.append(seg)
                 self._data_starts.append(seg.start)
             for seg, pos, buf in writes:
-                head = buf[0] if isinstance(buf, list) else buf.headers if isinstance(buf, codec.RecordParts) else buf
+                head = buf[0] if isinstance(buf, list) else buf.headers if isinstance(buf, log_entry.RecordParts) else buf
                 if seg.first_index < 0 and pos == seg.start and len(head) >= HEADER_SIZE \
                         and HEADER.unpack_from(head, 0)[0] == ENTRY_MAGIC:
                     seg.first_index = HEADER.unpack_from(head, 0)[2]
@@ -701,11 +702,11 @@ class FileStore(RecoverOnOpen):
             raise self._disk_error("write", path, e) from e
         done.append((seg, off, written))
 
-    def _write_parts(self, fd: int, parts: codec.RecordParts, off: int, path: str, done: list,
+    def _write_parts(self, fd: int, parts: log_entry.RecordParts, off: int, path: str, done: list,
                      seg: Segment) -> None:
         """The compiled codec's headers + the caller's bodies in one pwritev (per IOV_MAX buffers), no copy."""
         try:
-            written = codec.write_record_parts(fd, off, parts)
+            written = log_entry.write_record_parts(fd, off, parts)
         except OSError as e:
             done.append((seg, off, getattr(e, "written", 0)))
             raise self._disk_error("write", path, e) from e

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import CorruptEntry, EmptyBatch, EntryTooLarge, IndexOutOfRange
-from . import codec
-from .base import DEFAULT_MAX_ENTRY_BYTES, ProducerBatch, Records
+from ..format import log_entry
+from .base import DEFAULT_MAX_ENTRY_BYTES, ProducerBatch
+from ..format.log_entry import Records
 from .producers import ProducerTable
-from .codec import Entry
+from ..format.log_entry import Entry
 
 
 class MemoryStore:
@@ -79,8 +80,8 @@ class MemoryStore:
         return self._begin + lo
 
     def get(self, index: int) -> Entry:
-        ((h, body),) = codec.iter_records(self._records[self._slot(index)])
-        return Entry(h.index, h.term, h.timestamp_ms, codec.split_producer_tag(h.channel, body)[0])
+        ((h, body),) = log_entry.iter_records(self._records[self._slot(index)])
+        return Entry(h.index, h.term, h.timestamp_ms, log_entry.split_producer_tag(h.channel, body)[0])
 
     def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
         last = self.end_index if end is None else min(end, self.end_index)
@@ -109,7 +110,7 @@ class MemoryStore:
                 raise EntryTooLarge(f"entry of {len(body)} bytes > max_entry_bytes {self.max_entry_bytes}")
         first = self.end_index + 1
         prev_chain = self._chains[-1] if self._chains else 0
-        buf, sizes, _ = codec.encode_batch(first, term, bodies, timestamp_ms, self._offsets[-1], prev_chain, producer,
+        buf, sizes, _ = log_entry.encode_batch(first, term, bodies, timestamp_ms, self._offsets[-1], prev_chain, producer,
                                             noop)
         self._append_encoded(bytes(buf), sizes)
         return self.end_index
@@ -118,10 +119,10 @@ class MemoryStore:
         prev_chain = self._chains[-1] if self._chains else 0
         expected = self.end_index + 1
         recs, sizes = [], []
-        for h, _body in codec.iter_records(data):
+        for h, _body in log_entry.iter_records(data):
             if h.index != expected:
                 raise CorruptEntry(f"record index {h.index}, expected {expected}")
-            chain = codec.chain_crc_of(prev_chain, h.index, h.term, h.channel, h.body_crc, h.timestamp_ms, h.body_size)
+            chain = log_entry.chain_crc_of(prev_chain, h.index, h.term, h.channel, h.body_crc, h.timestamp_ms, h.body_size)
             if chain != h.chain_crc and (self._records or self._begin == 0):
                 raise CorruptEntry(f"chain crc mismatch at index {h.index}")
             prev_chain = h.chain_crc
@@ -134,7 +135,7 @@ class MemoryStore:
         pos = self._offsets[-1]
         for size in sizes:
             rec = bytearray(view[off: off + size])
-            codec.POS.pack_into(rec, codec.POS_OFFSET, pos)  # this node's layout
+            log_entry.POS.pack_into(rec, log_entry.POS_OFFSET, pos)  # this node's layout
             recs.append(bytes(rec))
             off += size
             pos += size
@@ -146,13 +147,13 @@ class MemoryStore:
         for size in sizes:
             rec = buf[off: off + size]
             off += size
-            h = codec.read_header(rec)
+            h = log_entry.read_header(rec)
             self._records.append(rec)
             self._terms.append(h.term)
             self._chains.append(h.chain_crc)
             self._offsets.append(self._offsets[-1] + size)
-            if h.channel & codec.CHANNEL_PRODUCER_TAG:
-                tag = codec.PRODUCER_TAG.unpack_from(rec, size - codec.PRODUCER_TAG_SIZE)
+            if h.channel & log_entry.CHANNEL_PRODUCER_TAG:
+                tag = log_entry.PRODUCER_TAG.unpack_from(rec, size - log_entry.PRODUCER_TAG_SIZE)
                 self._producers.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
 
     def truncate_after(self, index: int) -> None:
@@ -168,9 +169,9 @@ class MemoryStore:
     def _rebuild_producers(self) -> None:
         self._producers.clear()
         for rec in self._records:
-            h = codec.read_header(rec)
-            if h.channel & codec.CHANNEL_PRODUCER_TAG:
-                tag = codec.PRODUCER_TAG.unpack_from(rec, h.total_size - codec.PRODUCER_TAG_SIZE)
+            h = log_entry.read_header(rec)
+            if h.channel & log_entry.CHANNEL_PRODUCER_TAG:
+                tag = log_entry.PRODUCER_TAG.unpack_from(rec, h.total_size - log_entry.PRODUCER_TAG_SIZE)
                 self._producers.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
 
     def flush(self) -> int:

@@ -14,9 +14,9 @@ import os
 import time
 
 from ..errors import CorruptEntry
-from . import codec
+from ..format import log_entry
 from .checkpoint import Checkpoint, read_checkpoint, remove_stale_tmp
-from .codec import (
+from ..format.log_entry import (
     BLANK_MAGIC, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE,
     PRODUCER_TAG, PRODUCER_TAG_SIZE,
 )
@@ -229,10 +229,10 @@ class RecoverOnOpen:
                         prev = HEADER.unpack_from(pseg.view, pos - pseg.start)[6]
         else:
             return True  # e is the first entry kept: nothing to compare with
-        if prev is not None and codec.chain_crc_of(prev, h[2], h[3], h[5], h[7], h[8], h[9]) == h[6]:
+        if prev is not None and log_entry.chain_crc_of(prev, h[2], h[3], h[5], h[7], h[8], h[9]) == h[6]:
             return True
         seg, off = self._data[seg_i], next_off
-        if off + MIN_BLANK_SIZE <= seg.size_bytes and codec.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
+        if off + MIN_BLANK_SIZE <= seg.size_bytes and log_entry.BLANK.unpack_from(seg.view, off)[0] == BLANK_MAGIC:
             if seg_i + 1 >= len(self._data):
                 return False
             seg, off = self._data[seg_i + 1], 0
@@ -260,7 +260,7 @@ class RecoverOnOpen:
                     or pos - self._data_starts[i] + size > self._data[i].size_bytes:
                 continue
             seg, off = self._data[i], pos - self._data_starts[i]
-            if not HEADER.unpack_from(seg.view, off)[5] & codec.CHANNEL_PRODUCER_TAG:
+            if not HEADER.unpack_from(seg.view, off)[5] & log_entry.CHANNEL_PRODUCER_TAG:
                 continue
             why, _h = check_record(seg.view, off, seg.size_bytes, seg.start, index, None)
             if why is not None:  # a damaged tag must not poison the dedup table

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import CorruptEntry
-from . import codec
-from .codec import (
+from ..format import log_entry
+from ..format.log_entry import (
     BLANK, BLANK_MAGIC, CHAIN, CHANNEL_PRODUCER_TAG, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT,
     MIN_BLANK_SIZE, PRODUCER_TAG_SIZE,
     crc32c,
@@ -79,7 +79,7 @@ def scan_forward(segs: list[Segment], seg_i: int, off: int, expected_index: int,
     last_index, last_chain = expected_index - 1, prev_chain if prev_chain is not None else 0
     seg = segs[seg_i]
     reason: str | None = None
-    fast = codec._fast
+    fast = log_entry._fast
     while True:
         size = seg.size_bytes
         if off == size:  # a blank filled the segment before

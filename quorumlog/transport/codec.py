@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..codes import ResponseCode
 from ..errors import ProtocolError
-from ..store.base import Records
+from ..format.log_entry import Records
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse,

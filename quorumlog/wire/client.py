@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codes import ResponseCode
-from ..store.base import Records
+from ..format.log_entry import Records
 
 
 @dataclass(frozen=True, slots=True)

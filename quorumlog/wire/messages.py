@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ..codes import ResponseCode
-from ..store.base import Records
+from ..format.log_entry import Records
 
 
 class PushType(IntEnum):

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 
 from quorumlog.codes import ResponseCode
-from quorumlog.store import codec
-from quorumlog.store.base import Records
+from quorumlog.format import log_entry
+from quorumlog.format.log_entry import Records
 from quorumlog.transport import TransportServer
 from quorumlog.wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
                                    StatusResponse, TransferLeaderRequest, TransferLeaderResponse)
@@ -62,7 +62,7 @@ class FakeGroup:
 
     def store(self, bodies: tuple[bytes, ...], producer: tuple[int, int] | None) -> tuple[int, int]:
         first = len(self.records)
-        buf, sizes, self.chain = codec.encode_batch(first, self.term, bodies, TIMESTAMP_MS, 0, self.chain, producer)
+        buf, sizes, self.chain = log_entry.encode_batch(first, self.term, bodies, TIMESTAMP_MS, 0, self.chain, producer)
         off = 0
         for size, body in zip(sizes, bodies):
             self.records.append(bytes(buf[off:off + size]))

@@ -16,7 +16,7 @@ import pytest
 import quorumlog
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import DiskFull, EntryTooLarge, UnknownGroup
-from quorumlog.store.codec import decode_records
+from quorumlog.format.log_entry import decode_records
 from quorumlog.transport import ClientConnection
 from quorumlog.transport.handshake import Hello, Role as HelloRole, decode_hello_error, encode_hello
 from quorumlog.transport.kinds import Kind

@@ -12,7 +12,7 @@ from quorumlog.raft.types import ClientAppend, Durable, Stored
 from quorumlog.server.hard_state import load_hard_state
 from quorumlog.server.node import Node
 from quorumlog.store import MemoryStore
-from quorumlog.store.codec import decode_records
+from quorumlog.format.log_entry import decode_records
 from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, StatusRequest, TransferLeaderRequest,
 )

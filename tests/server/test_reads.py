@@ -2,7 +2,7 @@ import asyncio
 
 from quorumlog.codes import ResponseCode
 from quorumlog.store import MemoryStore
-from quorumlog.store.codec import decode_records
+from quorumlog.format.log_entry import decode_records
 from quorumlog.server.reads import CommitNotifier, read_committed, serve_read
 from quorumlog.wire.client import ReadRequest
 

@@ -95,8 +95,8 @@ class StandInCore:
             skip = max(0, end - m.first_index + 1)
             data = b"".join(m.records.chunks)
             if skip:
-                from quorumlog.store import codec
-                sizes = [h.total_size for h, _ in codec.iter_records(data)]
+                from quorumlog.format import log_entry
+                sizes = [h.total_size for h, _ in log_entry.iter_records(data)]
                 data = data[sum(sizes[:skip]):]
             first = m.first_index + skip
             return Ready(appends=(AppendRecords(first, m.last_index, data),), committed_index=commit)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from quorumlog.errors import CorruptEntry
 from quorumlog.spark.arrow import SCHEMA, _walk_offsets, record_offsets, records_to_batch, records_to_batches
-from quorumlog.store import codec
+from quorumlog.format import log_entry
 
 bodies_st = st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=40)
 batch_st = st.tuples(bodies_st, st.integers(0, 2**40), st.integers(0, 2**31), st.integers(0, 2**41),
@@ -21,7 +21,7 @@ def _encode(batches, first_index):
     index = first_index
     chain = 0
     for bodies, _, term, ts, producer in batches:
-        buf, _, chain = codec.encode_batch(index, term, bodies, ts, len(out), chain, producer=producer)
+        buf, _, chain = log_entry.encode_batch(index, term, bodies, ts, len(out), chain, producer=producer)
         out += buf
         index += len(bodies)
     return bytes(out)
@@ -30,7 +30,7 @@ def _encode(batches, first_index):
 def _as_entries(batch: pa.RecordBatch):
     cols = batch.to_pydict()
     ts_ms = batch.column("timestamp").cast(pa.int64()).to_pylist()
-    return [codec.Entry(i, t, ms // 1000, b) for i, t, ms, b in zip(cols["index"], cols["term"], ts_ms, cols["body"])]
+    return [log_entry.Entry(i, t, ms // 1000, b) for i, t, ms, b in zip(cols["index"], cols["term"], ts_ms, cols["body"])]
 
 
 @settings(max_examples=150, deadline=None)
@@ -39,24 +39,24 @@ def test_matches_decode_records(batches, first_index):
     buf = _encode(batches, first_index)
     batch = records_to_batch(buf)
     assert batch.schema == SCHEMA
-    assert _as_entries(batch) == codec.decode_records(buf)
+    assert _as_entries(batch) == log_entry.decode_records(buf)
 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(batch_st, min_size=1, max_size=3))
 def test_memoryview_chunks(batches):
     buf = _encode(batches, 5)
-    cut = len(codec.decode_records(buf)) // 2
+    cut = len(log_entry.decode_records(buf)) // 2
     # split at a record boundary, as the store splits at segment ends
-    offs = [h.total_size for h, _ in codec.iter_records(buf)]
+    offs = [h.total_size for h, _ in log_entry.iter_records(buf)]
     at = sum(offs[:cut])
     out = records_to_batches((memoryview(buf)[:at], memoryview(buf)[at:]))
     got = [e for b in out for e in _as_entries(b)]
-    assert got == codec.decode_records(buf)
+    assert got == log_entry.decode_records(buf)
 
 
 def test_timestamp_is_utc_microseconds():
-    buf, _, _ = codec.encode_batch(0, 1, [b"x"], 1_700_000_000_123, 0, 0)
+    buf, _, _ = log_entry.encode_batch(0, 1, [b"x"], 1_700_000_000_123, 0, 0)
     batch = records_to_batch(bytes(buf))
     assert batch.column("timestamp").type == pa.timestamp("us", tz="UTC")
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_123_000]
@@ -70,7 +70,7 @@ def test_empty_buffer_gives_empty_batch():
 @settings(max_examples=100, deadline=None)
 @given(bodies_st, st.data())
 def test_damage_raises_corrupt_entry(bodies, data):
-    buf = bytearray(codec.encode_batch(0, 1, bodies, 1, 0, 0)[0])
+    buf = bytearray(log_entry.encode_batch(0, 1, bodies, 1, 0, 0)[0])
     which = data.draw(st.sampled_from(["truncate", "magic", "size"]))
     if which == "truncate":
         cut = data.draw(st.integers(1, len(buf) - 1))
@@ -78,7 +78,7 @@ def test_damage_raises_corrupt_entry(bodies, data):
         # a cut exactly at a record boundary is a valid shorter buffer
         bounds = set()
         off = 0
-        for h, _ in codec.iter_records(bytes(buf)):
+        for h, _ in log_entry.iter_records(bytes(buf)):
             off += h.total_size
             bounds.add(off)
         if cut in bounds:
@@ -88,7 +88,7 @@ def test_damage_raises_corrupt_entry(bodies, data):
         buf[0] ^= 0xFF
         damaged = bytes(buf)
     else:
-        buf[4:8] = (codec.HEADER_SIZE + len(bodies[0]) + 1).to_bytes(4, "big")
+        buf[4:8] = (log_entry.HEADER_SIZE + len(bodies[0]) + 1).to_bytes(4, "big")
         damaged = bytes(buf)
     with pytest.raises(CorruptEntry):
         records_to_batch(damaged)
@@ -98,29 +98,29 @@ def test_damage_raises_corrupt_entry(bodies, data):
 @given(st.lists(st.tuples(st.binary(max_size=80), st.binary(max_size=80)), min_size=1, max_size=20))
 def test_bodies_holding_the_magic_take_the_slow_path_and_agree(parts):
     # A body that contains the entry magic (and look-alike headers) must not fool the vectorised walk.
-    magic = codec.ENTRY_MAGIC.to_bytes(4, "big")
-    bodies = [a + magic + codec.HEADER.pack(codec.ENTRY_MAGIC, 60, 0, 0, 0, 0, 0, 0, 0, 4) + b for a, b in parts]
-    buf = bytes(codec.encode_batch(3, 2, bodies, 5, 0, 0)[0])
+    magic = log_entry.ENTRY_MAGIC.to_bytes(4, "big")
+    bodies = [a + magic + log_entry.HEADER.pack(log_entry.ENTRY_MAGIC, 60, 0, 0, 0, 0, 0, 0, 0, 4) + b for a, b in parts]
+    buf = bytes(log_entry.encode_batch(3, 2, bodies, 5, 0, 0)[0])
     batch = records_to_batch(buf)
-    assert _as_entries(batch) == codec.decode_records(buf)
+    assert _as_entries(batch) == log_entry.decode_records(buf)
     assert list(record_offsets(buf)) == list(_walk_offsets(buf))
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(bodies_st, st.sampled_from([0, codec.CHANNEL_NOOP, codec.CHANNEL_PRODUCER_TAG,
-                                                      codec.CHANNEL_NOOP | codec.CHANNEL_BATCH_CONTINUES])),
+@given(st.lists(st.tuples(bodies_st, st.sampled_from([0, log_entry.CHANNEL_NOOP, log_entry.CHANNEL_PRODUCER_TAG,
+                                                      log_entry.CHANNEL_NOOP | log_entry.CHANNEL_BATCH_CONTINUES])),
                 min_size=1, max_size=4),
        st.sampled_from(["none", "truncate", "magic", "size", "short_tag"]), st.data())
 def test_compiled_columns_equal_the_python_path(batches, damage, data):
-    """codec.record_columns (one C pass) gives the same RecordBatch as the take-based Python path, no-op
+    """log_entry.record_columns (one C pass) gives the same RecordBatch as the take-based Python path, no-op
     entries left out and producer tags stripped; on a damaged buffer it steps aside and the Python path
     raises the reference error."""
-    if codec.compiled_codec() is None:
+    if log_entry.compiled_codec() is None:
         pytest.skip("the compiled codec is not built")
     out, index, chain = bytearray(), 0, 0
     for bodies, channel in batches:
-        tag = codec.producer_tag(7, index + 1, len(bodies)) if channel & codec.CHANNEL_PRODUCER_TAG else None
-        parts, _units, chain = codec._py_encode_parts_and_units(index, 3, bodies, 1_700_000_000_000 + index,
+        tag = log_entry.producer_tag(7, index + 1, len(bodies)) if channel & log_entry.CHANNEL_PRODUCER_TAG else None
+        parts, _units, chain = log_entry._py_encode_parts_and_units(index, 3, bodies, 1_700_000_000_000 + index,
                                                                 len(out), chain, tag, channel)
         out += b"".join(parts)
         index += len(bodies)
@@ -132,7 +132,7 @@ def test_compiled_columns_equal_the_python_path(batches, damage, data):
     elif damage == "size":
         buf[4:8] = (int.from_bytes(buf[4:8], "big") + 1).to_bytes(4, "big")
     elif damage == "short_tag":  # the first record says "tagged" with a body shorter than a tag
-        buf[32:36] = (int.from_bytes(buf[32:36], "big") | codec.CHANNEL_PRODUCER_TAG).to_bytes(4, "big")
+        buf[32:36] = (int.from_bytes(buf[32:36], "big") | log_entry.CHANNEL_PRODUCER_TAG).to_bytes(4, "big")
     buf = bytes(buf)
 
     def outcome():
@@ -142,12 +142,12 @@ def test_compiled_columns_equal_the_python_path(batches, damage, data):
             return CorruptEntry
 
     compiled = outcome()
-    saved = codec._fast
-    codec._fast = None
+    saved = log_entry._fast
+    log_entry._fast = None
     try:
         pure = outcome()
     finally:
-        codec._fast = saved
+        log_entry._fast = saved
     if pure is CorruptEntry:
         assert compiled is CorruptEntry
     else:

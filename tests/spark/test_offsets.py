@@ -16,8 +16,8 @@ from quorumlog.spark import batch, stream  # noqa: E402
 from quorumlog.spark.options import OptionError, SourceOptions  # noqa: E402
 from quorumlog.spark.remote import LogBounds  # noqa: E402
 from quorumlog.spark.write import derive_client_id  # noqa: E402
-from quorumlog.store import codec  # noqa: E402
-from quorumlog.store.base import Records  # noqa: E402
+from quorumlog.format import log_entry  # noqa: E402
+from quorumlog.format.log_entry import Records  # noqa: E402
 
 PEERS = "n0=127.0.0.1:1,n1=127.0.0.1:2,n2=127.0.0.1:3"
 
@@ -40,7 +40,7 @@ class StubClient:
         if start < self.begin or start > last:
             return Records(start, start - 1, (), 0), committed, self.begin
         bodies = [b"e%d" % i for i in range(start, last + 1)]
-        buf, _, _ = codec.encode_batch(start, 1, bodies, 1, 0, 0)
+        buf, _, _ = log_entry.encode_batch(start, 1, bodies, 1, 0, 0)
         return Records(start, last, (bytes(buf),), len(buf)), committed, self.begin
 
 

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from quorumlog.errors import CorruptEntry, EmptyBatch, EntryTooLarge, IndexOutOfRange
-from quorumlog.store import MemoryStore, codec
+from quorumlog.store import MemoryStore
+from quorumlog.format import log_entry
 
 from .conftest import MAX_ENTRY_BYTES
 
@@ -79,7 +80,7 @@ def test_read_respects_bytes_and_end_and_returns_raw_records(store):
                     assert r.size_bytes <= max_bytes
                 if end is None:
                     assert r.last_index == store.end_for_bytes(start, max_bytes, 10 ** 9)
-                entries = codec.decode_records(data)
+                entries = log_entry.decode_records(data)
                 assert [e.index for e in entries] == list(range(start, r.last_index + 1))
                 assert [e.body for e in entries] == bodies[start: r.last_index + 1]
     assert store.read(len(bodies), 100).count == 0
@@ -152,7 +153,7 @@ def test_follower_refuses_bad_records(store):
     with pytest.raises(CorruptEntry):
         store.append_records(bytes(data[:-1]))  # torn
     bad = bytearray(data)
-    bad[codec.HEADER_SIZE + 1] ^= 0xFF  # first body byte (or the next header if the body is empty)
+    bad[log_entry.HEADER_SIZE + 1] ^= 0xFF  # first body byte (or the next header if the body is empty)
     with pytest.raises(CorruptEntry):
         store.append_records(bytes(bad))
     assert store.end_index == -1

@@ -14,7 +14,8 @@ import threading
 import pytest
 
 from quorumlog.errors import CorruptEntry, DiskError, DiskFull, IndexOutOfRange
-from quorumlog.store import FileStore, RecoveryError, StoreConfig, atomic_write_file, codec
+from quorumlog.store import FileStore, RecoveryError, StoreConfig, atomic_write_file
+from quorumlog.format import log_entry
 from quorumlog.store.checkpoint import read_checkpoint
 from quorumlog.store.segments import list_segments
 
@@ -38,7 +39,7 @@ def check_prefix(store: FileStore, bodies: list[bytes], at_least: int = -1) -> N
         assert store.get(i).body == bodies[i]
     if store.end_index >= 0:
         r = store.read(0, 10 ** 9)
-        entries = codec.decode_records(b"".join(bytes(c) for c in r.chunks))
+        entries = log_entry.decode_records(b"".join(bytes(c) for c in r.chunks))
         assert [e.body for e in entries] == bodies[: store.end_index + 1]
 
 
@@ -55,9 +56,9 @@ def test_layout_names_blanks_and_reopen(tmp_path):
     for f in files[:-1]:  # every sealed segment ends with one blank record
         raw = open(f, "rb").read()
         off = 0
-        while codec.BLANK.unpack_from(raw, off)[0] == codec.ENTRY_MAGIC:
-            off += codec.BLANK.unpack_from(raw, off)[1]
-        assert codec.BLANK.unpack_from(raw, off) == (codec.BLANK_MAGIC, len(raw) - off)
+        while log_entry.BLANK.unpack_from(raw, off)[0] == log_entry.ENTRY_MAGIC:
+            off += log_entry.BLANK.unpack_from(raw, off)[1]
+        assert log_entry.BLANK.unpack_from(raw, off) == (log_entry.BLANK_MAGIC, len(raw) - off)
     assert all(os.path.getsize(f) == SMALL.index_segment_size_bytes for f in index_files(path))
     cp = read_checkpoint(os.path.join(path, "checkpoint"))
     assert (cp.end_index, cp.committed_index) == (len(bodies) - 1, 20)
@@ -91,7 +92,7 @@ def test_one_big_batch_spans_many_segments(tmp_path):
         assert s.find_producer_batch(1, 1).first_index == 0
         r = s.read(0, 10 ** 9)
         assert len(r.chunks) == len(s._data)  # one chunk per segment, padding left out
-        assert r.size_bytes == s.bytes_between(0, 39) == sum(codec.HEADER_SIZE + len(b) for b in bodies) + 20
+        assert r.size_bytes == s.bytes_between(0, 39) == sum(log_entry.HEADER_SIZE + len(b) for b in bodies) + 20
 
 
 def test_reads_are_zero_copy_views(tmp_path):
@@ -183,9 +184,9 @@ def test_truncate_data_file_at_every_offset(fast_dir):
     newest = data_files(base)[-1]
     raw = open(newest, "rb").read()
     starts = [0]
-    while codec.BLANK.unpack_from(raw, starts[-1])[0] == codec.ENTRY_MAGIC:
-        starts.append(starts[-1] + codec.BLANK.unpack_from(raw, starts[-1])[1])
-    first_in_newest = codec.HEADER.unpack_from(raw, 0)[2]
+    while log_entry.BLANK.unpack_from(raw, starts[-1])[0] == log_entry.ENTRY_MAGIC:
+        starts.append(starts[-1] + log_entry.BLANK.unpack_from(raw, starts[-1])[1])
+    first_in_newest = log_entry.HEADER.unpack_from(raw, 0)[2]
     work = os.path.join(fast_dir, "w")
     for cut in range(0, starts[-1] + 1):
         shutil.rmtree(work, ignore_errors=True)
@@ -272,7 +273,7 @@ def test_byte_flips_never_serve_a_corrupt_record(fast_dir, caplog):
                 assert st.corrupt_records >= 1
                 try:
                     r = st.read(0, 10 ** 9)
-                    served = codec.decode_records(b"".join(bytes(c) for c in r.chunks))
+                    served = log_entry.decode_records(b"".join(bytes(c) for c in r.chunks))
                 except CorruptEntry:
                     assert i == 0
                     served = []
@@ -556,7 +557,7 @@ def test_retention_on_a_worker_thread_while_reading(tmp_path):
                 try:
                     assert s.get(i).body == bodies[i]
                     r = s.read(i, 3000)
-                    assert [e.body for e in codec.decode_records(b"".join(bytes(c) for c in r.chunks))] == \
+                    assert [e.body for e in log_entry.decode_records(b"".join(bytes(c) for c in r.chunks))] == \
                         bodies[i: r.last_index + 1]
                     served += 1
                 except IndexOutOfRange:

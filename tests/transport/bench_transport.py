@@ -20,8 +20,7 @@ import multiprocessing as mp
 import time
 
 from quorumlog.codes import ResponseCode
-from quorumlog.store.base import Records
-from quorumlog.store.codec import encode_batch
+from quorumlog.format.log_entry import Records, encode_batch
 from quorumlog.transport import ClientConnection, PeerLinks, TransportServer
 from quorumlog.transport.loop import run, uvloop_available
 from quorumlog.wire.client import AppendRequest, AppendResponse

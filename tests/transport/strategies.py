@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from quorumlog.codes import ResponseCode
-from quorumlog.store.base import Records
+from quorumlog.format.log_entry import Records
 from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse,

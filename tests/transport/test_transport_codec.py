@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import ProtocolError
-from quorumlog.store.base import Records
-from quorumlog.store.codec import encode_batch, iter_records
+from quorumlog.format.log_entry import Records, encode_batch, iter_records
 from quorumlog.transport import codec
 from quorumlog.transport.frames import FrameDecoder, NEED_DATA
 from quorumlog.transport.kinds import Kind

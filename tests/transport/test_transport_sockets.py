@@ -9,7 +9,7 @@ import pytest
 
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import NetworkError, QuorumLogError, Timeout, UnknownGroup
-from quorumlog.store.base import Records
+from quorumlog.format.log_entry import Records
 from quorumlog.transport import ClientConnection, PeerLinks
 from quorumlog.transport.frames import FRAME_HEADER, NEED_DATA, FrameDecoder, encode_frame
 from quorumlog.transport.handshake import (

@@ -1,6 +1,6 @@
 /* The record codec's hot loops in C: one call per batch instead of Python work per entry.
  *
- * quorumlog/store/codec.py stays the reference: every function here must give byte-identical output to the
+ * quorumlog/format/log_entry.py stays the reference: every function here must give byte-identical output to the
  * pure-Python encoder and accept exactly the records the Python checks accept (codec.py falls back to Python
  * when this module is missing or QUORUMLOG_PURE_PYTHON=1; tests/store/test_fastcodec.py compares the two).
  *

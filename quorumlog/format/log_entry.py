@@ -55,7 +55,7 @@ PRODUCER_TAG_SIZE = PRODUCER_TAG.size
 
 crc32c = _crc32c.crc32c
 
-# The compiled fast path (quorumlog/store/_fastcodec.c): the same records and the same accept/reject
+# The compiled fast path (quorumlog/format/_fastcodec.c): the same records and the same accept/reject
 # decisions as the Python below, which stays the reference. Optional at build time; QUORUMLOG_PURE_PYTHON=1
 # forces the Python path (tests, before/after measurements). Looked up at call time, so tests can set it
 # to None to compare both paths in one process.
@@ -88,6 +88,24 @@ def record_columns(buf):
     Python path, which raises the reference error). Boundaries and sizes only: CRCs are the serving store's
     job."""
     return _fast.record_columns(buf) if _fast is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """Raw stored records first_index..last_index, as buffers to send or decode without re-encoding.
+
+    `chunks` are contiguous runs of records (one per data segment touched); padding is never included.
+    An empty read has last_index == first_index - 1 and no chunks.
+    """
+
+    first_index: int
+    last_index: int
+    chunks: tuple[bytes | memoryview, ...]
+    size_bytes: int
+
+    @property
+    def count(self) -> int:
+        return self.last_index - self.first_index + 1
 
 
 @dataclass(frozen=True, slots=True)

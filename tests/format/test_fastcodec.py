@@ -1,4 +1,4 @@
-"""The compiled record codec (quorumlog/store/_fastcodec.c) against the pure-Python reference in codec.py.
+"""The compiled record codec (quorumlog/format/_fastcodec.c) against the pure-Python reference in log_entry.py.
 
 Same bytes out of the encoder, same CRC32C as the `crc32c` package (both the SSE4.2 and the table code), and
 the same verdicts from every caller that checks records with it (a follower's append_records, a first read,
@@ -17,15 +17,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from quorumlog.errors import QuorumLogError
-from quorumlog.store import FileStore, StoreConfig, codec
+from quorumlog.store import FileStore, StoreConfig
+from quorumlog.format import log_entry
 from quorumlog.store.recovery import check_record
 
 try:
-    fast = importlib.import_module("quorumlog.store._fastcodec")
+    fast = importlib.import_module("quorumlog.format._fastcodec")
 except ImportError:  # pragma: no cover - only where the build had no C compiler
     fast = None
 
-needs_fast = pytest.mark.skipif(fast is None, reason="quorumlog.store._fastcodec is not built (no C compiler at "
+needs_fast = pytest.mark.skipif(fast is None, reason="quorumlog.format._fastcodec is not built (no C compiler at "
                                                      "install time): only the pure-Python codec is there to test")
 common = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -37,9 +38,9 @@ body_st = st.one_of(st.binary(max_size=64), st.binary(min_size=1000, max_size=30
 as_buffer = st.sampled_from([bytes, bytearray, memoryview])
 bodies_st = st.lists(st.tuples(body_st, as_buffer).map(lambda bt: bt[1](bt[0])), min_size=1, max_size=20)
 tag_st = st.none() | st.tuples(st.integers(0, 2 ** 64 - 1), st.integers(0, 2 ** 64 - 1), st.integers(1, 2 ** 32 - 1)) \
-    .map(lambda t: codec.producer_tag(*t))
-channel_st = st.sampled_from([0, codec.CHANNEL_PRODUCER_TAG, codec.CHANNEL_NOOP, codec.CHANNEL_BATCH_CONTINUES,
-                              codec.CHANNEL_NOOP | codec.CHANNEL_BATCH_CONTINUES, 7])
+    .map(lambda t: log_entry.producer_tag(*t))
+channel_st = st.sampled_from([0, log_entry.CHANNEL_PRODUCER_TAG, log_entry.CHANNEL_NOOP, log_entry.CHANNEL_BATCH_CONTINUES,
+                              log_entry.CHANNEL_NOOP | log_entry.CHANNEL_BATCH_CONTINUES, 7])
 
 
 def test_extension_is_built_where_it_can_be():
@@ -49,21 +50,21 @@ def test_extension_is_built_where_it_can_be():
     header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
     if not (compiler and os.path.exists(header)):
         pytest.skip("no C compiler or Python.h here: the pure-Python codec is the expected outcome")
-    assert fast is not None, "quorumlog.store._fastcodec missing: rebuild with `pip install -e .` and read its log"
+    assert fast is not None, "quorumlog.format._fastcodec missing: rebuild with `pip install -e .` and read its log"
 
 
 @needs_fast
 def test_pure_python_switch(monkeypatch):
-    monkeypatch.setenv(codec.PURE_PYTHON_ENV, "1")
-    assert codec._load_fast() is None
-    monkeypatch.setenv(codec.PURE_PYTHON_ENV, "0")
-    assert codec._load_fast() is fast
+    monkeypatch.setenv(log_entry.PURE_PYTHON_ENV, "1")
+    assert log_entry._load_fast() is None
+    monkeypatch.setenv(log_entry.PURE_PYTHON_ENV, "0")
+    assert log_entry._load_fast() is fast
 
 
 @pytest.fixture(params=["sse4.2", "table"])
 def crc_backend(request):
     if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
+        pytest.skip("quorumlog.format._fastcodec is not built")
     before = fast.crc_backend()
     try:
         fast.set_crc_backend(request.param)
@@ -92,7 +93,7 @@ def test_crc32c_large_buffer_and_known_value():
 @given(first=I64, term=I64, ts=I64, pos=I64, chain=U32, bodies=bodies_st, tag=tag_st, channel=channel_st,
        ends_batch=st.booleans())
 def test_encode_is_byte_identical(crc_backend, first, term, ts, pos, chain, bodies, tag, channel, ends_batch):
-    parts, units, last = codec._py_encode_parts_and_units(first, term, bodies, ts, pos, chain, tag, channel,
+    parts, units, last = log_entry._py_encode_parts_and_units(first, term, bodies, ts, pos, chain, tag, channel,
                                                           ends_batch)
     assert fast.encode(first, term, bodies, ts, pos, chain, tag, channel, ends_batch) == (b"".join(parts), units,
                                                                                           last)
@@ -101,8 +102,8 @@ def test_encode_is_byte_identical(crc_backend, first, term, ts, pos, chain, bodi
 @needs_fast
 def test_encode_big_batch_is_byte_identical():
     bodies = [os.urandom(1024) for _ in range(4096)]  # the benchmark's batch, encoded with the GIL released
-    tag = codec.producer_tag(1, 2, 4096)
-    parts, units, last = codec._py_encode_parts_and_units(10, 3, bodies, 99, 12345, 77, tag)
+    tag = log_entry.producer_tag(1, 2, 4096)
+    parts, units, last = log_entry._py_encode_parts_and_units(10, 3, bodies, 99, 12345, 77, tag)
     assert fast.encode(10, 3, bodies, 99, 12345, 77, tag, 0, True) == (b"".join(parts), units, last)
 
 
@@ -110,7 +111,7 @@ def test_encode_big_batch_is_byte_identical():
 @given(bodies=bodies_st)
 def test_body_sizes(bodies):
     if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
+        pytest.skip("quorumlog.format._fastcodec is not built")
     lengths = list(map(len, bodies))
     assert fast.body_sizes(bodies) == (sum(lengths), max(lengths))
     assert fast.body_sizes(tuple(bodies)) == (sum(lengths), max(lengths))
@@ -119,13 +120,13 @@ def test_body_sizes(bodies):
 @needs_fast
 def test_public_encoders_agree_both_ways(monkeypatch):
     bodies = [b"a" * 100, b"", bytearray(b"xyz"), memoryview(b"q" * 5000)]
-    compiled = (codec.encode_records_and_units(5, 2, bodies, 9, 100, 3, b"t" * 20, codec.CHANNEL_NOOP),
-                codec.encode_batch(5, 2, bodies, 9, 100, 3, (1, 2)),
-                b"".join(codec.encode_parts_and_units(5, 2, bodies, 9, 100, 3)[0]))
-    monkeypatch.setattr(codec, "_fast", None)
-    pure = (codec.encode_records_and_units(5, 2, bodies, 9, 100, 3, b"t" * 20, codec.CHANNEL_NOOP),
-            codec.encode_batch(5, 2, bodies, 9, 100, 3, (1, 2)),
-            b"".join(codec.encode_parts_and_units(5, 2, bodies, 9, 100, 3)[0]))
+    compiled = (log_entry.encode_records_and_units(5, 2, bodies, 9, 100, 3, b"t" * 20, log_entry.CHANNEL_NOOP),
+                log_entry.encode_batch(5, 2, bodies, 9, 100, 3, (1, 2)),
+                b"".join(log_entry.encode_parts_and_units(5, 2, bodies, 9, 100, 3)[0]))
+    monkeypatch.setattr(log_entry, "_fast", None)
+    pure = (log_entry.encode_records_and_units(5, 2, bodies, 9, 100, 3, b"t" * 20, log_entry.CHANNEL_NOOP),
+            log_entry.encode_batch(5, 2, bodies, 9, 100, 3, (1, 2)),
+            b"".join(log_entry.encode_parts_and_units(5, 2, bodies, 9, 100, 3)[0]))
     assert compiled == pure
 
 
@@ -138,9 +139,9 @@ def _ref_segment_scan(view, off, end, seg_start, index, prev_chain):
         why, h = check_record(view, off, end, seg_start, index + n, prev_chain)
         if why is not None:
             return n, off, last_chain, last_term, bytes(units), tags
-        units += codec.encode_index_unit(h[4], h[1], h[2], h[3])
-        if h[5] & codec.CHANNEL_PRODUCER_TAG:
-            client_id, seq, count = codec.PRODUCER_TAG.unpack_from(view, off + h[1] - codec.PRODUCER_TAG_SIZE)
+        units += log_entry.encode_index_unit(h[4], h[1], h[2], h[3])
+        if h[5] & log_entry.CHANNEL_PRODUCER_TAG:
+            client_id, seq, count = log_entry.PRODUCER_TAG.unpack_from(view, off + h[1] - log_entry.PRODUCER_TAG_SIZE)
             tags.append((client_id, seq, h[2] - count + 1, h[2]))
         prev_chain = last_chain = h[6]
         last_term = h[3]
@@ -169,10 +170,10 @@ small_bodies_st = st.lists(st.binary(max_size=200), min_size=1, max_size=12)
        tag=tag_st, channel=channel_st, damage=damage_st, known_prev=st.booleans(), room=st.integers(0, 16))
 def test_scan_matches_check_record(crc_backend, bodies, first, chain, seg_start, tag, channel, damage, known_prev,
                                    room):
-    records, _units, _ = codec._py_encode_parts_and_units(first, 1, bodies, 5, seg_start, chain, tag, channel)
+    records, _units, _ = log_entry._py_encode_parts_and_units(first, 1, bodies, 5, seg_start, chain, tag, channel)
     seg = _damage(b"".join(records), damage) + bytes(room)  # room < 8: the last record leaves no room for a blank
     prev = chain if known_prev else None
-    got = fast.scan(seg, 0, len(seg), first, prev, True, seg_start, codec.MIN_BLANK_SIZE, -1, True, -1, True)
+    got = fast.scan(seg, 0, len(seg), first, prev, True, seg_start, log_entry.MIN_BLANK_SIZE, -1, True, -1, True)
     assert got == _ref_segment_scan(memoryview(seg), 0, len(seg), seg_start, first, prev)
 
 
@@ -180,15 +181,15 @@ def test_scan_matches_check_record(crc_backend, bodies, first, chain, seg_start,
 @given(bodies=small_bodies_st, tag=tag_st, channel=channel_st, damage=damage_st)
 def test_iter_records_same_records_and_error(monkeypatch, bodies, tag, channel, damage):
     if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
-    records, _units, _ = codec._py_encode_parts_and_units(3, 1, bodies, 5, 0, 0, tag, channel)
+        pytest.skip("quorumlog.format._fastcodec is not built")
+    records, _units, _ = log_entry._py_encode_parts_and_units(3, 1, bodies, 5, 0, 0, tag, channel)
     buf = _damage(b"".join(records), damage)
     results = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(codec, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
         got = []
         try:
-            for h, body in codec.iter_records(buf):
+            for h, body in log_entry.iter_records(buf):
                 got.append((h, bytes(body)))
             got.append("end")
         except QuorumLogError as e:
@@ -221,18 +222,18 @@ def _outcome(fn, strip: str = ""):
 def test_follower_append_records_same_verdict(tmp_path_factory, monkeypatch, prefix, bodies, tag, channel, damage,
                                               big):
     if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
+        pytest.skip("quorumlog.format._fastcodec is not built")
     if big:
         bodies = bodies + [bytes(5000)]  # > max_entry_bytes: EntryTooLarge, in both paths
     leader = _push_store(tmp_path_factory.mktemp("leader"), "l", prefix)
     first = leader.end_index + 1
     prev = leader.chain_crc_at(first - 1) if first else 0
     leader.close()
-    records, _u, _c = codec._py_encode_parts_and_units(first, 2, bodies, 7, 999, prev, tag, channel)
+    records, _u, _c = log_entry._py_encode_parts_and_units(first, 2, bodies, 7, 999, prev, tag, channel)
     push = _damage(b"".join(records), damage)
     results = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(codec, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
         d = tmp_path_factory.mktemp(mode)
         s = _push_store(d, "f", prefix)
         try:
@@ -253,7 +254,7 @@ def test_reads_and_recovery_same_verdict(tmp_path_factory, monkeypatch, batches,
     """A damaged data segment: recovery's forward scan (after the checkpoint) and first reads (before it) cut
     and refuse the same records with the same errors in both paths."""
     if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
+        pytest.skip("quorumlog.format._fastcodec is not built")
     d = tmp_path_factory.mktemp("log")
     cfg = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
                       disk_full_ratio=1.0, checkpoint_interval_ms=10 ** 9)
@@ -276,7 +277,7 @@ def test_reads_and_recovery_same_verdict(tmp_path_factory, monkeypatch, batches,
     shutil.copytree(d / "g", pristine)
     results = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(codec, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
         work = d / mode
         shutil.copytree(pristine, work)
 
@@ -298,7 +299,7 @@ def test_reads_and_recovery_same_verdict(tmp_path_factory, monkeypatch, batches,
 @needs_fast
 def test_write_records_writes_the_encoded_records(tmp_path):
     bodies = [os.urandom(i % 97) for i in range(2000)]  # ~3900 buffers: several IOV_MAX chunks, empty bodies
-    tag = codec.producer_tag(3, 4, 2000)
+    tag = log_entry.producer_tag(3, 4, 2000)
     records, _units, _ = fast.encode(7, 2, bodies, 11, 4096, 5, tag, 0, True)
     headers, units, chain = fast.encode_headers(7, 2, bodies, 11, 4096, 5, tag, 0, True)
     assert (units, chain) == fast.encode(7, 2, bodies, 11, 4096, 5, tag, 0, True)[1:]
@@ -313,7 +314,7 @@ def test_write_records_writes_the_encoded_records(tmp_path):
 
 @needs_fast
 def test_write_records_reports_errors_and_refuses_mismatched_bodies(tmp_path, monkeypatch):
-    monkeypatch.setattr(codec, "_fast", fast)  # also under QUORUMLOG_PURE_PYTHON=1
+    monkeypatch.setattr(log_entry, "_fast", fast)  # also under QUORUMLOG_PURE_PYTHON=1
     headers, _u, _c = fast.encode_headers(0, 1, [b"abc"], 1, 0, 0, None, 0, True)
     fd = os.open(tmp_path / "f", os.O_RDONLY | os.O_CREAT)
     try:
@@ -325,7 +326,7 @@ def test_write_records_reports_errors_and_refuses_mismatched_bodies(tmp_path, mo
     finally:
         os.close(fd)
     with pytest.raises(OSError) as e:
-        codec.write_record_parts(-1, 0, codec.RecordParts(headers, [b"abc"], None, 59))
+        log_entry.write_record_parts(-1, 0, log_entry.RecordParts(headers, [b"abc"], None, 59))
     assert e.value.written == 0
 
 
@@ -336,12 +337,12 @@ def test_file_store_writes_the_same_files(tmp_path_factory, monkeypatch, batches
     """append_batch through the compiled path (encode_headers + write_records) leaves byte-identical data and
     index segments to the pure-Python path (header/body pwritev), across segment ends."""
     if fast is None:
-        pytest.skip("quorumlog.store._fastcodec is not built")
+        pytest.skip("quorumlog.format._fastcodec is not built")
     cfg = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
                       disk_full_ratio=1.0, checkpoint_interval_ms=10 ** 9)
     trees = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(codec, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
         d = tmp_path_factory.mktemp(mode)
         s = FileStore(str(d / "g"), cfg)
         try:
