@@ -136,6 +136,7 @@ class RaftCore:
         log.info("truncate node=%s after=%d end=%d", self.config.node_id, index, self.end_index)
         self._truncate_after = index
         self.end_index = index
+        del self._batch_ends[bisect_right(self._batch_ends, index):]
         self.durable_index = min(self.durable_index, index)
 
     def _set_committed(self, index: int) -> None:
@@ -152,7 +153,13 @@ class RaftCore:
 
     # -- step ----------------------------------------------------------------------------------------
     def step(self, event: Event) -> Ready:
-        self.end_index = self.log.end_index
+        end = self.end_index = self.log.end_index
+        ends = self._batch_ends
+        if ends and ends[-1] > end:
+            # The log is shorter than the batches we emitted: a write failed (StoreFailed follows or came) or the
+            # log was cut. A boundary of a batch that is not in the log would cut pushes and commits inside
+            # whatever is written at those indexes next (issue 12, 0.1).
+            del ends[bisect_right(ends, end):]
         t = type(event)
         if t is Receive:
             self._on_message(event.message)
@@ -324,6 +331,11 @@ class RaftCore:
         elif t is TakeLeadershipRequest:
             self._follow(m)  # only a leader sends it
             if member.role is Role.FOLLOWER and member.leader_id == m.frm:
+                if self.now_ms < self.elector.no_campaign_until_ms:
+                    # our store failed (DISK_ERROR): we could not store what we would lead
+                    log.warning("refusing to take leadership node=%s term=%d from=%s: store failed",
+                                member.node_id, member.term, m.frm)
+                    return
                 log.info("taking leadership node=%s term=%d from=%s", member.node_id, member.term, m.frm)
                 self.elector.campaign(leadership_transfer=True)
         else:
@@ -385,7 +397,7 @@ class RaftCore:
             self.elector.no_campaign_until_ms = 1 << 62  # until restart (see above)
         if self.member.role is not _LEADER:
             return
-        self.pending.fail_all(event.code, self.member.leader_id, self._completions)
+        self.pending.fail_all(event.code, self.member.leader_id, self._completions, written_up_to=self.end_index)
         successor = self._store_failed_successor()
         if event.code == ResponseCode.DISK_ERROR:
             if successor is not None:
@@ -455,6 +467,7 @@ class RaftCore:
         first = self.end_index + 1
         self._appends.append(AppendBatch(first, self.member.term, bodies, self.now_ms, producer, noop))
         self.end_index = first + len(bodies) - 1
+        assert not self._batch_ends or self._batch_ends[-1] < first, (self._batch_ends[-1], first)
         self._batch_ends.append(self.end_index)
         return first, self.end_index
 

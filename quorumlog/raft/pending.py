@@ -89,11 +89,16 @@ class PendingRequests:
                 out.append(Completion(rid, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, pa.first_index, pa.last_index,
                                       pa.term))
 
-    def fail_all(self, code: ResponseCode, leader_id: str | None, out: list[Completion]) -> None:
+    def fail_all(self, code: ResponseCode, leader_id: str | None, out: list[Completion],
+                 written_up_to: int = -1) -> None:
+        """Answer every waiting request with `code`; but a batch wholly ≤ `written_up_to` is in our log and
+        may have been pushed, so it may still commit under a later leader: its waiters get the retriable
+        "outcome unknown" (WAIT_QUORUM_ACK_TIMEOUT), never a final refusal (an idempotent retry finds it)."""
         for pa in self._appends:
+            answer = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT if pa.last_index <= written_up_to else code
             for rid in pa.waiters:
                 if self._owner.pop(rid, None) is pa:
-                    out.append(Completion(rid, code, leader_id=leader_id))
+                    out.append(Completion(rid, answer, leader_id=leader_id))
         assert not self._owner
         self._appends.clear()
         self._deadlines.clear()

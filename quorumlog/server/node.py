@@ -226,7 +226,13 @@ class Node:
         self._stepping = True
         try:
             while self._events and not self.failed:
-                ready = self._core.step(self._events.popleft())
+                event = self._events.popleft()
+                try:
+                    ready = self._core.step(event)
+                except Exception as e:  # a bug: the core may be half-stepped, so nothing it holds is trusted
+                    log.exception("core.step raised node=%s event=%r", self.config.node_id, event)
+                    self._fail_stop(f"core.step raised {type(e).__name__}: {e}")
+                    break
                 if ready:
                     self._execute(ready)
         finally:

@@ -1,9 +1,7 @@
 """The log store: segmented data files, fixed-width index, checkpoint, recovery (layer 1)."""
 
+from ..format.log_entry import Entry, Records
 from .base import LogStore, LogView, ProducerBatch
-
-from ..format.log_entry import Records
-from ..format.log_entry import Entry
 from .config import StoreConfig
 from .file_store import FileStore
 from .files import atomic_write_file

@@ -3,7 +3,8 @@
 import pytest
 
 from quorumlog.codes import ResponseCode
-from quorumlog.raft.types import AppendBatch, Role, StoreFailed, Tick
+from quorumlog.raft.types import AppendBatch, ClientAppend, Role, StoreFailed, Tick
+from quorumlog.wire.messages import PushRequest, TakeLeadershipRequest
 
 from .harness import Cluster
 
@@ -153,17 +154,26 @@ def test_producer_tag_is_passed_to_the_store():
 
 
 def test_disk_error_on_the_leader_fails_pending_and_steps_down():
+    """Issue 12, 0.2: a batch already written (and pushed) when the fsync fails may still commit under the
+    next leader, so its client hears "outcome unknown" (retriable), not a final DISK_ERROR; a batch whose
+    write never happened is refused with DISK_ERROR."""
     c, leader, _ = _cluster()
     for n in c.ids:
         c.nodes[n].auto_flush = False
-    rid = c.append(leader, [b"x"])
+    written = c.append(leader, [b"x"])
+    c.step(leader, Tick(c.now_ms))  # the runtime's next step (a Stored) pushes it
+    c.core(leader).step(ClientAppend(9_999, (b"never-written",), 0, -1))  # this write fails
     c.step(leader, StoreFailed(ResponseCode.DISK_ERROR, "EIO"))
-    assert c.completions[rid].code == ResponseCode.DISK_ERROR
+    assert c.completions[written].code == ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+    assert c.completions[9_999].code == ResponseCode.DISK_ERROR
     assert c.core(leader).role is Role.FOLLOWER
     for n in c.ids:
         c.nodes[n].auto_flush = True
     new = c.run_until(lambda: c.leader() not in (None, leader), 3_000) is not None and c.leader()
     assert new != leader
+    c.run(300)
+    assert b"x" in c.bodies(new, c.core(new).committed_index)  # it did commit: DISK_ERROR would have lied
+    assert b"never-written" not in c.bodies(new)
 
 
 def test_disk_error_hands_leadership_over_at_once_and_never_campaigns_again():
@@ -193,9 +203,9 @@ def test_disk_full_on_the_leader_hands_over_to_a_caught_up_follower():
     ok = c.append(leader, [b"x"])
     c.deliver()
     assert c.completions[ok].code == ResponseCode.SUCCESS
-    rid = c.append(leader, [b"y"])
+    rid = c.append(leader, [b"y"])  # written before the disk guard's report: it may still commit
     c.step(leader, StoreFailed(ResponseCode.DISK_FULL, "ENOSPC"))
-    assert c.completions[rid].code == ResponseCode.DISK_FULL
+    assert c.completions[rid].code == ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
     again = c.append(leader, [b"z"])
     assert c.completions[again].code in (ResponseCode.DISK_FULL, ResponseCode.LEADER_TRANSFERRING)
     assert c.run_until(lambda: c.leader() in followers, timeout_ms) is not None, "no transfer"
@@ -249,3 +259,31 @@ def test_a_partial_batch_at_a_new_leaders_end_is_dropped_not_committed():
         bodies = c.bodies(n)
         assert bodies.count(b"b0") == 1 and bodies.count(b"b3") == 1, (n, bodies)
         assert bodies[-4:] == [b"b0", b"b1", b"b2", b"b3"]
+
+
+def test_a_failed_leader_write_leaves_no_batch_boundary_behind():
+    """Issue 12, 0.1: a leader whose write failed (ENOSPC) kept that batch's end as a push/commit boundary,
+    so the next batch, written over the same indexes, was pushed and committed only up to the stale end:
+    half a batch committed. Pushes here carry one entry at most, so every push ends at a boundary."""
+    c, leader, followers = _cluster(max_push_batch_bytes=200)
+    core = c.core(leader)
+    base = c.append(leader, [b"base"])
+    c.deliver()
+    assert c.completions[base].code == ResponseCode.SUCCESS
+    end = core.log.end_index
+    # A 2-entry batch whose write fails: the runtime never executes the Ready's append and reports the failure.
+    core.step(ClientAppend(9_999, (b"lost-0", b"lost-1"), 0, -1))
+    # the hand-over to a caught-up follower never arrives: the leader keeps leading (and refusing for a while)
+    c.drop_filter = lambda m: isinstance(m, TakeLeadershipRequest)
+    c.step(leader, StoreFailed(ResponseCode.DISK_FULL, "ENOSPC creating a segment"))
+    assert c.nodes[leader].store.end_index == end
+    c.run_until(lambda: c.now_ms >= core._disk_full_until_ms and not core.transfer.active, 10_000)
+    assert c.leader() == leader
+    seen_ends: list[int] = []
+    c.drop_filter = lambda m: isinstance(m, PushRequest) and m.records is not None and seen_ends.append(m.last_index)
+    rid = c.append(leader, [b"c" * 80] * 3)  # one entry per push (136 B each, 200 B budget)
+    c.run_until(lambda: rid in c.completions, 5_000)
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    assert seen_ends and all(e == end + 3 for e in seen_ends), seen_ends  # never inside the batch
+    for f in followers:
+        assert c.core(f).committed_index in (end, end + 3)

@@ -86,3 +86,18 @@ def test_preferred_leader_gets_leadership_once_caught_up():
     c.run(2_000)
     assert c.leaders() == ["n2"]
     assert c.bodies("n2")[:10] == [b"x"] * 10
+
+
+def test_a_follower_whose_store_failed_refuses_to_take_leadership():
+    """Issue 12: a DISK_ERROR follower asked to take leadership must not campaign (it cannot store a log)."""
+    from quorumlog.codes import ResponseCode
+    from quorumlog.raft.types import StoreFailed
+    c = Cluster(3)
+    leader = c.elect()
+    c.run(200)
+    to = next(n for n in c.ids if n != leader)
+    c.step(to, StoreFailed(ResponseCode.DISK_ERROR, "EIO"))
+    c.transfer(leader, to)
+    c.run(100)
+    assert not any(isinstance(m, VoteRequest) and m.frm == to for m in c.sent)
+    assert c.leader() == leader

@@ -235,3 +235,27 @@ def test_a_hard_state_that_cannot_be_persisted_stops_the_node_before_sending(tmp
         assert transport.sent == []  # the message that depended on the vote never left
         await node.stop()
     asyncio.run(main())
+
+
+def test_an_exception_from_the_core_fail_stops_the_node(tmp_path, monkeypatch):
+    """A core that raised may be half-stepped (issue 12): the node stops instead of stepping it again."""
+    async def main():
+        node, transport, store = await _started(tmp_path)
+        core = node._core
+        real_step = core.step
+
+        def step(event):
+            if isinstance(event, ClientAppend):
+                raise RuntimeError("planted core bug")
+            return real_step(event)
+        monkeypatch.setattr(core, "step", step)
+        s = FakeSession()
+        transport.on_client_request(s, AppendRequest(41, (b"a",)))
+        await asyncio.wait_for(node.fatal.wait(), 5)
+        assert "planted core bug" in node.failed
+        seen = len(core.events)
+        transport.on_client_request(s, AppendRequest(42, (b"b",)))
+        await asyncio.sleep(0)
+        assert len(core.events) == seen and store.end_index == -1  # never stepped again, nothing written
+        await node.stop()
+    asyncio.run(main())
