@@ -447,6 +447,10 @@ class FileStore(RecoverOnOpen):
             seg_i = self._data_seg_i(cut)
             seg = self._data[seg_i]
             written_end = self._write_pos if seg_i == len(self._data) - 1 else self._records_end(seg_i) + MIN_BLANK_SIZE
+            if self._checkpoint_end > index:
+                # Lower the checkpoint before any byte is zeroed: a crash or ENOSPC half-way through the cut
+                # must leave a checkpoint that the data still confirms, or the node cannot reopen.
+                self._write_checkpoint(min(self._durable, index))
             try:
                 fd = seg.writable_fd()
                 write_zeros(fd, cut - seg.start, written_end - seg.start)
@@ -482,8 +486,6 @@ class FileStore(RecoverOnOpen):
             if dropped:
                 fsync_dir(self._data_dir)
             self._producers.drop_after(index)
-            if self._checkpoint_end > index:
-                self._write_checkpoint(min(self._durable, index))
             log.info("truncated log after index=%d old_end=%d file=%s offset=%d", index, old_end, seg.path,
                      cut - seg.start)
 

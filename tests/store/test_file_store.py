@@ -313,6 +313,41 @@ def test_truncate_after_survives_reopen(tmp_path):
         check_prefix(s2, bodies, 17)
 
 
+@pytest.mark.parametrize("fail_on_zeroing", [1, 2], ids=["data", "index-units"])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
+def test_truncate_after_that_dies_half_way_leaves_a_store_that_reopens(tmp_path, monkeypatch, fail_on_zeroing, err):
+    """Issue 12, 0.4: the cut zeroed records (and then index units) before it lowered the checkpoint, so a
+    crash or ENOSPC in between left a checkpoint ahead of the valid data, and the node refused to reopen.
+    The n-th zeroing fails here (the process dies there, or the disk says no); the store must reopen with every
+    entry up to the cut intact."""
+    import quorumlog.store.file_store as fs_module
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    bodies = fill(s, 30)
+    s.flush()
+    s.checkpoint()
+    calls = []
+    real = fs_module.write_zeros
+
+    def failing(fd, start, end):
+        calls.append((start, end))
+        if len(calls) == fail_on_zeroing:
+            raise OSError(err, os.strerror(err))
+        return real(fd, start, end)
+    monkeypatch.setattr(fs_module, "write_zeros", failing)
+    with pytest.raises((DiskError, DiskFull)):
+        s.truncate_after(17)
+    assert len(calls) == fail_on_zeroing
+    monkeypatch.setattr(fs_module, "write_zeros", real)
+    s._close_files()  # the process dies: nothing more is written
+    s._closed = True
+    with FileStore(path, SMALL) as s2:
+        assert s2.end_index >= 17
+        check_prefix(s2, bodies, 17)
+        s2.truncate_after(17)  # the cut the core still owes is done after the restart
+        assert s2.end_index == 17
+
+
 # -- retention ----------------------------------------------------------------------------------------
 def test_retention_deletes_old_safe_segments_only(tmp_path):
     path = str(tmp_path / "g")
