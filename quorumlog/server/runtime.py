@@ -10,6 +10,7 @@ import sys
 from typing import Sequence
 
 from ..config import ConfigError, NodeConfig, add_argparse_flags, load_config
+from ..store import RecoveryError
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,15 @@ def run_node(config: NodeConfig) -> int:
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(serve(config))
-    return uvloop.run(serve(config))
+        uvloop = None
+    try:
+        return (uvloop.run if uvloop is not None else asyncio.run)(serve(config))
+    except RecoveryError as e:
+        # The store will not open (corruption in the middle of the log, a checkpoint the data does not confirm):
+        # say where, and exit without touching the files, so an operator can decide.
+        log.critical("store cannot open node=%s: %s", config.node_id, e)
+        print(f"quorumlog node: store cannot open: {e}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def parse_args(argv: Sequence[str] | None = None) -> NodeConfig:

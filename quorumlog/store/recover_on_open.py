@@ -21,7 +21,7 @@ from ..format.log_entry import (
     PRODUCER_TAG, PRODUCER_TAG_SIZE,
 )
 from .files import TMP_SUFFIX, fsync_dir, zero_nonzero
-from .recovery import RecoveryError, check_record, scan_forward
+from .recovery import RecoveryError, check_record, scan_forward, valid_record_after
 from .segments import Segment, list_segments
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,16 @@ class RecoverOnOpen:
                 f"checkpoint end_index {cp_end} is ahead of the valid data: last valid entry is {scan.last_index},"
                 f" then {scan.reason or 'end of data'} in {bad_seg.path} at offset {scan.offset}",
                 path=bad_seg.path, offset=scan.offset)
+        if scan.torn:
+            later = valid_record_after(self._data, scan.seg_i, scan.offset, scan.last_index, scan.last_term)
+            if later is not None:
+                path, offset, index = later
+                raise RecoveryError(
+                    f"corrupt record in the middle of the log: {scan.reason} in {bad_seg.path} at offset "
+                    f"{scan.offset} (expected entry {scan.last_index + 1}), yet entry {index} is valid in {path} at "
+                    f"offset {offset}; refusing to cut acknowledged entries as a torn tail. Replace this node's "
+                    f"data (an empty data dir re-syncs from the group) or restore the file",
+                    path=bad_seg.path, offset=scan.offset)
         # From here on we repair: cut the torn tail, drop later segments, rebuild index units.
         if scan.torn:
             log.warning("cutting torn tail file=%s offset=%d reason=%s last_valid_index=%d", bad_seg.path,

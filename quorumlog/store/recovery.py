@@ -123,3 +123,29 @@ def scan_forward(segs: list[Segment], seg_i: int, off: int, expected_index: int,
         expected_index += 1
         off += h[1]
     return ScanResult(seg_i, off, last_index, last_term, last_chain, units, reason, firsts)
+
+
+_MAGIC_BYTES = ENTRY_MAGIC.to_bytes(4, "big")
+
+
+def valid_record_after(segs: list[Segment], seg_i: int, off: int, after_index: int,
+                       after_term: int) -> tuple[str, int, int] | None:
+    """(path, offset, index) of a whole, CRC-valid record of this log beyond a scan's stop, or None.
+
+    A torn tail has nothing valid after it: the write that tore was the last one. A record that sits at its own
+    `pos`, with a later index, no older term and a good body CRC beyond the stop means the stop is damage in
+    the middle of the log (a flipped bit on a written, maybe acknowledged, record): cutting there would
+    drop every entry after it. Searched in the stopping segment and at the start of every later one.
+    """
+    for i in range(seg_i, len(segs)):
+        seg = segs[i]
+        mm, size = seg.mm, seg.size_bytes
+        cand = mm.find(_MAGIC_BYTES, off + 1) if i == seg_i else (0 if mm[:4] == _MAGIC_BYTES else -1)
+        while cand != -1 and cand + HEADER_SIZE <= size:
+            _, total, index, term, pos, _ch, _chain, body_crc, _ts, body_size = HEADER.unpack_from(seg.view, cand)
+            if (pos == seg.start + cand and index > after_index and term >= after_term and body_size >= 0
+                    and total == HEADER_SIZE + body_size and cand + total <= size
+                    and crc32c(seg.view[cand + HEADER_SIZE: cand + total]) == body_crc):
+                return seg.path, cand, index
+            cand = mm.find(_MAGIC_BYTES, cand + 1) if i == seg_i else -1
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -217,8 +218,10 @@ def test_truncate_index_file_at_every_offset(fast_dir):
 
 
 def test_byte_flips_never_serve_a_corrupt_record(fast_dir, caplog):
-    """Flip each byte of a small log. Above the checkpoint: cut at the flipped record. Below: the store
-    opens, reports and refuses the record (file + offset named), serves every other entry intact."""
+    """Flip each byte of a small log. Above the checkpoint: the last record is a torn tail and is cut; any
+    earlier one has valid records after it, so it is corruption and the store refuses to open (file + offset
+    named) rather than cut acknowledged entries (issue 12, 0.7). Below: the store opens, reports and refuses
+    the record (file + offset named), serves every other entry intact."""
     base = os.path.join(fast_dir, "base")
     s = FileStore(base, unsafe_config())
     bodies = fill(s, 4, seed=9)
@@ -251,12 +254,13 @@ def test_byte_flips_never_serve_a_corrupt_record(fast_dir, caplog):
             try:
                 st = FileStore(work, unsafe_config())
             except RecoveryError as e:
-                assert i == ckpt_end and fname in str(e) and e.offset >= 0  # the checkpointed entry itself
+                # the checkpointed entry itself, or corruption with valid records after it
+                assert ckpt_end <= i < len(bodies) - 1 and fname in str(e) and e.offset >= 0, (i, str(e))
                 outcomes["recovery_error"] += 1
                 continue
             with st:
                 if i > ckpt_end:
-                    assert st.end_index == i - 1
+                    assert i == len(bodies) - 1 and st.end_index == i - 1  # only the last record is a torn tail
                     check_prefix(st, bodies)
                     outcomes["cut"] += 1
                     continue
@@ -626,3 +630,81 @@ def test_reads_of_checked_records_match_the_checking_path(tmp_path):
     assert s._verified_from <= s.end_index + 1
     assert [bytes(c) for c in s.read(5, 1 << 20).chunks] == slow
     s.close()
+
+
+RARE_CHECKPOINTS = dataclasses.replace(SMALL, checkpoint_interval_ms=3_600_000)
+
+
+def _killed_after_flush_with_old_checkpoint(path: str) -> tuple[FileStore, list[bytes], int]:
+    s = FileStore(path, RARE_CHECKPOINTS)
+    bodies = fill(s, 5)
+    s.flush()
+    s.checkpoint()
+    cp_end = s.end_index
+    for b in range(25):  # fsynced (acknowledgeable), but the checkpoint still says cp_end
+        batch = [body_for(len(bodies) + i, 300) for i in range(2)]
+        s.append_batch(1, batch, 5_000 + b)
+        bodies += batch
+    s.flush()
+    return s, bodies, cp_end
+
+
+def _file_offset(s: FileStore, index: int) -> tuple[str, int, int]:
+    pos, size, _ = s._unit(index)
+    seg = next(seg for seg in s._data if seg.start <= pos < seg.start + seg.size_bytes)
+    return seg.path, pos - seg.start, size
+
+
+def _snapshot(path: str) -> dict[str, bytes]:
+    out = {}
+    for root, _, files in os.walk(path):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                out[os.path.join(root, f)] = fh.read()
+    return out
+
+
+def test_a_flipped_bit_mid_log_refuses_to_open_and_cuts_nothing(tmp_path):
+    """Issue 12, 0.7: one flipped bit in an fsynced record beyond the checkpoint was taken for a torn tail and
+    every (acknowledged) entry after it was cut on restart. Valid records after the damage mean corruption:
+    the store refuses to open, names the file, offset and entry, and changes no byte."""
+    path = str(tmp_path / "g")
+    s, bodies, cp_end = _killed_after_flush_with_old_checkpoint(path)
+    victim = cp_end + 20
+    assert victim < s.end_index - 5
+    file, off, size = _file_offset(s, victim)
+    s._close_files()  # kill -9: no clean close, no new checkpoint
+    s._closed = True
+    with open(file, "r+b") as f:
+        f.seek(off + log_entry.HEADER_SIZE + 7)
+        byte = f.read(1)
+        f.seek(off + log_entry.HEADER_SIZE + 7)
+        f.write(bytes([byte[0] ^ 0x10]))
+    before = _snapshot(path)
+    with pytest.raises(RecoveryError) as e:
+        FileStore(path, RARE_CHECKPOINTS)
+    assert "corrupt record in the middle of the log" in str(e.value)
+    assert e.value.path == file and e.value.offset == off and f"expected entry {victim}" in str(e.value)
+    after = _snapshot(path)
+    assert {k: v for k, v in after.items() if "checkpoint" not in k} == \
+        {k: v for k, v in before.items() if "checkpoint" not in k}
+
+
+@pytest.mark.parametrize("tail", ["half-record", "garbage"])
+def test_a_torn_tail_with_nothing_valid_after_it_is_still_cut(tmp_path, tail):
+    path = str(tmp_path / "g")
+    s, bodies, _ = _killed_after_flush_with_old_checkpoint(path)
+    end = s.end_index
+    file, off, size = _file_offset(s, end)
+    s._close_files()
+    s._closed = True
+    with open(file, "r+b") as f:
+        if tail == "half-record":  # the last write tore: its second half never reached the disk
+            f.seek(off + size // 2)
+            f.write(bytes(size - size // 2))
+        else:  # garbage after the last record
+            f.seek(off + size)
+            f.write(random.Random(7).randbytes(200))
+    with FileStore(path, RARE_CHECKPOINTS) as s2:
+        assert s2.end_index == (end - 1 if tail == "half-record" else end)
+        check_prefix(s2, bodies, s2.end_index)
