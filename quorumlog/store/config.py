@@ -27,8 +27,6 @@ class StoreConfig:
     # middle of an append); the next segment is prepared in the background. Why not zero-filled ahead like
     # RocketMQ's warm-up: files.SegmentAllocator. False: sparse files.
     preallocate: bool = True
-    # Recovery rebuilds the idempotent-producer table from the last this-many entries.
-    producer_scan_entries: int = 100_000
     # flush() also writes a checkpoint when the last one is older than this (DLedger's checkPointInterval).
     checkpoint_interval_ms: int = 3_000
     # statvfs is asked at most this often by the disk guard.
@@ -58,8 +56,6 @@ class StoreConfig:
             raise ValueError(f"disk_full_ratio must be in (0, 1], got {self.disk_full_ratio}")
         if self.file_reserved_hours < 0:
             raise ValueError(f"file_reserved_hours must be >= 0, got {self.file_reserved_hours}")
-        if self.producer_scan_entries < 0:
-            raise ValueError(f"producer_scan_entries must be >= 0, got {self.producer_scan_entries}")
         if self.checkpoint_interval_ms < 0:
             raise ValueError(f"checkpoint_interval_ms must be >= 0, got {self.checkpoint_interval_ms}")
         if self.disk_check_interval_ms < 0:

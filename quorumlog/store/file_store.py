@@ -37,7 +37,8 @@ from .config import StoreConfig
 from .disk_guard import DiskGuard
 from ..format.log_entry import encode_records_and_units, producer_tag
 from .files import SegmentAllocator, fsync_dir, is_enospc, write_zeros
-from .producers import ProducerTable
+from .producers import PRODUCERS_NAME, ProducerSnapshot, ProducerTable
+from .producers import write_snapshot as write_producer_snapshot
 from .recover_on_open import RecoverOnOpen
 from .recovery import check_record
 from .segments import Segment, segment_name
@@ -63,6 +64,8 @@ class FileStore(RecoverOnOpen):
         self._data_dir = os.path.join(self.path, "data")
         self._index_dir = os.path.join(self.path, "index")
         self._checkpoint_path = os.path.join(self.path, CHECKPOINT_NAME)
+        self._producers_path = os.path.join(self.path, PRODUCERS_NAME)
+        self._producers_snapshot_version = -1
         for d in (self.path, self._data_dir, self._index_dir):
             os.makedirs(d, exist_ok=True)
         self._disk = DiskGuard(self.path, self.config.disk_full_ratio, self.config.disk_check_interval_ms)
@@ -307,12 +310,13 @@ class FileStore(RecoverOnOpen):
         tag = producer_tag(producer[0], producer[1], n) if producer is not None else None
         first = self._end + 1
         total = body_total + HEADER_SIZE * n + (PRODUCER_TAG_SIZE if tag else 0)
+        tags = () if producer is None else ((producer[0], producer[1], first, first + n - 1),)
         seg = self._data[-1]
         if self._write_pos + total + MIN_BLANK_SIZE <= seg.end:  # the common case: one segment
             parts, units, chain = log_entry.encode_for_write(first, term, bodies, timestamp_ms, self._write_pos,
                                                          self._end_chain, tag, channel)
             self._commit_write([(seg, self._write_pos, parts)], [], units, first, first + n - 1, term, chain,
-                               self._write_pos + total)
+                               self._write_pos + total, tags)
         else:
             sizes = [HEADER_SIZE + x for x in (lengths if lengths is not None else map(len, bodies))]
             if tag:
@@ -339,9 +343,8 @@ class FileStore(RecoverOnOpen):
             except BaseException:
                 self._discard_new_segments(new_segs)
                 raise
-            self._commit_write(writes, new_segs, b"".join(all_units), first, first + n - 1, term, chain, end_pos)
-        if tag is not None:
-            self._producers.remember(producer[0], producer[1], first, first + n - 1)
+            self._commit_write(writes, new_segs, b"".join(all_units), first, first + n - 1, term, chain, end_pos,
+                               tags)
         return self._end
 
     def append_records(self, data: bytes | memoryview) -> int:
@@ -408,9 +411,8 @@ class FileStore(RecoverOnOpen):
         except BaseException:
             self._discard_new_segments(new_segs)
             raise
-        self._commit_write(writes, new_segs, bytes(units), first, expected - 1, terms[-1], prev_chain or 0, end_pos)
-        for t in tags:
-            self._producers.remember(*t)
+        self._commit_write(writes, new_segs, bytes(units), first, expected - 1, terms[-1], prev_chain or 0, end_pos,
+                           tags)
         return self._end
 
     def _append_records_fast(self, view: memoryview, expected: int, prev_chain: int | None) -> bool:
@@ -426,9 +428,7 @@ class FileStore(RecoverOnOpen):
         if n == 0 or end_off != n_bytes or pos + n_bytes + MIN_BLANK_SIZE > seg.end:
             return False
         buf, units = log_entry._fast.relocate(view, 0, n_bytes, pos, expected)
-        self._commit_write([(seg, pos, buf)], [], units, expected, expected + n - 1, term, chain, pos + n_bytes)
-        for t in tags:
-            self._producers.remember(*t)
+        self._commit_write([(seg, pos, buf)], [], units, expected, expected + n - 1, term, chain, pos + n_bytes, tags)
         return True
 
     def truncate_after(self, index: int) -> None:
@@ -486,6 +486,7 @@ class FileStore(RecoverOnOpen):
             if dropped:
                 fsync_dir(self._data_dir)
             self._producers.drop_after(index)
+            self._write_producer_snapshot()  # before new batches reuse these indexes
             log.info("truncated log after index=%d old_end=%d file=%s offset=%d", index, old_end, seg.path,
                      cut - seg.start)
 
@@ -645,8 +646,10 @@ class FileStore(RecoverOnOpen):
                 log.exception("could not remove unused segment path=%s", seg.path)
 
     def _commit_write(self, writes: list[tuple[Segment, int, bytes]], new_segs: list[Segment], units: bytes,
-                      first: int, last: int, term: int, chain: int, end_pos: int) -> None:
-        """Write records and units; on failure undo what was written and raise DiskFull/DiskError."""
+                      first: int, last: int, term: int, chain: int, end_pos: int, tags=()) -> None:
+        """Write records and units; on failure undo what was written and raise DiskFull/DiskError. The batches'
+        producer tags (client_id, seq, first, last) enter the table under the same lock as the new end, so a
+        producer snapshot taken from another thread never covers an end without its batches."""
         done: list[tuple[Segment, int, int]] = []
         unit_writes = self._unit_writes(first, units)
         try:
@@ -681,6 +684,8 @@ class FileStore(RecoverOnOpen):
             self._end_term = term
             self._end_chain = chain
             self._write_pos = end_pos
+            for tag in tags:
+                self._producers.remember(*tag)
         active = self._data[-1]
         if end_pos - active.start >= self._prepare_at_bytes and self._prepared_after is not active:
             self._prepared_after = active
@@ -791,10 +796,24 @@ class FileStore(RecoverOnOpen):
             except OSError as e:
                 raise self._disk_error("fdatasync", seg.path, e) from e
         self._write_checkpoint(end)
+        self._write_producer_snapshot()
         current = self._index_seg(self._end + 1)
         for seg in segs:
             if seg is not current:
                 seg.close_fd()
+
+    def _write_producer_snapshot(self) -> None:
+        """Persist the producer table with the end index it covers, when it changed since the last one."""
+        with self._lock:
+            version = self._producers.version
+            if version == self._producers_snapshot_version:
+                return
+            snap = ProducerSnapshot(self._end, self._producers.state())
+        try:
+            write_producer_snapshot(self._producers_path, snap)
+        except OSError as e:
+            raise self._disk_error("producer snapshot", self._producers_path, e) from e
+        self._producers_snapshot_version = version
 
     def _write_checkpoint(self, end: int) -> None:
         try:

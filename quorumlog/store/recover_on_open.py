@@ -16,6 +16,7 @@ import time
 from ..errors import CorruptEntry
 from ..format import log_entry
 from .checkpoint import Checkpoint, read_checkpoint, remove_stale_tmp
+from .producers import read_snapshot as read_producer_snapshot
 from ..format.log_entry import (
     BLANK_MAGIC, ENTRY_MAGIC, HEADER, HEADER_SIZE, INDEX_MAGIC, INDEX_UNIT, INDEX_UNIT_SIZE, MIN_BLANK_SIZE,
     PRODUCER_TAG, PRODUCER_TAG_SIZE,
@@ -255,28 +256,55 @@ class RecoverOnOpen:
             self._dirty_index[id(useg)] = useg
 
     def _rebuild_producers(self) -> None:
-        self._producers.clear()
-        n = self.config.producer_scan_entries
-        if n <= 0 or self._end < self._begin:
-            return
-        scan_from = max(self._begin, self._end - n + 1)
+        """The producer table: the snapshot (if any) plus the tagged batches after it. Without a usable
+        snapshot (a data dir from before snapshots, or a damaged file) the whole log is scanned: a table that
+        forgot an old client would let that client's retry be appended twice."""
+        table = self._producers
+        table.clear()
+        scan_from = self._begin
+        try:
+            snap = read_producer_snapshot(self._producers_path)
+        except CorruptEntry as e:
+            log.error("ignoring the producer snapshot, scanning the whole log: %s", e)
+            snap = None
+        if snap is not None:
+            table.load(snap.state)
+            covered = min(snap.snapshot_index, self._end)
+            table.drop_after(covered)  # batches of a tail that a crash or a truncate took away
+            # A batch the snapshot names must still be in the log as that batch. If one is not, a truncate's
+            # snapshot update did not land before new entries took its indexes: from where is unknown, so the
+            # snapshot is not trusted at all (rare: a crash inside that window).
+            if any(last >= self._begin and self._tag_at(last) != (client_id, seq)
+                   for client_id, seq, _first, last in table.batches()):
+                log.warning("the producer snapshot names a batch the log no longer holds: scanning the whole log")
+                table.clear()
+            else:
+                scan_from = max(self._begin, covered + 1)
+        elif self._end >= self._begin:
+            log.warning("no producer snapshot: scanning %d entries for producer tags", self._end - self._begin + 1)
         for index in range(scan_from, self._end + 1):
-            useg = self._index_seg(index)
-            if useg is None:
-                continue
-            magic, pos, size, idx, _term = INDEX_UNIT.unpack_from(useg.view, (index - useg.start) * INDEX_UNIT_SIZE)
-            i = bisect.bisect_right(self._data_starts, pos) - 1
-            if magic != INDEX_MAGIC or idx != index or i < 0 \
-                    or pos - self._data_starts[i] + size > self._data[i].size_bytes:
-                continue
-            seg, off = self._data[i], pos - self._data_starts[i]
-            if not HEADER.unpack_from(seg.view, off)[5] & log_entry.CHANNEL_PRODUCER_TAG:
-                continue
-            why, _h = check_record(seg.view, off, seg.size_bytes, seg.start, index, None)
-            if why is not None:  # a damaged tag must not poison the dedup table
-                self._note_corrupt(seg.path, off, index, why)
-                continue
-            client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)
-            self._producers.remember(client_id, seq, index - count + 1, index)
-        if scan_from > self._begin:
-            self._producers.mark_scan_partial()
+            tag = self._tag_at(index, with_count=True)
+            if tag is not None:
+                client_id, seq, count = tag
+                table.remember(client_id, seq, index - count + 1, index)
+        self._write_producer_snapshot()
+
+    def _tag_at(self, index: int, with_count: bool = False):
+        """The producer tag (client_id, seq[, batch_count]) on entry `index`, or None (no tag, or damaged)."""
+        useg = self._index_seg(index)
+        if useg is None:
+            return None
+        magic, pos, size, idx, _term = INDEX_UNIT.unpack_from(useg.view, (index - useg.start) * INDEX_UNIT_SIZE)
+        i = bisect.bisect_right(self._data_starts, pos) - 1
+        if magic != INDEX_MAGIC or idx != index or i < 0 \
+                or pos - self._data_starts[i] + size > self._data[i].size_bytes:
+            return None
+        seg, off = self._data[i], pos - self._data_starts[i]
+        if not HEADER.unpack_from(seg.view, off)[5] & log_entry.CHANNEL_PRODUCER_TAG:
+            return None
+        why, _h = check_record(seg.view, off, seg.size_bytes, seg.start, index, None)
+        if why is not None:  # a damaged tag must not poison the dedup table
+            self._note_corrupt(seg.path, off, index, why)
+            return None
+        client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)
+        return (client_id, seq, count) if with_count else (client_id, seq)

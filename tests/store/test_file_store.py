@@ -105,7 +105,7 @@ def test_reads_are_zero_copy_views(tmp_path):
 
 def test_config_validation_names_the_key():
     for key, value in [("data_segment_size_bytes", 100), ("index_segment_size_bytes", 33), ("max_entry_bytes", 0),
-                       ("disk_full_ratio", 1.5), ("file_reserved_hours", -1), ("producer_scan_entries", -1),
+                       ("disk_full_ratio", 1.5), ("file_reserved_hours", -1),
                        ("preallocate", "yes"), ("checkpoint_interval_ms", -5)]:
         with pytest.raises(ValueError, match=key):
             StoreConfig(**{key: value})
