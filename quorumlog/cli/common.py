@@ -11,6 +11,7 @@ import base64
 import json
 import logging
 import os
+import select
 import sys
 from dataclasses import dataclass
 from typing import Any, Coroutine, NoReturn
@@ -61,8 +62,25 @@ def setup_logging(level: str = "warning") -> None:
 
 
 def print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
+    write_stdout(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """All of `text` to stdout, or an error. Unbuffered (PYTHONUNBUFFERED=1), Python's text layer hands a pipe
+    to one raw write and drops what a short write left (a non-blocking pipe takes 64 KiB): loop until written."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (captured by a test runner): no short writes there
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     sys.stdout.flush()
+    data = memoryview(text.encode())
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            select.select([], [fd], [])
 
 
 @dataclass(frozen=True, slots=True)

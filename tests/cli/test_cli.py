@@ -187,3 +187,20 @@ def test_status_of_a_cluster_nobody_answers_exits_1_with_json(tmp_path):
     assert r.exit_code == 1
     assert json.loads(r.stdout)[0]["role"] == "unreachable"
     assert os.path.exists(tmp_path)
+
+
+def test_json_output_is_written_whole_to_a_slow_non_blocking_pipe():
+    """Issue 12: `read --json` of ~1 MB through a pipe with PYTHONUNBUFFERED=1 stopped after one short write
+    (64 KiB of a non-blocking pipe) and exited 0. print_json loops until everything is written."""
+    import os
+    import subprocess
+    import sys
+    import time
+    code = ("import os, fcntl; fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK);"
+            "from quorumlog.cli.common import print_json; print_json(['x' * 1000] * 1000)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    time.sleep(0.3)  # let the writer fill the pipe before anyone reads (the short write happened here)
+    out = p.stdout.read()
+    assert p.wait(10) == 0
+    assert json.loads(out) == ["x" * 1000] * 1000
