@@ -82,6 +82,7 @@ class Node:
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self.fatal = asyncio.Event()  # set on fail-stop: the process should exit non-zero
+        self._disk_error: str | None = None  # the first DISK_ERROR: fail-stop once the core has handled it
         self.failed: str | None = None
         self._disk_full = False
         self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
@@ -241,6 +242,8 @@ class Node:
         # loop turn later through call_soon and the peer links' writer tasks.
         if self._flush_transport is not None:
             self._flush_transport()
+        if self._disk_error is not None and not self.failed:
+            self._fail_stop(f"disk error (DISK_ERROR is final until a restart): {self._disk_error}")
 
     def _execute(self, ready: Ready) -> None:
         store = self._store
@@ -306,6 +309,12 @@ class Node:
         self.metrics.store_failed(code.name)
         if code == ResponseCode.DISK_FULL:
             self._disk_full = True
+        elif code == ResponseCode.DISK_ERROR and self._disk_error is None:
+            # EIO is final in this process (see the core's _on_store_failed). The core first answers its clients
+            # and, as leader, hands over; then the node fail-stops, leader or follower alike, so the failure is
+            # visible (the process exits 1) and the node is replaced or restarted on a healed disk instead of
+            # sitting in the group refusing every write.
+            self._disk_error = reason
         self._step(StoreFailed(code, reason))
 
     def _complete(self, p: _Pending, c) -> None:

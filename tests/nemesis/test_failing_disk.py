@@ -138,3 +138,53 @@ def test_leader_with_failing_disk_hands_over_and_loses_nothing(tmp_path, shim):
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_follower_with_failing_disk_fail_stops_and_loses_nothing(tmp_path, shim):
+    """Issue 12: a follower whose disk returns EIO while no election happens used to stay up refusing every
+    push until a term change or a restart: invisible, and one replica short. It must fail-stop (exit 1 with
+    the reason in its log) while the leader and the other follower go on acknowledging; after the disk heals
+    and the node restarts it converges, and no acknowledged entry is lost."""
+    cluster = Cluster(str(tmp_path))
+    triggers = {}
+    for nid, node in cluster.nodes.items():
+        triggers[nid] = str(tmp_path / f"failing-disk-{nid}")
+        node.env = {**node.env, **faildisk.failing_disk_env(node.data_dir, triggers[nid], shim)}
+
+    async def main() -> None:
+        history: list[Op] = []
+        stop = asyncio.Event()
+        async with cluster.client(timeout_ms=10_000) as admin, cluster.client(timeout_ms=4_000) as client:
+            leader = await cluster.wait_leader(admin, timeout_s=30)
+            follower = next(n for n in cluster.nodes if n != leader)
+            writers = [asyncio.create_task(_writer(client, f"w{k}", history, stop)) for k in range(3)]
+            await asyncio.sleep(1.0)
+            t_fault = time.monotonic()
+            open(triggers[follower], "w").close()
+            while cluster.nodes[follower].alive:
+                assert time.monotonic() - t_fault < FAILOVER_BOUND_S, f"{follower} still up with a failing disk"
+                await asyncio.sleep(0.02)
+            exit_code = cluster.nodes[follower].proc.returncode
+            stopped_s = time.monotonic() - t_fault
+            await asyncio.sleep(1.0)
+            assert await cluster.wait_leader(admin, timeout_s=5, exclude=(follower,)) == leader  # no election
+            acked_after = [op for op in history if op.outcome == OK and op.invoke_s > t_fault]
+            assert len(acked_after) > 10
+            os.unlink(triggers[follower])
+            cluster.nodes[follower].start()
+            await asyncio.sleep(1.0)
+            stop.set()
+            await asyncio.gather(*writers)
+            await cluster.wait_converged(admin, timeout_s=30, members=tuple(cluster.nodes))
+            logs = await cluster.committed_logs(admin, tuple(cluster.nodes))
+        assert exit_code == 1
+        assert "fail-stop" in cluster.nodes[follower].log_text() and "DISK_ERROR" in cluster.nodes[follower].log_text()
+        violations = checker.check(history, {nid: [(e.index, e.body) for e in es] for nid, es in logs.items()})
+        assert violations == [], violations
+        print(f"\nFAILING-DISK follower={follower} stopped_s={stopped_s:.2f} ops={checker.summarize(history)}")
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
