@@ -86,6 +86,7 @@ class Client:
         self._rng = random.Random()
         self._next_request_id = 0
         self._next_seq = 0
+        self.acked_index = -1  # the highest index this client has had acknowledged (read-your-writes)
         self._leader_id: str | None = None
         self._discovery: asyncio.Future | None = None
         self._accumulator: Accumulator | None = None
@@ -204,6 +205,7 @@ class Client:
         if resp.last_index - resp.first_index + 1 != count or resp.first_index < 0:
             raise BadRequest(f"append: the node answered indexes {resp.first_index}..{resp.last_index} "
                              f"for {count} entries")
+        self.acked_index = max(self.acked_index, resp.last_index)
         return resp
 
     # -- leader calls: discovery, redirect, retries -------------------------------------------------
@@ -339,8 +341,16 @@ class Client:
             await asyncio.sleep(min(backoff_ms(attempt, self._rng, last), deadline.remaining_ms()) / 1000)
 
     async def get(self, index: int) -> Entry:
-        """The committed entry at `index`; IndexOutOfRange if it is not committed or no longer kept."""
-        records, committed, begin = await self.read_records(index, end=index)
+        """The committed entry at `index`; IndexOutOfRange if it is not committed or no longer kept.
+
+        Read-your-writes: an index this client has had acknowledged is always found, also right after a
+        failover, when the new leader's committed index has not yet reached it (its no-op commits within a
+        round trip): the read then waits on the leader for the index to commit, within `timeout_ms`.
+        What reads guarantee is in the README ("What reads guarantee").
+        """
+        own_write = index <= self.acked_index
+        records, committed, begin = await self.read_records(index, end=index,
+                                                            wait_ms=self.timeout_ms if own_write else 0)
         for e in _decode(records):
             if e.index == index:
                 return e

@@ -45,6 +45,8 @@ class FakeGroup:
     status_down: set[str] = field(default_factory=set)  # nodes whose status answers an error
     max_entry_bytes: int = 1 << 20
     chain: int = 0
+    # Reads see the log's last `commit_lag` entries as not yet committed (a new leader before its no-op commits).
+    commit_lag: int = 0
 
     def __post_init__(self) -> None:
         self.committed = asyncio.Event()
@@ -52,6 +54,16 @@ class FakeGroup:
     @property
     def end_index(self) -> int:
         return len(self.records) - 1
+
+    @property
+    def committed_index(self) -> int:
+        return self.end_index - self.commit_lag
+
+    def catch_up_commit(self) -> None:
+        """The lagging commit point reaches the end (the new leader's no-op committed): wake long-polls."""
+        self.commit_lag = 0
+        self.committed.set()
+        self.committed = asyncio.Event()
 
     def appends(self, node_id: str | None = None) -> list[AppendRequest]:
         return [s.request for s in self.seen if isinstance(s.request, AppendRequest)
@@ -126,18 +138,18 @@ class FakeNode:
             session.send(AppendResponse(req.request_id, ResponseCode.SUCCESS, first_index=first, last_index=last,
                                         term=term))
         elif isinstance(req, ReadRequest):
-            if req.start > g.end_index and req.wait_ms > 0:
+            if req.start > g.committed_index and req.wait_ms > 0:
                 try:
                     await asyncio.wait_for(g.committed.wait(), req.wait_ms / 1000)
                 except asyncio.TimeoutError:
                     pass
-            last = g.end_index if req.end < 0 else min(req.end, g.end_index)
+            last = g.committed_index if req.end < 0 else min(req.end, g.committed_index)
             if req.start > last:
                 records = Records(req.start, req.start - 1, (), 0)
             else:
                 chunk = b"".join(g.records[req.start:last + 1])
                 records = Records(req.start, last, (chunk,), len(chunk))
-            session.send(ReadResponse(req.request_id, ResponseCode.SUCCESS, 0, g.end_index, records))
+            session.send(ReadResponse(req.request_id, ResponseCode.SUCCESS, 0, g.committed_index, records))
         elif isinstance(req, StatusRequest):
             if self.node_id in g.status_down:
                 session.send(StatusResponse(req.request_id, ResponseCode.INTERNAL_ERROR))

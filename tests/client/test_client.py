@@ -47,6 +47,27 @@ def test_append_get_read_roundtrip():
     run(go())
 
 
+def test_get_of_an_acknowledged_index_waits_for_a_new_leaders_commit():
+    """Issue 12, 0.8: right after a failover the new leader's committed index lags its log until its no-op
+    commits; `get` of an index this client had acknowledged raised IndexOutOfRange. It now waits for it."""
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            acked = (await c.append(b"mine")).index
+            fc.group.leader_id = "n1"  # failover: the new leader has the entry but has not committed it yet
+            fc.group.commit_lag = 1
+            getting = asyncio.ensure_future(c.get(acked))
+            await asyncio.sleep(0.05)
+            assert not getting.done()  # waiting, not failing
+            fc.group.catch_up_commit()
+            e = await asyncio.wait_for(getting, 5)
+            assert (e.index, e.body) == (acked, b"mine")
+            fc.group.commit_lag = 1  # an index nobody acknowledged to us: answered at once, as before
+            fc.group.store((b"other",), None)
+            with pytest.raises(IndexOutOfRange):
+                await asyncio.wait_for(c.get(acked + 1), 1)
+    run(go())
+
+
 def test_not_leader_redirects_to_the_named_leader_at_once():
     async def go():
         async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
