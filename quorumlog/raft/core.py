@@ -474,10 +474,24 @@ class RaftCore:
     def batch_end_at_or_after(self, index: int) -> int:
         """The first index ≥ `index` a push may end at without splitting a batch."""
         if index <= self._inherited_end:
-            return self._inherited_end
+            return self._inherited_batch_end(index)
         ends = self._batch_ends
         k = bisect_left(ends, index)
         return ends[k] if k < len(ends) else self.log_end
+
+    def _inherited_batch_end(self, index: int) -> int:
+        """In the tail we inherited, batches are known only by their channel bits (every entry of a batch but
+        its last is CHANNEL_BATCH_CONTINUES): walk the headers from `index` to the first batch end, a budget's
+        worth of records at a time, so a long inherited tail is pushed in pieces, not in one frame over the cap."""
+        end, log_view, budget = self._inherited_end, self.log, self.config.max_push_batch_bytes
+        while index < end:
+            records = log_view.read(index, budget, end)
+            for chunk in records.chunks:
+                for header, _body in log_entry.iter_records(chunk):
+                    if not header.channel & log_entry.CHANNEL_BATCH_CONTINUES:
+                        return header.index
+            index = records.last_index + 1
+        return end
 
     # -- leader bookkeeping after each step --------------------------------------------------------------
     def _after_leader_step(self) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ..codes import ResponseCode
 from ..config import NodeConfig
 from ..errors import QuorumLogError
+from ..format.log_entry import HEADER_SIZE, PRODUCER_TAG_SIZE
 from ..raft.types import (
     AppendBatch, AppendRecords, ClientAppend, Durable, Ready, Receive, Role, StoreFailed, Stored, Tick,
     TransferLeadership,
@@ -42,6 +43,7 @@ DISK_CHECK_INTERVAL_MS = 250
 DISK_FULL_REPORT_INTERVAL_MS = 2_000  # while full, tell the core again (a leader's hand-over may have failed)
 STATUS_DISK_BYTES_INTERVAL_MS = 2_000
 LOOP_STALL_WARN_MS = 100
+PUSH_FRAME_HEADROOM_BYTES = 64 * 1024  # a push's own fields beside its records (config checks the same margin)
 
 
 def now_ms() -> int:
@@ -83,6 +85,8 @@ class Node:
         self._stopped = asyncio.Event()
         self.fatal = asyncio.Event()  # set on fail-stop: the process should exit non-zero
         self._disk_error: str | None = None  # the first DISK_ERROR: fail-stop once the core has handled it
+        # The largest client batch: its records must fit one push frame beside the push's own header.
+        self.max_batch_stored_bytes = config.max_frame_bytes - PUSH_FRAME_HEADROOM_BYTES
         self.failed: str | None = None
         self._disk_full = False
         self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
@@ -384,6 +388,14 @@ class Node:
             if n > limit:
                 return refuse(ResponseCode.ENTRY_TOO_LARGE, f"entry of {n} bytes > max_entry_bytes {limit}")
             size += n
+        stored = size + len(bodies) * HEADER_SIZE + PRODUCER_TAG_SIZE
+        if stored > self.max_batch_stored_bytes:
+            # A batch is pushed to followers whole (never split), in one frame: a bigger one could be stored
+            # here but never replicated.
+            return refuse(ResponseCode.ENTRY_TOO_LARGE,
+                          f"batch of {len(bodies)} entries stores {stored} bytes > {self.max_batch_stored_bytes}, "
+                          f"the most one push frame carries (max_frame_bytes {self.config.max_frame_bytes}): "
+                          f"split it")
         if self._disk_full:
             st = self._core.status()
             if st.role == Role.LEADER:

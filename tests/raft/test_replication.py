@@ -478,3 +478,36 @@ def test_a_follower_never_acks_an_earlier_terms_entries_to_a_new_leader():
     msgs = f.step(Receive(PushRequest("n2", "n1", 2, PushType.COMPARE, -1, prev_index=2, prev_term=1))).messages
     acks = [m for m in msgs if isinstance(m, PushResponse) and m.push_type == PushType.APPEND]
     assert [a.index for a in acks] == [2]
+
+
+def test_an_inherited_tail_is_pushed_in_pieces_at_batch_boundaries():
+    """Issue 12, 0.5: a new leader pushed the uncommitted tail it inherited in one piece, whatever its size
+    (a 72 MB push over the 64 MiB frame cap never arrives). It now cuts it at the batches' ends, by the budget."""
+    from quorumlog.codes import ResponseCode
+    from quorumlog.wire.messages import PushRequest, PushResponse
+    c = Cluster(3, max_push_batch_bytes=400, pre_vote=False, check_quorum=False)
+    a = c.elect()
+    c.run(200)
+    b, d = [n for n in c.ids if n != a]
+    ok = c.append(a, [b"base"])
+    c.deliver()
+    assert c.completions[ok].code == ResponseCode.SUCCESS
+    base_end = c.core(a).log.end_index
+    c.isolate(d)
+    c.drop_filter = lambda m: isinstance(m, PushResponse) and m.frm == b  # b stores the tail; a never commits it
+    for k in range(6):
+        c.append(a, [bytes([65 + k]) * 60] * 3)  # 6 batches of 3 entries, ~116 B each: 2 batches exceed the budget
+    c.run(100)
+    assert c.nodes[b].store.end_index == base_end + 18 and c.core(a).committed_index == base_end
+    c.crash(a)
+    c.drop_filter = None
+    c.heal()
+    c.isolate(a)
+    pushes = []
+    c.drop_filter = lambda m: isinstance(m, PushRequest) and m.records is not None and m.frm == b \
+        and pushes.append((m.first_index, m.last_index)) and False
+    c.run_until(lambda: c.leader() == b and c.core(b).committed_index >= base_end + 19, 10_000)
+    tail_pushes = [(f, l) for f, l in pushes if l <= base_end + 18]
+    assert len(tail_pushes) > 1, pushes  # in pieces, not one push of the whole tail
+    assert all((l - base_end) % 3 == 0 for _f, l in tail_pushes), pushes  # each ends at a batch's end
+    assert c.bodies(d)[base_end + 1: base_end + 19] == c.bodies(b)[base_end + 1: base_end + 19]

@@ -92,6 +92,26 @@ def test_bad_input_is_refused_before_the_core(tmp_path):
     asyncio.run(main())
 
 
+def test_a_batch_that_no_push_frame_could_carry_is_refused(tmp_path):
+    """Issue 12, 0.5: 1,000,000 x 16 B (a 20 MB request) was accepted and stored, but its push (72 MB) was over
+    the 64 MiB frame cap, so it could never replicate. A batch whose stored records exceed what one push frame
+    carries is refused up front with ENTRY_TOO_LARGE; one that fits is taken."""
+    async def main():
+        node, transport, _ = await _started(tmp_path, max_frame_bytes=str(2 << 20), max_push_batch_bytes=str(1 << 20))
+        s = FakeSession()
+        per_entry = 16 + 56  # body + record header
+        fits = (node.max_batch_stored_bytes - 20) // per_entry
+        transport.on_client_request(s, AppendRequest(1, (b"y" * 16,) * (fits + 1)))
+        assert [r.code for r in s.responses] == [ResponseCode.ENTRY_TOO_LARGE]
+        assert "split it" in s.responses[0].message
+        assert not any(isinstance(e, ClientAppend) for e in node._core.events)
+        transport.on_client_request(s, AppendRequest(2, (b"y" * 16,) * fits))
+        await _until(lambda: len(s.responses) == 2)
+        assert s.responses[-1].code == ResponseCode.SUCCESS
+        await node.stop()
+    asyncio.run(main())
+
+
 def test_disk_full_refuses_appends_but_reads_work(tmp_path):
     async def main():
         node, transport, _ = await _started(tmp_path)
