@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ..client import Client
+from ..codes import ResponseCode
 from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, TimeoutOpt, body_fields, die, out_console,
                      print_json, resolve_target, run, usage)
 
@@ -49,7 +50,9 @@ def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
             table.add_row(*cells)
         out_console.print(table)
     if not any(n.reachable for n in nodes):
-        raise typer.Exit(1)
+        # The one --json command that prints on failure: the rows (every node `unreachable`, with its error)
+        # are the diagnosis. Exit 1 and the usual error line on stderr say it failed.
+        die(f"{ResponseCode.NETWORK_ERROR.name}: no member of group {t.group} answered")
 
 
 # -- append --------------------------------------------------------------------------------------------
