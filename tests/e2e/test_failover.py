@@ -56,13 +56,13 @@ def test_kill9_leader_under_four_writers_then_restart_it(tmp_path):
         history = History()
         async with cluster.client() as admin, cluster.client() as probe:
             old = await cluster.wait_leader(admin)
-            await probe.append(b"warm-up")  # the probe knows the old leader, as a real client would
+            history.acked[b"warm-up"] = (await probe.append(b"warm-up")).index  # the probe knows the old leader, as a real client would
             finish = await _load(cluster, history, writers=4)
             await _acks_grow(history, 200)
             old_term = (await cluster.statuses(admin))[old].term
             cluster.nodes[old].kill9()
             t_kill = time.monotonic()
-            failover_s = await time_to_first_write(probe, b"probe-after-kill")
+            failover_s = await time_to_first_write(probe, b"probe-after-kill", history=history)
             new = await cluster.wait_leader(admin, exclude=(old,), min_term=old_term + 1)
             await _acks_grow(history, 200)
             cluster.nodes[old].start()  # restart the old leader: it must rejoin as a follower and catch up
@@ -115,13 +115,18 @@ def test_sigstop_leader_steps_down_and_its_unacked_suffix_is_truncated(tmp_path)
             # A client stuck on the paused leader waits for its request timeout; the cluster's failover is
             # measured by a client of the survivors.
             async with quorumlog.Client(cluster.peers_without(old), timeout_ms=10_000) as survivors:
-                failover_s = await time_to_first_write(survivors, b"probe-after-stop")
+                failover_s = await time_to_first_write(survivors, b"probe-after-stop", history=history)
                 new = await cluster.wait_leader(survivors, exclude=(old,), min_term=old_term + 1)
                 await _acks_grow(history, 100)
                 await asyncio.sleep(max(0.0, 1.5 - (time.monotonic() - t_stop)))  # paused > election timeout
                 survivors_end = max(s.end_index for s in (await cluster.statuses(survivors)).values())
             node.signal(signal.SIGCONT)
             answers = await asyncio.wait_for(asyncio.gather(*stale, return_exceptions=True), 30)
+            for i, a in enumerate(answers):  # the stale leader's appends join the history with their outcome
+                if not isinstance(a, BaseException) and a.code == ResponseCode.SUCCESS:
+                    history.acked[b"stale-%03d" % i + big] = a.first_index
+                else:
+                    history.unknown.add(b"stale-%03d" % i + big)
             await _acks_grow(history, 100)
             await finish()
             st = await cluster.wait_converged(admin)
@@ -269,7 +274,7 @@ def test_failover_time_over_ten_kills(tmp_path):
                     r = await probe.append(b"before-%d" % k)
                     history.acked[b"before-%d" % k] = r.index
                     cluster.nodes[old].kill9()
-                    t = await time_to_first_write(probe, b"after-%d" % k)
+                    t = await time_to_first_write(probe, b"after-%d" % k, history=history)
                     times.append(t)
                 cluster.nodes[old].start()
                 await cluster.wait_converged(admin, timeout_s=20)
@@ -290,12 +295,12 @@ def test_sigterm_leader_hands_over_leadership_under_load(tmp_path):
         history = History()
         async with cluster.client() as admin, cluster.client() as probe:
             old = await cluster.wait_leader(admin)
-            await probe.append(b"warm-up")
+            history.acked[b"warm-up"] = (await probe.append(b"warm-up")).index
             finish = await _load(cluster, history, writers=4)
             await _acks_grow(history, 100)
             t0 = time.monotonic()
             cluster.nodes[old].signal(signal.SIGTERM)
-            handover_s = await time_to_first_write(probe, b"probe-after-sigterm")
+            handover_s = await time_to_first_write(probe, b"probe-after-sigterm", history=history)
             assert cluster.nodes[old].proc.wait(15) == 0
             new = await cluster.wait_leader(admin, exclude=(old,))
             await _acks_grow(history, 100)
