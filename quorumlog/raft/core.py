@@ -81,6 +81,7 @@ class RaftCore:
         self._appends: list[AppendBatch | AppendRecords] = []
         self._completions: list[Completion] = []
         self._truncate_after: int | None = None
+        self._reset_to: int | None = None
         self._commit_changed = False
 
         self.elector = LeaderElector(self)
@@ -104,6 +105,8 @@ class RaftCore:
     def log_end(self) -> int:
         """The end of the stored log as it stands once this step's truncate (if any) is done: what may be
         read and pushed now (entries appended in this step are not in the log yet)."""
+        if self._reset_to is not None:
+            return self._reset_to - 1
         end = self.log.end_index
         return end if self._truncate_after is None or self._truncate_after >= end else self._truncate_after
 
@@ -138,6 +141,17 @@ class RaftCore:
         self.end_index = index
         del self._batch_ends[bisect_right(self._batch_ends, index):]
         self.durable_index = min(self.durable_index, index)
+
+    def reset_log(self, begin_index: int) -> None:
+        """Start our log empty at `begin_index` (the leader's begin): our log ends below it, so none of our
+        entries can be completed from the leader (retention deleted what we lack). All below is committed."""
+        assert not self._appends and self._truncate_after is None and self._reset_to is None
+        assert begin_index > self.end_index + 1 and self.committed_index < begin_index
+        log.warning("reset node=%s to begin_index=%d (log ended at %d)", self.config.node_id, begin_index,
+                    self.end_index)
+        self._reset_to = begin_index
+        self.end_index = self.durable_index = begin_index - 1
+        self._set_committed(begin_index - 1)
 
     def _set_committed(self, index: int) -> None:
         assert index >= self.committed_index, f"commit went back {self.committed_index} -> {index}"
@@ -187,14 +201,16 @@ class RaftCore:
     def _ready(self) -> Ready:
         member = self.member
         if not (self._messages or self._appends or self._completions or self._commit_changed
-                or member.hard_state_dirty or self._truncate_after is not None):
+                or member.hard_state_dirty or self._truncate_after is not None or self._reset_to is not None):
             return EMPTY_READY
         hs = None
         if member.hard_state_dirty:
             hs = HardState(member.term, member.voted_for)
             member.hard_state_dirty = False
         ready = Ready(hs, self._truncate_after, tuple(self._appends), tuple(self._messages),
-                      tuple(self._completions), self.committed_index if self._commit_changed else None)
+                      tuple(self._completions), self.committed_index if self._commit_changed else None,
+                      self._reset_to)
+        self._reset_to = None
         self._messages.clear()
         self._appends.clear()
         self._completions.clear()

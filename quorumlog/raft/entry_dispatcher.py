@@ -189,6 +189,13 @@ class EntryDispatcher:
                 return False
             self.in_flight_ms = None
             self.compare_answered = True
+            begin = self.core.log.begin_index
+            if m.end_index < begin - 1:
+                # The follower's log ends before ours begins: the entries it lacks are gone here (retention).
+                # TRUNCATE from our begin on resets its log to start there.
+                self.compare_index = begin - 1
+                self.state = PushType.TRUNCATE
+                return False
             c = self.compare_index
             if m.code == _SUCCESS:
                 self.match_lo = max(self.match_lo, c)

@@ -185,9 +185,15 @@ class EntryHandler:
         core = self.core
         self.buffer.clear()
         i = m.prev_index
-        if i > core.end_index or m.records is None:
+        if m.records is None or i > core.end_index and m.prev_term != -1:
             self._reply(m, ResponseCode.INCONSISTENT_STATE, i)
             return
+        if i > core.end_index:
+            # prev_term -1: `i` is below the leader's begin index, and our log ends before it (we were away
+            # longer than its retention, or our disk is new). Everything up to `i` is committed (retention
+            # deletes only that), so we start our log at i + 1 with the leader's entries (DLedger's TRUNCATE).
+            core.reset_log(i + 1)
+            self.matched_end = i
         if not self._apply(m):
             return
         self._reply(m, _SUCCESS, i)

@@ -171,10 +171,13 @@ class Ready:
     messages: tuple[Message, ...] = ()
     completions: tuple[Completion, ...] = ()
     committed_index: int | None = None
+    # Drop the whole log and start it empty at this index, before the appends (a follower whose log ends below
+    # its leader's begin index: store.reset). Never together with truncate_after.
+    reset_to: int | None = None
 
     def __bool__(self) -> bool:
         return bool(self.hard_state or self.truncate_after is not None or self.appends or self.messages
-                    or self.completions or self.committed_index is not None)
+                    or self.completions or self.committed_index is not None or self.reset_to is not None)
 
 
 EMPTY_READY = Ready()

@@ -258,6 +258,9 @@ class Node:
                 store.truncate_after(ready.truncate_after)
                 self._committer.truncated(ready.truncate_after)
                 log.info("truncated node=%s after=%d", self.config.node_id, ready.truncate_after)
+            if ready.reset_to is not None:
+                store.reset(ready.reset_to)
+                self._committer.truncated(ready.reset_to - 1)
         except (OSError, QuorumLogError) as e:
             # The core already counts on this state; carrying on could grant a vote twice or serve a log
             # the core thinks is cut. Fail-stop: nothing of this Ready goes out, and the node exits.

@@ -103,6 +103,13 @@ class SimNode:
             world.trace_line(lambda: f"{self.node_id} truncate after {ready.truncate_after}")
             store.truncate_after(ready.truncate_after)
             self.disk.truncated(ready.truncate_after)
+        if ready.reset_to is not None:
+            if ready.reset_to - 1 > world.checker.committed_index:
+                raise Violation("contract", f"{self.node_id} resets its log to begin at {ready.reset_to}, beyond "
+                                            f"the group's commit point {world.checker.committed_index}")
+            world.trace_line(lambda: f"{self.node_id} reset to begin {ready.reset_to}")
+            store.reset(ready.reset_to)
+            self.disk.truncated(ready.reset_to - 1)
         if ready.appends:
             first = store.end_index + 1
             for action in ready.appends:

@@ -20,10 +20,14 @@ CHECKPOINT_NAME = "checkpoint"
 class Checkpoint:
     end_index: int  # every entry <= end_index was durable (data fdatasynced, index units too) when written
     committed_index: int
+    begin_index: int = 0  # where the log starts when it holds no entry (a follower reset to its leader's begin)
 
 
 def encode_checkpoint(cp: Checkpoint) -> bytes:
-    body = f"end_index={cp.end_index}\ncommitted_index={cp.committed_index}\n".encode()
+    body = f"end_index={cp.end_index}\ncommitted_index={cp.committed_index}\n"
+    if cp.begin_index:  # older readers ignore the extra key
+        body += f"begin_index={cp.begin_index}\n"
+    body = body.encode()
     return body + f"crc={crc32c(body)}\n".encode()
 
 
@@ -33,7 +37,7 @@ def decode_checkpoint(data: bytes, path: str = CHECKPOINT_NAME) -> Checkpoint:
     try:
         crc = int(data[cut + 4:].strip())
         fields = dict(line.split("=", 1) for line in body.decode().splitlines())
-        cp = Checkpoint(int(fields["end_index"]), int(fields["committed_index"]))
+        cp = Checkpoint(int(fields["end_index"]), int(fields["committed_index"]), int(fields.get("begin_index", 0)))
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         raise CorruptEntry(f"checkpoint {path} unreadable: {e!r}") from None
     if cut < 0 or crc != crc32c(body):

@@ -490,6 +490,47 @@ class FileStore(RecoverOnOpen):
             log.info("truncated log after index=%d old_end=%d file=%s offset=%d", index, old_end, seg.path,
                      cut - seg.start)
 
+    def reset(self, begin_index: int) -> None:
+        """Drop the whole log and start it empty at `begin_index` (DLedger's follower reset): the leader no
+        longer holds the entries this log would need next (retention deleted them), so this node takes the
+        leader's log from its begin index on. Everything below `begin_index` is committed group-wide."""
+        assert begin_index > self._end, f"reset({begin_index}) would keep entries up to {self._end}: truncate instead"
+        self._check_not_failed()
+        with self._sync_lock:
+            old_data, old_index = list(self._data), list(self._index.values())
+            # The new first segment starts past every old one: a first segment at offset 0 means begin 0.
+            start = max(self._data[-1].end if self._data else 0, self.config.data_segment_size_bytes)
+            with self._lock:
+                self._data, self._data_starts, self._index = [], [], {}
+                self._dirty_data.clear()
+                self._dirty_index.clear()
+                self._begin = self._verified_from = begin_index
+                self._end = self._durable = self._committed = begin_index - 1
+                self._end_term, self._end_chain = -1, _EMPTY_CHAIN
+                self._write_pos = start
+                self._producers.clear()
+            try:
+                # First a checkpoint that claims nothing (end -1) but names the new begin, then the files: a crash
+                # at any step reopens the old log, an empty log at 0, or the empty log at begin_index — each one
+                # the leader brings up to date again.
+                write_checkpoint(self._checkpoint_path, Checkpoint(-1, -1, begin_index))
+                for seg in old_data + old_index:
+                    seg.delete()
+                seg = self._new_data_segment(start)
+                with self._lock:
+                    self._data.append(seg)
+                    self._data_starts.append(start)
+                self._index_seg(begin_index, create=True)
+                fsync_dir(self._data_dir)
+                fsync_dir(self._index_dir)
+                self._write_checkpoint(begin_index - 1)
+                self._write_producer_snapshot()
+            except OSError as e:
+                raise self._disk_error("reset", self.path, e) from e
+            self._prepared_after, self._prepared_index_after = None, -1
+            log.warning("log reset to begin_index=%d (the leader no longer holds what this log needed next)",
+                        begin_index)
+
     def flush(self) -> int:
         """fdatasync every data segment written since the last flush; safe to call from a worker thread
         while appends go on: the returned index was captured before the sync started."""
@@ -817,7 +858,7 @@ class FileStore(RecoverOnOpen):
 
     def _write_checkpoint(self, end: int) -> None:
         try:
-            write_checkpoint(self._checkpoint_path, Checkpoint(end, min(self._committed, end)))
+            write_checkpoint(self._checkpoint_path, Checkpoint(end, min(self._committed, end), self._begin))
         except OSError as e:
             raise self._disk_error("checkpoint", self._checkpoint_path, e) from e
         self._checkpoint_end = end

@@ -166,6 +166,26 @@ class MemoryStore:
         self._durable = min(self._durable, index)
         self._rebuild_producers()
 
+    def reset(self, begin_index: int) -> None:
+        """Drop the whole log and start it empty at `begin_index` (see FileStore.reset)."""
+        assert begin_index > self.end_index, f"reset({begin_index}) would keep entries up to {self.end_index}"
+        del self._records[:], self._terms[:], self._chains[:]
+        self._offsets = [0]
+        self._begin = begin_index
+        self._durable = self._committed = self._checkpoint_committed = begin_index - 1
+        self._producers.clear()
+
+    def delete_before(self, index: int) -> None:
+        """Retention: drop the entries below `index` (all durable and committed), as FileStore.delete_expired
+        drops whole segments; the producer table keeps what it knew, as the file store's does."""
+        assert index <= min(self._durable, self._committed) + 1, "retention deletes only durable, committed entries"
+        k = index - self._begin
+        if k <= 0:
+            return
+        del self._records[:k], self._terms[:k], self._chains[:k]
+        del self._offsets[:k]  # positions stay where they were: they are the records' physical offsets
+        self._begin = index
+
     def _rebuild_producers(self) -> None:
         self._producers.clear()
         for rec in self._records:

@@ -171,6 +171,8 @@ class RecoverOnOpen:
         if first.start == 0:
             return 0
         h = HEADER.unpack_from(first.view, 0)
+        if h[0] == 0 and cp is not None and cp.begin_index > 0 and cp.end_index < cp.begin_index:
+            return cp.begin_index  # reset to the leader's begin, nothing written since (see FileStore.reset)
         why, _ = check_record(first.view, 0, first.size_bytes, first.start, h[2], None)
         if why is None:
             return h[2]

@@ -65,6 +65,8 @@ class Cluster:
             node.hard_state = ready.hard_state
         if ready.truncate_after is not None:
             store.truncate_after(ready.truncate_after)
+        if ready.reset_to is not None:
+            store.reset(ready.reset_to)
         for a in ready.appends:
             if isinstance(a, AppendBatch):
                 assert a.first_index == store.end_index + 1

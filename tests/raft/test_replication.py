@@ -5,7 +5,8 @@ import pytest
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import CorruptEntry
 from quorumlog.raft.quorum_ack_checker import check_quorum_ack, quorum_index
-from quorumlog.raft.types import Receive, Role, Tick
+from quorumlog.raft.types import HardState, Receive, Role, Tick
+from quorumlog.store.memory import MemoryStore
 from quorumlog.wire.messages import PushRequest, PushResponse, PushType
 
 from .harness import Cluster
@@ -511,3 +512,43 @@ def test_an_inherited_tail_is_pushed_in_pieces_at_batch_boundaries():
     assert len(tail_pushes) > 1, pushes  # in pieces, not one push of the whole tail
     assert all((l - base_end) % 3 == 0 for _f, l in tail_pushes), pushes  # each ends at a batch's end
     assert c.bodies(d)[base_end + 1: base_end + 19] == c.bodies(b)[base_end + 1: base_end + 19]
+
+
+@pytest.mark.parametrize("new_disk", [False, True])
+def test_a_follower_whose_log_ends_below_the_leaders_begin_resets_to_it(new_disk):
+    """Issue 12, 0.6: a follower down longer than retention (or back with an empty disk) ends below the
+    leader's begin index; COMPARE used to answer INCONSISTENT_STATE forever. The leader TRUNCATEs from its begin
+    index - 1 and the follower starts its log there, with the leader's entries and commit point."""
+    c = Cluster(3, max_push_batch_bytes=2048)
+    leader = c.elect()
+    rid = c.append(leader, [b"early"] * 3)
+    c.run_until(lambda: rid in c.completions)
+    away = next(n for n in c.ids if n != leader)
+    c.run_until(lambda: c.nodes[away].store.end_index == c.nodes[leader].store.end_index
+                and c.core(away).committed_index == c.nodes[leader].store.end_index)
+    c.crash(away)
+    for i in range(30):
+        rid = c.append(leader, [b"%03d" % i + b"z" * 100] * 4)
+    c.run_until(lambda: rid in c.completions)
+    begin = c.nodes[leader].store.end_index - 20
+    for nid in c.ids:  # retention on the two that stayed: what `away` lacks is gone
+        if nid != away:
+            c.nodes[nid].store.delete_before(begin)
+    if new_disk:
+        c.nodes[away].store = MemoryStore()
+        c.nodes[away].hard_state = HardState()
+    c.restart(away)
+    start = len(c.sent)
+    c.run_until(lambda: c.nodes[away].store.end_index == c.nodes[leader].store.end_index
+                and c.core(away).committed_index == c.core(leader).committed_index, 5_000)
+    store = c.nodes[away].store
+    assert store.begin_index == begin
+    assert c.bodies(away) == c.bodies(leader)
+    assert c.core(away).committed_index == c.core(leader).committed_index
+    inconsistent = [m for m in c.sent[start:] if isinstance(m, PushResponse) and m.frm == away
+                    and m.code == ResponseCode.INCONSISTENT_STATE]
+    assert inconsistent == []
+    # and the group goes on with it: a new write commits on all three
+    rid = c.append(leader, [b"after"])
+    c.run_until(lambda: rid in c.completions and c.nodes[away].store.end_index == c.nodes[leader].store.end_index)
+    assert c.bodies(away)[-1] == b"after"

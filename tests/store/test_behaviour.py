@@ -202,3 +202,21 @@ def test_producer_tag_survives_follower_copy(store):
     store.append_records(leader.read(0, 10 ** 6).chunks[0])
     assert store.find_producer_batch(9, 3).last_index == 1
     assert [store.get(i).body for i in (0, 1)] == [b"a", b"b"]
+
+
+def test_reset_starts_an_empty_log_at_a_later_begin_index(store, tmp_path):
+    """Issue 12, 0.6: a follower whose log ends below its leader's begin index (retention) takes the leader's
+    log from there: reset drops everything and the next entries start at the new begin index."""
+    fill(store, 6)
+    store.flush()
+    end = store.end_index
+    store.reset(end + 50)
+    assert (store.begin_index, store.end_index, store.committed_index) == (end + 50, end + 49, end + 49)
+    leader = MemoryStore()
+    leader.reset(end + 50)
+    leader.append_batch(3, [b"p", b"q"], 9, producer=(4, 1))
+    records = leader.read(end + 50, 1 << 20)
+    assert store.append_records(b"".join(bytes(c) for c in records.chunks)) == end + 51
+    store.flush()
+    assert [store.get(i).body for i in (end + 50, end + 51)] == [b"p", b"q"]
+    assert store.find_producer_batch(4, 1) is not None

@@ -708,3 +708,58 @@ def test_a_torn_tail_with_nothing_valid_after_it_is_still_cut(tmp_path, tail):
     with FileStore(path, RARE_CHECKPOINTS) as s2:
         assert s2.end_index == (end - 1 if tail == "half-record" else end)
         check_prefix(s2, bodies, s2.end_index)
+
+
+@pytest.mark.parametrize("then", ["nothing", "entries"])
+def test_a_reset_log_reopens_at_its_new_begin(tmp_path, then):
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    fill(s, 8)
+    s.flush()
+    s.checkpoint()
+    s.reset(500)
+    if then == "entries":
+        from quorumlog.store import MemoryStore
+        leader = MemoryStore()
+        leader.reset(500)
+        leader.append_batch(7, [b"x" * 100, b"y"], 1)
+        s.append_records(b"".join(bytes(c) for c in leader.read(500, 1 << 20).chunks))
+        s.flush()
+    s._close_files()  # kill -9
+    s._closed = True
+    with FileStore(path, SMALL) as s2:
+        assert s2.begin_index == 500
+        assert s2.end_index == (501 if then == "entries" else 499)
+        if then == "entries":
+            assert s2.get(501).body == b"y"
+
+
+@pytest.mark.parametrize("crash_after_deleting", [0, 1, 3])
+def test_a_crash_in_the_middle_of_a_reset_reopens(tmp_path, monkeypatch, crash_after_deleting):
+    """The old files go one by one: whatever a crash leaves, the store reopens, holding the old log, a suffix
+    of it (as if retention had run) or nothing; the leader then resets it again."""
+    from quorumlog.store.segments import Segment
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    bodies = fill(s, 8)
+    s.flush()
+    s.checkpoint()
+    deleted = []
+    real = Segment.delete
+
+    def delete(seg):
+        if len(deleted) == crash_after_deleting:
+            raise OSError(errno.EIO, "crash")
+        deleted.append(seg.path)
+        real(seg)
+    monkeypatch.setattr(Segment, "delete", delete)
+    with pytest.raises(DiskError):
+        s.reset(500)
+    monkeypatch.setattr(Segment, "delete", real)
+    s._close_files()
+    s._closed = True
+    with FileStore(path, SMALL) as s2:
+        if crash_after_deleting == 0:  # nothing gone yet: the old log, whole
+            check_prefix(s2, bodies, len(bodies) - 1)
+        assert [s2.get(i).body for i in range(s2.begin_index, s2.end_index + 1)] == \
+            bodies[s2.begin_index: s2.end_index + 1]
