@@ -82,6 +82,7 @@ class RaftCore:
         self._completions: list[Completion] = []
         self._truncate_after: int | None = None
         self._reset_to: int | None = None
+        self._reset_producers: bytes | None = None
         self._commit_changed = False
 
         self.elector = LeaderElector(self)
@@ -142,14 +143,15 @@ class RaftCore:
         del self._batch_ends[bisect_right(self._batch_ends, index):]
         self.durable_index = min(self.durable_index, index)
 
-    def reset_log(self, begin_index: int) -> None:
+    def reset_log(self, begin_index: int, producers: bytes | None) -> None:
         """Start our log empty at `begin_index` (the leader's begin): our log ends below it, so none of our
         entries can be completed from the leader (retention deleted what we lack). All below is committed."""
         assert not self._appends and self._truncate_after is None and self._reset_to is None
-        assert begin_index > self.end_index + 1 and self.committed_index < begin_index
+        assert not self._appends and self.committed_index < begin_index
         log.warning("reset node=%s to begin_index=%d (log ended at %d)", self.config.node_id, begin_index,
                     self.end_index)
         self._reset_to = begin_index
+        self._reset_producers = producers
         self.end_index = self.durable_index = begin_index - 1
         self._set_committed(begin_index - 1)
 
@@ -209,8 +211,8 @@ class RaftCore:
             member.hard_state_dirty = False
         ready = Ready(hs, self._truncate_after, tuple(self._appends), tuple(self._messages),
                       tuple(self._completions), self.committed_index if self._commit_changed else None,
-                      self._reset_to)
-        self._reset_to = None
+                      self._reset_to, self._reset_producers)
+        self._reset_to = self._reset_producers = None
         self._messages.clear()
         self._appends.clear()
         self._completions.clear()
@@ -407,6 +409,11 @@ class RaftCore:
         log.warning("store failed node=%s code=%s reason=%s", self.config.node_id, event.code.name, event.reason)
         self.end_index = self.log.end_index
         self.durable_index = min(self.durable_index, self.end_index)
+        if self.committed_index > self.end_index:
+            # A follower learns a commit point up to the entries of the same push, before they are written; the
+            # runtime stored min(commit, end) when their write was refused, and so do we (only a follower's
+            # commit can lie beyond its log: it knows the group's, it does not hold those entries yet).
+            self.committed_index = self.end_index
         self.handler.matched_end = min(self.handler.matched_end, self.end_index)
         self.handler.buffer.clear()
         if event.code == ResponseCode.DISK_ERROR:
@@ -463,9 +470,14 @@ class RaftCore:
                 return
             hit = self.log.find_producer_batch(e.client_id, e.seq)
             if hit is not None:  # already in our log: answer with the original indexes
-                if hit.last_index <= self.committed_index:
+                log_view = self.log
+                if hit.last_index <= self.committed_index or hit.last_index < log_view.begin_index:
+                    # Committed (below our begin index it is, even while a new leader's commit point lags). A
+                    # batch has one term; retention may have deleted the batch since (its term is then
+                    # unknown: -1), and a retry that old is still a duplicate, never appended again.
+                    term = log_view.term_at(hit.last_index) if hit.last_index >= log_view.begin_index else -1
                     self._completions.append(Completion(e.request_id, _SUCCESS, hit.first_index, hit.last_index,
-                                                        self.log.term_at(hit.first_index)))
+                                                        term))
                 else:
                     pa = self.pending.add(hit.first_index, hit.last_index, self.log.term_at(hit.last_index), producer)
                     self.pending.wait(pa, e.request_id, deadline)

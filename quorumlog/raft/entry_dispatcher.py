@@ -39,7 +39,7 @@ _SUCCESS = ResponseCode.SUCCESS
 class EntryDispatcher:
     __slots__ = ("core", "peer", "state", "compare_index", "next_index", "match_index", "watermark",
                  "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered",
-                 "match_lo", "match_hi", "truncate_last")
+                 "match_lo", "match_hi", "truncate_last", "resetting")
 
     def __init__(self, core: "RaftCore", peer: str) -> None:
         self.core = core
@@ -57,6 +57,7 @@ class EntryDispatcher:
         self.match_lo = -1
         self.match_hi = 0
         self.truncate_last = -1
+        self.resetting = False  # the TRUNCATE under way resets the follower's log to our begin index
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
@@ -68,6 +69,7 @@ class EntryDispatcher:
     def _enter_compare(self, index: int) -> None:
         log_view = self.core.log
         self.state = PushType.COMPARE
+        self.resetting = False
         # Before our log agrees trivially; so does what it acknowledged as durable in this term.
         self.match_lo = max(log_view.begin_index - 1, self.watermark)
         end = self.core.log_end
@@ -90,6 +92,11 @@ class EntryDispatcher:
     def pump(self) -> None:
         """Send whatever the state and window allow; called after every leader step."""
         core = self.core
+        begin = core.log.begin_index
+        if (self.next_index if self.state is _APPEND else self.compare_index + 1) < begin:
+            # Retention deleted what this follower needs next (or the index a COMPARE/TRUNCATE round had
+            # settled on): start over from what it holds now.
+            self._enter_compare(core.log_end)
         if self.state is _APPEND:
             log_view = core.log
             end = core.log_end
@@ -124,9 +131,11 @@ class EntryDispatcher:
                 # DLedger's TRUNCATE carries our entries from index + 1: the follower replaces what conflicts
                 records = self._read(index + 1, core.log_end)
                 self.truncate_last = records.last_index
+                # A reset follower can no longer learn the producer table from the batches below our begin.
+                producers = core.log.producer_state() if self.resetting else None
                 core.send(PushRequest(core.config.node_id, self.peer, core.member.term, PushType.TRUNCATE,
                                       core.committed_index, index, self._prev_term(index), index + 1,
-                                      records.last_index, records))
+                                      records.last_index, records, producers))
             else:
                 core.send(PushRequest(core.config.node_id, self.peer, core.member.term, PushType.COMPARE,
                                       core.committed_index, prev_index=index, prev_term=self._prev_term(index)))
@@ -195,7 +204,11 @@ class EntryDispatcher:
                 # TRUNCATE from our begin on resets its log to start there.
                 self.compare_index = begin - 1
                 self.state = PushType.TRUNCATE
+                self.resetting = True
                 return False
+            # Retention may have moved our begin since this round started: what lies before it agrees
+            # trivially now, and nothing below it can be pushed.
+            self.match_lo = max(self.match_lo, begin - 1)
             c = self.compare_index
             if m.code == _SUCCESS:
                 self.match_lo = max(self.match_lo, c)
@@ -205,7 +218,13 @@ class EntryDispatcher:
             lo, hi = self.match_lo, self.match_hi
             if hi <= lo + 1:  # lo is the highest agreeing index we know of
                 self.compare_index = lo
-                if m.end_index <= lo or lo >= self.core.log_end:
+                if lo == begin - 1 and m.begin_index <= lo <= m.end_index and m.code != _SUCCESS:
+                    # The follower holds our begin - 1, whose term we no longer know (retention): a TRUNCATE
+                    # lets it check its prefix against the chain CRC of our first record; it keeps a prefix
+                    # that links and resets one that does not (an old term's entries).
+                    self.state = PushType.TRUNCATE
+                    self.resetting = True
+                elif m.end_index <= lo or lo >= self.core.log_end:
                     # nothing of the follower's to replace (entries beyond our end are not ours, but are left
                     # alone: the APPEND that reaches them replaces them if they conflict)
                     self.match_index = max(self.match_index, min(lo, m.end_index))

@@ -130,7 +130,7 @@ class EntryHandler:
         if prev > self.matched_end and prev >= log_view.begin_index:
             # PLANTED BUG skip_compare (test-only) also trusts an APPEND without checking prev, as DLedger's
             # follower does (it relies on the leader's COMPARE).
-            if "skip_compare" not in core.config.planted_bugs and log_view.term_at(prev) != m.prev_term:
+            if "skip_compare" not in core.config.planted_bugs and not self._follows(prev, m):
                 self.buffer.clear()
                 self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
                 return False
@@ -179,6 +179,19 @@ class EntryHandler:
         else:
             self._reply(m, ResponseCode.INCONSISTENT_TERM, c)
 
+    def _follows(self, prev: int, m: PushRequest) -> bool:
+        """Does the push's first record follow our entry `prev`? By term (Raft), or, when the leader no longer
+        holds `prev` (prev_term -1: below its begin index), by the chain CRC its first record carries, which
+        covers our whole prefix."""
+        log_view = self.core.log
+        if m.prev_term != -1:
+            return log_view.term_at(prev) == m.prev_term
+        if m.records is None or m.records.size_bytes == 0:
+            return False
+        h = log_entry.read_header(_chunk(m))
+        return h.chain_crc == log_entry.chain_crc_of(log_view.chain_crc_at(prev), h.index, h.term, h.channel,
+                                                     h.body_crc, h.timestamp_ms, h.body_size)
+
     def _on_truncate(self, m: PushRequest) -> None:
         """DLedger's TRUNCATE carries the leader's entries from the agreed index on: replace our conflicting
         suffix with them (only what conflicts is dropped; see _apply)."""
@@ -188,11 +201,12 @@ class EntryHandler:
         if m.records is None or i > core.end_index and m.prev_term != -1:
             self._reply(m, ResponseCode.INCONSISTENT_STATE, i)
             return
-        if i > core.end_index:
-            # prev_term -1: `i` is below the leader's begin index, and our log ends before it (we were away
-            # longer than its retention, or our disk is new). Everything up to `i` is committed (retention
-            # deletes only that), so we start our log at i + 1 with the leader's entries (DLedger's TRUNCATE).
-            core.reset_log(i + 1)
+        if m.prev_term == -1 and i >= core.log.begin_index and (i > core.end_index or not self._follows(i, m)):
+            # `i` is below the leader's begin index, and our log ends before it (we were away longer than its
+            # retention, or our disk is new) or differs from the leader's up to it (an old term's entries the
+            # leader can no longer compare by term). Everything up to `i` is committed (retention deletes only
+            # that), so we start our log at i + 1 with the leader's entries (DLedger's TRUNCATE).
+            core.reset_log(i + 1, m.producers)
             self.matched_end = i
         if not self._apply(m):
             return

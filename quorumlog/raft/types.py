@@ -174,6 +174,7 @@ class Ready:
     # Drop the whole log and start it empty at this index, before the appends (a follower whose log ends below
     # its leader's begin index: store.reset). Never together with truncate_after.
     reset_to: int | None = None
+    reset_producers: bytes | None = None  # the leader's producer table, for store.reset(reset_to, ...)
 
     def __bool__(self) -> bool:
         return bool(self.hard_state or self.truncate_after is not None or self.appends or self.messages

@@ -259,7 +259,7 @@ class Node:
                 self._committer.truncated(ready.truncate_after)
                 log.info("truncated node=%s after=%d", self.config.node_id, ready.truncate_after)
             if ready.reset_to is not None:
-                store.reset(ready.reset_to)
+                store.reset(ready.reset_to, ready.reset_producers)
                 self._committer.truncated(ready.reset_to - 1)
         except (OSError, QuorumLogError) as e:
             # The core already counts on this state; carrying on could grant a vote twice or serve a log

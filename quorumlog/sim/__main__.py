@@ -11,7 +11,7 @@ import sys
 import time
 
 from .options import PLANTED_BUGS
-from .world import SimResult, run_seed, run_seed_star
+from .world import SimResult, quiet_logging, run_seed, run_seed_star
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -27,6 +27,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-v", "--verbose", action="store_true", help="one line per seed")
     p.add_argument("--jobs", type=int, default=1, help="worker processes for a --seeds run (results in seed order)")
     args = p.parse_args(argv)
+    quiet_logging()
     if args.seed is not None and args.seeds is not None:
         p.error("--seed and --seeds are exclusive")
     return args
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[SimResult] = []
     by_nodes = {3: 0, 5: 0}
     seeds = range(args.start, args.start + count)
-    pool = multiprocessing.get_context("spawn").Pool(args.jobs) if args.jobs > 1 else None
+    pool = multiprocessing.get_context("spawn").Pool(args.jobs, initializer=quiet_logging) if args.jobs > 1 else None
     results = (pool.imap(run_seed_star, [(seed, args.nodes, bugs) for seed in seeds]) if pool
                else (run_seed(seed, args.nodes, bugs) for seed in seeds))
     for r in results:

@@ -8,7 +8,12 @@ committed entry is durable on a majority. And the clients': every acknowledged b
 log, once, where the ack says, in real-time order; no entry appears that no client sent. And two protocol
 rules that the invariants above only notice once they cause damage, checked where they happen: a node
 grants one vote per term and persists it before sending it; a leader advances its commit point only to an
-entry of its own term (§5.4.2).
+entry of its own term (§5.4.2). And the contract's: a request refused with DISK_FULL or DISK_ERROR was not
+written and never commits (one that may have been written is answered "outcome unknown"); a read of a
+node's committed entries returns the committed log.
+
+Retention deletes committed entries below a node's begin index: checks of an entry a node no longer holds
+skip that node (it is not a holder for durability).
 
 A Violation is raised, never asserted: the simulator reports it with the seed that reproduces it.
 """
@@ -27,6 +32,13 @@ if TYPE_CHECKING:
 
 
 NOOP_BODY = b""  # a new leader's no-op entry (Raft §8); clients never send an empty body
+# Final refusals: the request was not written, so it must never commit (INTERFACES.md; issue 12 0.2).
+REFUSED_BEFORE_WRITE = frozenset({ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR})
+
+
+def chain_at(store, index: int) -> int | None:
+    """The chain CRC of entry `index` on this store, None if it does not hold it (retention, reset, end)."""
+    return store.chain_crc_at(index) if store.begin_index <= index <= store.end_index else None
 
 
 class Violation(Exception):
@@ -51,6 +63,7 @@ class Op:
     floor_index: int = -1  # highest acknowledged index when the op was first sent: it must land above
     first_index: int | None = None  # where its first entry landed in the committed log
     acked: bool = False
+    refused: bool = False  # answered DISK_FULL / DISK_ERROR (plain clients only: they never resend bodies)
     request_ids: list[int] = field(default_factory=list)
 
 
@@ -87,6 +100,27 @@ class Checker:
     def on_completion(self, node_id: str, completion: Completion, op: Op) -> None:
         if completion.code == ResponseCode.SUCCESS:
             self._acks.append((node_id, completion, op))
+        elif completion.code in REFUSED_BEFORE_WRITE and op.seq == -1:
+            op.refused = True
+            if op.first_index is not None:
+                raise Violation("refused_but_committed", f"{node_id} refused {op.client}#{op.op_no} with "
+                                                         f"{completion.code.name}, committed at {op.first_index}")
+
+    def on_read(self, node_id: str, start: int, last: int, entries) -> None:
+        """A read of `node_id`'s committed entries start..last (no-ops left out by the decoder)."""
+        if last > self.committed_index:
+            raise Violation("read", f"read of {node_id} returned up to {last}, the committed log ends at "
+                                    f"{self.committed_index}")
+        want = [i for i in range(start, last + 1) if self.committed_body[i] != NOOP_BODY]
+        got = [e.index for e in entries]
+        if got != want:
+            raise Violation("read", f"read of {node_id} {start}..{last} returned indexes {got}, the committed "
+                                    f"log has entries at {want}")
+        for e in entries:
+            if e.body != self.committed_body[e.index] or e.term != self.committed_term[e.index]:
+                raise Violation("read", f"read of {node_id} returned {e.body!r} term {e.term} at {e.index}, the "
+                                        f"committed log has {self.committed_body[e.index]!r} term "
+                                        f"{self.committed_term[e.index]}")
 
     # -- node actions ------------------------------------------------------------------------------
     def on_append(self, node: "SimNode", first: int, last: int) -> None:
@@ -132,12 +166,15 @@ class Checker:
             raise Violation("commit_rule", f"leader {node.node_id} of term {core.term} commits {ci}, an entry of "
                                            f"term {store.term_at(ci)}, by counting replicas")
         if ci <= gc:
-            if ci >= 0 and store.chain_crc_at(ci) != self.committed_chain[ci]:
+            if ci >= store.begin_index and store.chain_crc_at(ci) != self.committed_chain[ci]:
                 raise Violation("state_machine_safety", f"{node.node_id} committed entry {ci} "
                                                         f"term={store.term_at(ci)} differs from the committed log's "
                                                         f"term={self.committed_term[ci]}")
             return
-        if gc >= 0 and store.chain_crc_at(gc) != self.committed_chain[gc]:
+        if gc < store.begin_index - 1:
+            raise Violation("state_machine_safety", f"{node.node_id} commits {ci} with a log beginning at "
+                                                    f"{store.begin_index}, above the committed log's end {gc} + 1")
+        if gc >= store.begin_index and store.chain_crc_at(gc) != self.committed_chain[gc]:
             raise Violation("state_machine_safety", f"{node.node_id} commits {ci} on a prefix that differs from the "
                                                     f"committed log at {gc}")
         for index in range(gc + 1, ci + 1):
@@ -147,7 +184,7 @@ class Checker:
     def _check_majority_durable(self, index: int, by: str) -> None:
         chain = self.committed_chain[index]
         holders = [n.node_id for n in self.nodes.values()
-                   if n.store.durable_index >= index and n.store.chain_crc_at(index) == chain]
+                   if n.store.durable_index >= index and chain_at(n.store, index) == chain]
         if len(holders) < self.majority:
             raise Violation("commit_without_quorum", f"{by} committed {index} but only {holders or 'no node'} "
                                                      f"hold it durably (majority {self.majority})")
@@ -167,6 +204,9 @@ class Checker:
         if hit is None:
             raise Violation("phantom_entry", f"committed entry {index} body {body!r} was sent by no client")
         op, k = hit
+        if op.refused:
+            raise Violation("refused_but_committed", f"{op.client}#{op.op_no} was refused (DISK_FULL/DISK_ERROR) "
+                                                     f"and commits at {index}")
         if k == 0:
             op.first_index = index
         elif op.first_index is None or index != op.first_index + k:
@@ -195,8 +235,8 @@ class Checker:
     def _check_leader_completeness(self, node: "SimNode", term: int) -> None:
         gc = self.committed_index
         store = node.store
-        if gc < 0:
-            return
+        if gc < store.begin_index:
+            return  # its log begins after the committed log's end (reset to a leader's begin index)
         if store.end_index < gc or store.chain_crc_at(gc) != self.committed_chain[gc]:
             held = "nothing" if store.end_index < gc else f"term {store.term_at(gc)}"
             raise Violation("leader_completeness", f"{node.node_id} leads term {term} but holds {held} at committed "
@@ -210,7 +250,8 @@ class Checker:
             raise Violation("ack_before_commit", f"{where} but the committed log ends at {self.committed_index}")
         for k, body in enumerate(op.bodies):
             index = c.first_index + k
-            if self.committed_body[index] != body or self.committed_term[index] != c.term:
+            # term -1: a retry of a batch retention deleted since (core: its term is no longer known)
+            if self.committed_body[index] != body or c.term not in (-1, self.committed_term[index]):
                 raise Violation("ack_mismatch", f"{where} but entry {index} is {self.committed_body[index]!r} of "
                                                 f"term {self.committed_term[index]}")
         op.acked = True
@@ -228,7 +269,8 @@ class Checker:
         """After a crash the store keeps its durable prefix; its checkpointed commit point must still match."""
         store = node.store
         ci = store.committed_index
-        if ci >= 0 and (ci > self.committed_index or store.chain_crc_at(ci) != self.committed_chain[ci]):
+        chain = chain_at(store, ci)
+        if ci > self.committed_index or chain is not None and chain != self.committed_chain[ci]:
             raise Violation("state_machine_safety", f"{node.node_id} restarts with committed_index {ci} not in "
                                                     f"the committed log")
         self.role_seen.pop(node.node_id, None)
@@ -239,6 +281,7 @@ class Checker:
             store = node.store
             assert store.durable_index <= store.end_index
             ci = store.committed_index
-            if ci >= 0 and (ci > self.committed_index or store.chain_crc_at(ci) != self.committed_chain[ci]):
+            chain = chain_at(store, ci)
+            if ci > self.committed_index or chain is not None and chain != self.committed_chain[ci]:
                 raise Violation("state_machine_safety", f"{node.node_id} committed prefix up to {ci} is not the "
                                                         f"committed log")

@@ -1,7 +1,9 @@
 """Simulated clients: they append batches, time out, follow NOT_LEADER redirects and retry.
 
-An idempotent client (client_id > 0) keeps one batch in flight and retries it with the same (client_id, seq)
-and the same bodies until it succeeds, so the leader must deduplicate. A plain client never resends a body:
+An idempotent client (client_id > 0) pipelines up to idempotent_max_in_flight batches with increasing seqs and
+retries each with the same (client_id, seq) and the same bodies until it succeeds, so the leader must
+deduplicate (retries may land out of order: the contract promises dedup, not order, across failed batches);
+DUPLICATE_SEQUENCE_TOO_OLD ends a retry as "outcome unknown". A plain client never resends a body:
 after a failure or a timeout the outcome is unknown, so it sends a *new* batch with new bodies — which keeps
 "every body is committed at most once" a strict check for both kinds.
 """
@@ -29,7 +31,7 @@ class SimClient:
         self.rng: random.Random = world.rng
         self.name = f"c{index}"
         self.client_id = index + 1 if idempotent else 0
-        self.max_in_flight = 1 if idempotent else options.client_max_in_flight
+        self.max_in_flight = options.idempotent_max_in_flight if idempotent else options.client_max_in_flight
         self.think_max_ms = options.client_think_max_ms
         self.batch_max = options.client_batch_max
         self.timeout_ms = options.client_timeout_ms
@@ -103,6 +105,11 @@ class SimClient:
             if self.healed_at_ms is not None and op.first_sent_ms >= self.healed_at_ms:
                 self.done = True
             self.world.scheduler.after(self.rng.randint(0, self.think_max_ms), self._fill)
+            return
+        if code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD:
+            self.failed += 1
+            self.ops_open -= 1  # the leader can no longer tell: outcome unknown, as for a plain client
+            self.world.scheduler.after(0, self._fill)
             return
         if code == ResponseCode.NOT_LEADER:
             asked = self.world.request_target.get(completion.request_id)

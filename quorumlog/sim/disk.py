@@ -4,6 +4,10 @@ A flush covers what was written before it started, nothing after; writes that ar
 flight wait for the next one, which starts when the current one completes (one fsync covers many appends).
 A truncate clamps the flush in flight: the entries it was covering are gone, and their replacements were
 written after it started. A crash loses every unflushed entry (MemoryStore.crash), and the flush with it.
+
+Disk faults refuse a write before any of it is stored, as a FileStore does: `full` (DISK_FULL until the space
+comes back) and `fail_next_write` (EIO; the store then refuses every write until the node restarts, as a
+FileStore that saw EIO does: fsyncgate).
 """
 
 from __future__ import annotations
@@ -11,11 +15,32 @@ from __future__ import annotations
 import random
 from typing import Callable
 
+from ..errors import DiskError, DiskFull
 from ..store.memory import MemoryStore
 from .scheduler import Scheduler
 
 
 class SimStore(MemoryStore):
+    full = False
+    fail_next_write = False
+    failed = False  # saw EIO: refuses writes until restart
+
+    def _check_disk(self) -> None:
+        if self.fail_next_write:
+            self.fail_next_write, self.failed = False, True
+        if self.failed:
+            raise DiskError("simulated EIO on write")
+        if self.full:
+            raise DiskFull("simulated full disk")
+
+    def append_batch(self, *args, **kwargs) -> int:
+        self._check_disk()
+        return super().append_batch(*args, **kwargs)
+
+    def append_records(self, data) -> int:
+        self._check_disk()
+        return super().append_records(data)
+
     def flush_to(self, index: int) -> int:
         """Make entries ≤ index durable (a flush that started when end_index was `index`)."""
         assert index <= self.end_index, f"flush_to({index}) beyond end {self.end_index}"

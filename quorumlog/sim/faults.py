@@ -2,7 +2,9 @@
 
 Partitions come in five shapes: one node isolated both ways (and later rejoining), a minority/majority
 split, a node that can hear but not speak, one that can speak but not hear, and a single one-way link.
-Crashes lose unflushed data and restart after a while from what the store and the HardState kept.
+Crashes lose unflushed data and restart after a while from what the store and the HardState kept. Disk
+faults: a full disk (writes refused with DISK_FULL for a while) and EIO on the next write (the node hands over
+and fail-stops, then is restarted on a healed disk after a while).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ CRASH_DOWN_MIN_MS = 50
 PARTITION_MIN_MS = 50
 SLOW_DISK_MIN_MS = 200
 SLOW_DISK_MAX_MS = 3_000
+DISK_FULL_MIN_MS = 100
+DISK_FULL_MAX_MS = 2_000
 
 
 class FaultInjector:
@@ -26,7 +30,9 @@ class FaultInjector:
         o = world.options
         self.actions = [(w, name) for w, name in ((o.partition_weight, "partition"), (o.crash_weight, "crash"),
                                                   (o.slow_disk_weight, "slow_disk"),
-                                                  (o.transfer_weight, "transfer"), (o.heal_weight, "heal"))
+                                                  (o.transfer_weight, "transfer"), (o.heal_weight, "heal"),
+                                                  (o.disk_full_weight, "disk_full"),
+                                                  (o.disk_error_weight, "disk_error"))
                         if w > 0]
         self.total_weight = sum(w for w, _ in self.actions)
         self.counts: dict[str, int] = {name: 0 for _, name in self.actions}
@@ -106,8 +112,7 @@ class FaultInjector:
             return
         node = world.nodes[self._victim(alive)]
         world.crash(node)
-        world.scheduler.after(self.rng.randint(CRASH_DOWN_MIN_MS, world.options.crash_down_max_ms), self._restart,
-                              node.node_id, node.incarnation)
+        self.restart_later(node.node_id, node.incarnation)
 
     def _restart(self, node_id: str, incarnation: int) -> None:
         node = self.world.nodes[node_id]
@@ -125,6 +130,30 @@ class FaultInjector:
         if self.world.nodes[node_id].disk.slow:
             self.world.nodes[node_id].disk.slow = False
             self.world.trace_line(lambda: f"FAULT disk normal {node_id}")
+
+    def _disk_full(self) -> None:
+        world = self.world
+        node = world.nodes[self._victim(world.node_ids)]
+        node.store.full = True
+        lasts_ms = self.rng.randint(DISK_FULL_MIN_MS, DISK_FULL_MAX_MS)
+        world.trace_line(lambda: f"FAULT disk full on {node.node_id} for {lasts_ms} ms")
+        world.scheduler.after(lasts_ms, self._disk_space_back, node.node_id)
+
+    def _disk_space_back(self, node_id: str) -> None:
+        store = self.world.nodes[node_id].store
+        if store.full:
+            store.full = False
+            self.world.trace_line(lambda: f"FAULT disk space back on {node_id}")
+
+    def _disk_error(self) -> None:
+        world = self.world
+        node = world.nodes[self._victim(world.node_ids)]
+        node.store.fail_next_write = True
+        world.trace_line(lambda: f"FAULT EIO on the next write of {node.node_id}")
+
+    def restart_later(self, node_id: str, incarnation: int) -> None:
+        self.world.scheduler.after(self.rng.randint(CRASH_DOWN_MIN_MS, self.world.options.crash_down_max_ms),
+                                   self._restart, node_id, incarnation)
 
     def _transfer(self) -> None:
         self.world.transfer_leadership()

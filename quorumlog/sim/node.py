@@ -11,9 +11,10 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import QuorumLogError
+from ..codes import ResponseCode
+from ..errors import DiskError, DiskFull, QuorumLogError
 from ..raft.types import (AppendBatch, AppendRecords, Durable, Event, HardState, RaftConfig, Ready, Stored,
-                          Tick)
+                          StoreFailed, Tick)
 from ..wire.messages import VoteResponse
 from .checker import Violation
 from .disk import Disk, SimStore
@@ -41,6 +42,7 @@ class SimNode:
         self._follow_ups: deque[Event] = deque()
         self._stepping = False
         self._role_seen: tuple | None = None
+        self.disk_error: str | None = None  # EIO seen: the node fail-stops once this step is done
         self.core = core_factory(config, self.store, self.hard_state, self._new_rng(), world.scheduler.now_ms)
 
     def _new_rng(self) -> random.Random:
@@ -61,6 +63,8 @@ class SimNode:
         assert not self.alive
         self.alive = True
         self._role_seen = None
+        self.disk_error = None
+        self.store.failed = False  # restarted on a healed disk (an operator's job after a fail-stop)
         self.core = self.core_factory(self.config, self.store, self.hard_state, self._new_rng(),
                                       self.world.scheduler.now_ms)
         self.world.checker.on_restart(self)
@@ -87,6 +91,8 @@ class SimNode:
                     self.world.trace_line(lambda: f"{self.node_id} is {role[0].value} of term {role[1]}")
         finally:
             self._stepping = False
+        if self.disk_error is not None and self.alive:
+            self.world.fail_stop(self, self.disk_error)  # as the server does once the core handled the EIO
 
     def _on_durable(self, index: int) -> None:
         if self.alive:
@@ -108,8 +114,9 @@ class SimNode:
                 raise Violation("contract", f"{self.node_id} resets its log to begin at {ready.reset_to}, beyond "
                                             f"the group's commit point {world.checker.committed_index}")
             world.trace_line(lambda: f"{self.node_id} reset to begin {ready.reset_to}")
-            store.reset(ready.reset_to)
+            store.reset(ready.reset_to, ready.reset_producers)
             self.disk.truncated(ready.reset_to - 1)
+        refused: QuorumLogError | None = None
         if ready.appends:
             first = store.end_index + 1
             for action in ready.appends:
@@ -126,15 +133,26 @@ class SimNode:
                         if store.end_index != action.last_index:
                             raise Violation("contract", f"{self.node_id} AppendRecords {action.first_index}.."
                                                         f"{action.last_index} stored up to {store.end_index}")
+                except (DiskFull, DiskError) as exc:
+                    refused = exc  # the rest of this Ready's writes are not attempted, as in the server
+                    break
                 except QuorumLogError as exc:
                     # The core only writes records that follow its log; a chain mismatch here means it
                     # appended after a prefix that differs from the leader's (log matching broken).
                     raise Violation("log_matching", f"{self.node_id} store rejected append at "
                                                     f"{action.first_index}: {exc!r}") from exc
-            world.checker.on_append(self, first, store.end_index)
-            world.trace_line(lambda: f"{self.node_id} wrote {first}..{store.end_index}")
-            self.disk.written()
-            self._follow_ups.append(Stored(store.end_index))
+            if store.end_index >= first:
+                world.checker.on_append(self, first, store.end_index)
+                world.trace_line(lambda: f"{self.node_id} wrote {first}..{store.end_index}")
+                self.disk.written()
+            if refused is None:
+                self._follow_ups.append(Stored(store.end_index))
+            else:
+                code = refused.code
+                world.trace_line(lambda: f"{self.node_id} store refused a write: {code.name}")
+                if code == ResponseCode.DISK_ERROR:
+                    self.disk_error = str(refused)
+                self._follow_ups.append(StoreFailed(code, str(refused)))
         for message in ready.messages:
             assert message.frm == self.node_id, message
             if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
@@ -143,11 +161,11 @@ class SimNode:
         for completion in ready.completions:
             world.on_completion(self, completion)
         if ready.committed_index is not None:
-            if ready.committed_index > store.end_index:
+            if ready.committed_index > store.end_index and refused is None:
                 raise Violation("contract", f"{self.node_id} commits {ready.committed_index} beyond its end "
                                             f"{store.end_index}")
             before = store.committed_index
-            store.set_committed_index(ready.committed_index)
+            store.set_committed_index(min(ready.committed_index, store.end_index))  # as the server does
             store.checkpoint()
             if store.committed_index > before:
                 world.checker.on_commit(self)

@@ -70,6 +70,13 @@ class SimOptions:
     max_pending_pushes: int
     max_wait_ack_ms: int
     client_timeout_ms: int  # > max_wait_ack_ms: a live leader answers before the client gives up
+    # Drawn after everything above, so adding them left every earlier option of a seed as it was.
+    idempotent_max_in_flight: int  # idempotent clients pipeline this many batches (seqs in order, dedup only)
+    disk_full_weight: int  # a node's disk refuses writes for a while (DISK_FULL, StoreFailed)
+    disk_error_weight: int  # a node's next write fails with EIO: StoreFailed(DISK_ERROR), then fail-stop
+    retention_every_ms: int  # 0: off; else every node deletes old committed entries this often
+    retention_keep_max: int  # ... keeping up to this many below its safe point (segment granularity)
+    read_every_ms: int  # 0: off; else a reader reads committed entries from a random node this often
     planted_bugs: frozenset[str] = frozenset()
 
     @classmethod
@@ -132,6 +139,12 @@ class SimOptions:
             max_pending_pushes=pending_pushes,
             max_wait_ack_ms=max_wait_ack_ms,
             client_timeout_ms=max_wait_ack_ms + rng.choice((200, 1_000)),
+            idempotent_max_in_flight=rng.choice((1, 1, 3, 8)),
+            disk_full_weight=0 if calm else rng.choice((0, 0, 1, 2)),
+            disk_error_weight=0 if calm else rng.choice((0, 0, 1)),
+            retention_every_ms=rng.choice((0, 0, 100, 500)),
+            retention_keep_max=rng.choice((0, 3, 30)),
+            read_every_ms=rng.choice((0, 50, 200)),
             planted_bugs=frozenset(planted_bugs),
         )
 

@@ -4,17 +4,24 @@ A run has two phases (TigerBeetle's VOPR): a fault phase, where anything may hap
 every partition, restarting every node, calming the network and the disks — a liveness phase, which must
 end within a bounded virtual time with one leader, every client answered and every node caught up.
 The Checker runs after every step of every node; the first Violation ends the run.
+
+Besides the clients' appends, a seed may run retention (each node deletes old committed entries, as the
+server's retention task does, so logs begin above 0 and a node back from a long absence is reset to its
+leader's begin index) and a reader (committed entries read from any node must be the committed log).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..errors import IndexOutOfRange
+from ..format.log_entry import decode_records
 from ..raft.types import ClientAppend, Completion, RaftConfig, Receive, Role, Tick, TransferLeadership
 from ..wire.messages import Message
 from .checker import Checker, Op, Violation
@@ -116,6 +123,10 @@ class World:
         for client in self.clients:
             client.start()
         self.faults.start()
+        if self.options.retention_every_ms:
+            self.scheduler.after(self.options.retention_every_ms, self._retention)
+        if self.options.read_every_ms:
+            self.scheduler.after(self.options.read_every_ms, self._read)
         self.scheduler.at(self.options.fault_phase_ms, self._heal)
         while not self.finished:
             handler, args = self.scheduler.pop()
@@ -180,6 +191,53 @@ class World:
                                 f"term={node.hard_state.term} voted_for={node.hard_state.voted_for})")
         node.restart()
 
+    def fail_stop(self, node: SimNode, reason: str) -> None:
+        """A node that saw EIO exits once its core handled it (server/node.py); restarted after a while."""
+        self.trace_line(lambda: f"{node.node_id} fail-stops: {reason}")
+        self.crash(node)
+        if self.phase == "faults":
+            self.faults.restart_later(node.node_id, node.incarnation)
+        else:
+            self.scheduler.after(0, self.faults._restart, node.node_id, node.incarnation)
+
+    # -- retention and reads -----------------------------------------------------------------------
+    def _retention(self) -> None:
+        """Each live node deletes committed, durable entries below what it may (the server's _retention:
+        its commit point; a leader also every follower's watermark), keeping a random few (segments)."""
+        for node_id in self.node_ids:
+            node = self.nodes[node_id]
+            if not node.alive:
+                continue
+            st, store = node.core.status(), node.store
+            safe = min(st.committed_index, store.durable_index, store.committed_index)
+            if st.role == Role.LEADER and st.watermarks:
+                safe = min(safe, *st.watermarks.values())
+            below = min(safe - self.rng.randint(0, self.options.retention_keep_max), store.end_index)
+            if below > store.begin_index:
+                self.trace_line(lambda: f"{node_id} retention deletes below {below}")
+                store.delete_before(below)
+        self.scheduler.after(self.options.retention_every_ms, self._retention)
+
+    def _read(self) -> None:
+        """Read a random range of one live node's committed entries: they must be the committed log's."""
+        live = [n for n in self.node_ids if self.nodes[n].alive]
+        if live:
+            node = self.nodes[self.rng.choice(live)]
+            store = node.store
+            last = store.committed_index
+            if last >= store.begin_index:
+                start = self.rng.randint(store.begin_index, last)
+                try:
+                    records = store.read(start, self.rng.choice((1, 200, 1 << 16)), last)
+                except IndexOutOfRange as exc:
+                    raise Violation("read", f"{node.node_id} cannot read committed {start}..{last}: {exc}") from exc
+                if records.first_index != start or not start <= records.last_index <= last:
+                    raise Violation("read", f"{node.node_id} read of {start}..{last} returned "
+                                            f"{records.first_index}..{records.last_index}")
+                entries = decode_records(b"".join(bytes(c) for c in records.chunks))
+                self.checker.on_read(node.node_id, start, records.last_index, entries)
+        self.scheduler.after(self.options.read_every_ms, self._read)
+
     def leader(self) -> SimNode | None:
         """The live leader of the highest term, if any."""
         best = None
@@ -210,6 +268,7 @@ class World:
         for node_id in self.node_ids:
             node = self.nodes[node_id]
             node.disk.slow = False
+            node.store.full = node.store.fail_next_write = False
             if not node.alive:
                 self.restart(node)
         for client in self.clients:
@@ -323,6 +382,12 @@ def run_seed(seed: int, node_count: int | None = None, planted_bugs: frozenset[s
     if digest is not None:
         result.trace_sha256 = digest.hexdigest()
     return result
+
+
+def quiet_logging() -> None:
+    """For the CLI and its workers: the trace says what happened, in order; the core's own warnings (store
+    failures, resets) would only drown the summary."""
+    logging.getLogger("quorumlog").setLevel(logging.CRITICAL)
 
 
 def run_seed_star(args: tuple[int, int | None, frozenset[str]]) -> SimResult:

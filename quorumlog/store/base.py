@@ -53,6 +53,9 @@ class LogView(Protocol):
         """Lowest seq still judged for this client: a seq below it may have been appended and forgotten
         (DUPLICATE_SEQUENCE_TOO_OLD); None when nothing was forgotten."""
 
+    def producer_state(self) -> bytes:
+        """The producer table as a snapshot (quorumlog/format/producer_state.py), for a follower being reset."""
+
 
 class LogStore(LogView, Protocol):
     """The full store: reads for anyone, writes for the runtime/simulator."""
@@ -76,6 +79,11 @@ class LogStore(LogView, Protocol):
 
     def truncate_after(self, index: int) -> None:
         """Drop every entry after `index` (index ≥ committed_index; index may be begin_index - 1)."""
+
+    def reset(self, begin_index: int, producers: bytes | None = None) -> None:
+        """Drop the whole log and start it empty at `begin_index` (> committed_index), with the leader's producer
+        table (`producers`, a producer_state() snapshot) for the batches below it. Raises CorruptEntry on a
+        snapshot that does not decode, before anything changed."""
 
     def flush(self) -> int:
         """Make everything written so far durable (fdatasync); returns the highest durable index."""

@@ -37,6 +37,7 @@ from .config import StoreConfig
 from .disk_guard import DiskGuard
 from ..format.log_entry import encode_records_and_units, producer_tag
 from .files import SegmentAllocator, fsync_dir, is_enospc, write_zeros
+from ..format.producer_state import decode_snapshot, encode_snapshot
 from .producers import PRODUCERS_NAME, ProducerSnapshot, ProducerTable
 from .producers import write_snapshot as write_producer_snapshot
 from .recover_on_open import RecoverOnOpen
@@ -490,12 +491,18 @@ class FileStore(RecoverOnOpen):
             log.info("truncated log after index=%d old_end=%d file=%s offset=%d", index, old_end, seg.path,
                      cut - seg.start)
 
-    def reset(self, begin_index: int) -> None:
+    def producer_state(self) -> bytes:
+        with self._lock:
+            return encode_snapshot(ProducerSnapshot(self._end, self._producers.state()))
+
+    def reset(self, begin_index: int, producers: bytes | None = None) -> None:
         """Drop the whole log and start it empty at `begin_index` (DLedger's follower reset): the leader no
         longer holds the entries this log would need next (retention deleted them), so this node takes the
-        leader's log from its begin index on. Everything below `begin_index` is committed group-wide."""
-        assert begin_index > self._end, f"reset({begin_index}) would keep entries up to {self._end}: truncate instead"
+        leader's log from its begin index on. Everything below `begin_index` is committed group-wide. Entries at
+        or after `begin_index` may be held (a prefix that differs from the leader's): they go too."""
+        assert begin_index > self._committed, f"reset({begin_index}) would drop committed entries up to {self._committed}"
         self._check_not_failed()
+        state = decode_snapshot(producers).state if producers else {}
         with self._sync_lock:
             old_data, old_index = list(self._data), list(self._index.values())
             # The new first segment starts past every old one: a first segment at offset 0 means begin 0.
@@ -508,7 +515,10 @@ class FileStore(RecoverOnOpen):
                 self._end = self._durable = self._committed = begin_index - 1
                 self._end_term, self._end_chain = -1, _EMPTY_CHAIN
                 self._write_pos = start
-                self._producers.clear()
+                # The batches below begin_index are in no log we can scan any more: only the leader's table
+                # remembers them, and a client's retry of one must still be recognised (never appended twice).
+                self._producers.load(state)
+                self._producers.drop_after(begin_index - 1)
             try:
                 # First a checkpoint that claims nothing (end -1) but names the new begin, then the files: a crash
                 # at any step reopens the old log, an empty log at 0, or the empty log at begin_index — each one

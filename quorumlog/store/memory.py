@@ -1,7 +1,9 @@
 """MemoryStore: the LogStore interface in memory, for the raft core's tests and the simulator.
 
 It keeps the same record bytes a FileStore would (so pushes carry real records), and models durability:
-`crash()` loses whatever was not flushed, as a kill -9 before fdatasync would.
+`crash()` loses whatever was not flushed, as a kill -9 before fdatasync would. Its producer table comes back
+after a crash as a FileStore's does: the snapshot of the last checkpoint (or truncate) plus the tagged
+batches after it, so retention (`delete_before`) leaves it as partial as it would be on disk.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from ..errors import CorruptEntry, EmptyBatch, EntryTooLarge, IndexOutOfRange
 from ..format import log_entry
 from .base import DEFAULT_MAX_ENTRY_BYTES, ProducerBatch
 from ..format.log_entry import Records
+from ..format.producer_state import ProducerSnapshot, decode_snapshot, encode_snapshot
 from .producers import ProducerTable
 from ..format.log_entry import Entry
 
@@ -28,6 +31,7 @@ class MemoryStore:
         self._committed = -1
         self._checkpoint_committed = -1
         self._producers = ProducerTable()
+        self._producer_snapshot: ProducerSnapshot | None = None  # FileStore's `producers` file
 
     # -- reads -------------------------------------------------------------------------------------
     @property
@@ -164,21 +168,29 @@ class MemoryStore:
             return
         del self._records[keep:], self._terms[keep:], self._chains[keep:], self._offsets[keep + 1:]
         self._durable = min(self._durable, index)
-        self._rebuild_producers()
+        self._producers.drop_after(index)
+        self._snapshot_producers()  # before new batches reuse these indexes, as FileStore does
 
-    def reset(self, begin_index: int) -> None:
+    def producer_state(self) -> bytes:
+        return encode_snapshot(ProducerSnapshot(self.end_index, self._producers.state()))
+
+    def reset(self, begin_index: int, producers: bytes | None = None) -> None:
         """Drop the whole log and start it empty at `begin_index` (see FileStore.reset)."""
-        assert begin_index > self.end_index, f"reset({begin_index}) would keep entries up to {self.end_index}"
+        assert begin_index > self._committed, f"reset({begin_index}) would drop committed entries up to {self._committed}"
+        state = decode_snapshot(producers).state if producers else {}
         del self._records[:], self._terms[:], self._chains[:]
         self._offsets = [0]
         self._begin = begin_index
         self._durable = self._committed = self._checkpoint_committed = begin_index - 1
-        self._producers.clear()
+        self._producers.load(state)
+        self._producers.drop_after(begin_index - 1)
+        self._snapshot_producers()
 
     def delete_before(self, index: int) -> None:
         """Retention: drop the entries below `index` (all durable and committed), as FileStore.delete_expired
         drops whole segments; the producer table keeps what it knew, as the file store's does."""
         assert index <= min(self._durable, self._committed) + 1, "retention deletes only durable, committed entries"
+        assert index <= self.end_index, "retention keeps the last entry (a FileStore keeps its last segment)"
         k = index - self._begin
         if k <= 0:
             return
@@ -186,13 +198,36 @@ class MemoryStore:
         del self._offsets[:k]  # positions stay where they were: they are the records' physical offsets
         self._begin = index
 
+    def _snapshot_producers(self) -> None:
+        self._producer_snapshot = ProducerSnapshot(self.end_index, self._producers.state())
+
+    def _tag_at(self, index: int) -> tuple[int, int] | None:
+        rec = self._records[index - self._begin]
+        h = log_entry.read_header(rec)
+        if not h.channel & log_entry.CHANNEL_PRODUCER_TAG:
+            return None
+        return log_entry.PRODUCER_TAG.unpack_from(rec, h.total_size - log_entry.PRODUCER_TAG_SIZE)[:2]
+
     def _rebuild_producers(self) -> None:
-        self._producers.clear()
-        for rec in self._records:
+        """After a crash: the snapshot plus the tagged batches after it (FileStore's recovery, same rules)."""
+        table = self._producers
+        table.clear()
+        scan_from = self._begin
+        snap = self._producer_snapshot
+        if snap is not None:
+            table.load(snap.state)
+            covered = min(snap.snapshot_index, self.end_index)
+            table.drop_after(covered)
+            if any(last >= self._begin and self._tag_at(last) != (client_id, seq)
+                   for client_id, seq, _first, last in table.batches()):
+                table.clear()
+            else:
+                scan_from = max(self._begin, covered + 1)
+        for rec in self._records[scan_from - self._begin:]:
             h = log_entry.read_header(rec)
             if h.channel & log_entry.CHANNEL_PRODUCER_TAG:
                 tag = log_entry.PRODUCER_TAG.unpack_from(rec, h.total_size - log_entry.PRODUCER_TAG_SIZE)
-                self._producers.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
+                table.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
 
     def flush(self) -> int:
         self._durable = self.end_index
@@ -204,6 +239,7 @@ class MemoryStore:
 
     def checkpoint(self) -> None:
         self._checkpoint_committed = min(self._committed, self._durable)
+        self._snapshot_producers()
 
     def close(self) -> None:
         pass

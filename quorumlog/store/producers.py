@@ -5,69 +5,20 @@ failover. Same semantics as MemoryStore's.
 
 A FileStore also keeps a snapshot of the table (the `producers` file, as Kafka keeps producer-state snapshots):
 the table as of `snapshot_index`, so a restart loads it and scans only the entries after it, instead of the
-whole log or, as before, a tail that forgot older clients (whose retries were then appended twice).
-
-    magic u32 | version u16 | snapshot_index i64 | clients u32 |
-      per client: client_id u64 | forgotten i64 (-1: none) | batches u32 | per batch: seq u64 first i64 last i64
-    | crc32c u32 (of all before it)
+whole log or, as before, a tail that forgot older clients (whose retries were then appended twice). Its layout
+is in quorumlog/format/producer_state.py.
 """
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
-from dataclasses import dataclass
 
-from ..errors import CorruptEntry
-from ..format.log_entry import crc32c
+from ..format.producer_state import ProducerSnapshot, State, decode_snapshot, encode_snapshot
 from .base import PRODUCER_WINDOW_BATCHES, ProducerBatch
 from .files import atomic_write_file
 
 PRODUCERS_NAME = "producers"
-_MAGIC, _VERSION = 0x514C5053, 1  # "QLPS"
-_HEAD = struct.Struct(">IHqI")
-_CLIENT = struct.Struct(">QqI")
-_BATCH = struct.Struct(">Qqq")
-_CRC = struct.Struct(">I")
-
-# client_id -> (forgotten seq or -1, [(seq, first, last), ...] oldest first)
-State = dict[int, tuple[int, list[tuple[int, int, int]]]]
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerSnapshot:
-    snapshot_index: int  # the table holds every tagged batch whose last index <= this (and maybe later ones)
-    state: State
-
-
-def encode_snapshot(snap: ProducerSnapshot) -> bytes:
-    parts = [_HEAD.pack(_MAGIC, _VERSION, snap.snapshot_index, len(snap.state))]
-    for client_id, (forgotten, batches) in snap.state.items():
-        parts.append(_CLIENT.pack(client_id, forgotten, len(batches)))
-        parts.extend(_BATCH.pack(*b) for b in batches)
-    body = b"".join(parts)
-    return body + _CRC.pack(crc32c(body))
-
-
-def decode_snapshot(data: bytes, path: str = PRODUCERS_NAME) -> ProducerSnapshot:
-    if len(data) < _HEAD.size + _CRC.size or _CRC.unpack_from(data, len(data) - _CRC.size)[0] != \
-            crc32c(data[:-_CRC.size]):
-        raise CorruptEntry(f"producer snapshot {path}: crc mismatch or truncated")
-    magic, version, snapshot_index, n = _HEAD.unpack_from(data, 0)
-    if magic != _MAGIC or version != _VERSION:
-        raise CorruptEntry(f"producer snapshot {path}: magic {magic:#x} version {version}")
-    off, state = _HEAD.size, {}
-    try:
-        for _ in range(n):
-            client_id, forgotten, k = _CLIENT.unpack_from(data, off)
-            off += _CLIENT.size
-            state[client_id] = (forgotten, [_BATCH.unpack_from(data, off + i * _BATCH.size) for i in range(k)])
-            off += k * _BATCH.size
-    except struct.error as e:
-        raise CorruptEntry(f"producer snapshot {path}: {e}") from None
-    if off != len(data) - _CRC.size:
-        raise CorruptEntry(f"producer snapshot {path}: {len(data) - _CRC.size - off} trailing bytes")
-    return ProducerSnapshot(snapshot_index, state)
+__all__ = ["PRODUCERS_NAME", "ProducerSnapshot", "ProducerTable", "State", "read_snapshot", "write_snapshot"]
 
 
 def read_snapshot(path: str) -> ProducerSnapshot | None:

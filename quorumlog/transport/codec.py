@@ -19,8 +19,9 @@ import struct
 from typing import Callable
 
 from ..codes import ResponseCode
-from ..errors import ProtocolError
+from ..errors import CorruptEntry, ProtocolError
 from ..format.log_entry import Records
+from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
@@ -48,6 +49,7 @@ _HB_RESP = struct.Struct(">qi")  # term, code
 # term, push_type, committed_index, prev_index, prev_term, first_index, last_index,
 # has_records, records.first_index, records.last_index, records.size_bytes
 _PUSH_REQ = struct.Struct(">qBqqqqqBqqQ")
+_PUSH_HAS_RECORDS, _PUSH_HAS_PRODUCERS = 0x01, 0x02  # the flags byte (was has_records: 0 or 1)
 _PUSH_RESP = struct.Struct(">qBiqqq")  # term, push_type, code, index, end_index, begin_index
 _TAKE = struct.Struct(">q")  # term
 _APPEND_REQ = struct.Struct(">QQqI")  # request_id, client_id, seq, count; then count u32 sizes, then bodies
@@ -168,9 +170,12 @@ def _enc_hb_resp(m: HeartbeatResponse) -> list[Buffer]:
 def _enc_push_req(m: PushRequest) -> list[Buffer]:
     chunks, size = _chunks_of(m.records)
     rec = m.records
+    flags = (_PUSH_HAS_RECORDS if rec is not None else 0) | (_PUSH_HAS_PRODUCERS if m.producers is not None else 0)
     head = _PUSH_REQ.pack(m.term, m.push_type, m.committed_index, m.prev_index, m.prev_term, m.first_index,
-                          m.last_index, rec is not None, rec.first_index if rec else 0,
+                          m.last_index, flags, rec.first_index if rec else 0,
                           rec.last_index if rec else 0, size) + _short(m.frm) + _short(m.to)
+    if m.producers is not None:
+        head += _U32.pack(len(m.producers)) + m.producers
     return _frame(Kind.PUSH_REQUEST, head, chunks, size)
 
 
@@ -320,14 +325,24 @@ def _dec_hb_resp(p: memoryview) -> HeartbeatResponse:
 
 
 def _dec_push_req(p: memoryview) -> PushRequest:
-    (term, push_type, committed, prev_index, prev_term, first, last, has, r_first, r_last,
+    (term, push_type, committed, prev_index, prev_term, first, last, flags, r_first, r_last,
      size) = _PUSH_REQ.unpack_from(p)
+    if flags & ~(_PUSH_HAS_RECORDS | _PUSH_HAS_PRODUCERS):
+        raise ProtocolError(f"unknown push flags {flags:#x}")
     r = _Reader(p, _PUSH_REQ.size)
     frm, to = r.short_str(), r.short_str()
-    records = _records(has, r_first, r_last, size, r)
+    producers = None
+    if flags & _PUSH_HAS_PRODUCERS:
+        (n,) = _U32.unpack(r.take(_U32.size))
+        producers = bytes(r.take(n))
+        try:
+            decode_snapshot(producers)
+        except CorruptEntry as e:
+            raise ProtocolError(f"push carries a bad producer state: {e}") from None
+    records = _records(flags & _PUSH_HAS_RECORDS, r_first, r_last, size, r)
     r.end()
     return PushRequest(frm, to, term, _push_type(push_type), committed, prev_index, prev_term, first, last,
-                       records)
+                       records, producers)
 
 
 def _dec_push_resp(p: memoryview) -> PushResponse:

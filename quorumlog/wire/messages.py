@@ -99,6 +99,9 @@ class PushRequest:
     first_index: int = -1
     last_index: int = -2
     records: Records | None = None
+    # A TRUNCATE that resets a follower whose log ends below our begin index: our producer table (a producer
+    # state snapshot, quorumlog/format/producer_state.py), for the batches retention deleted.
+    producers: bytes | None = None
 
     @property
     def count(self) -> int:

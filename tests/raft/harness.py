@@ -66,7 +66,7 @@ class Cluster:
         if ready.truncate_after is not None:
             store.truncate_after(ready.truncate_after)
         if ready.reset_to is not None:
-            store.reset(ready.reset_to)
+            store.reset(ready.reset_to, ready.reset_producers)
         for a in ready.appends:
             if isinstance(a, AppendBatch):
                 assert a.first_index == store.end_index + 1

@@ -552,3 +552,73 @@ def test_a_follower_whose_log_ends_below_the_leaders_begin_resets_to_it(new_disk
     rid = c.append(leader, [b"after"])
     c.run_until(lambda: rid in c.completions and c.nodes[away].store.end_index == c.nodes[leader].store.end_index)
     assert c.bodies(away)[-1] == b"after"
+
+
+def test_a_reset_follower_takes_the_producer_table_and_as_leader_answers_an_old_retry_once():
+    """Found by the simulator (seed 72 before the fix): a follower reset to its leader's begin index started
+    with an empty producer table, became leader, and a client's retry of a batch that retention had deleted
+    was appended again. The reset TRUNCATE now carries the leader's table."""
+    c = Cluster(3)
+    leader = c.elect()
+    rid = c.append(leader, [b"once-a", b"once-b"], client_id=5, seq=0)
+    c.run_until(lambda: rid in c.completions)
+    first = c.completions[rid].first_index
+    away = next(n for n in c.ids if n != leader)
+    c.run_until(lambda: c.core(away).committed_index >= first + 1)
+    c.crash(away)
+    c.nodes[away].store = MemoryStore()  # a replacement disk: nothing of the old log
+    c.nodes[away].hard_state = HardState()
+    for i in range(10):
+        rid = c.append(leader, [b"later-%d" % i])
+    c.run_until(lambda: rid in c.completions)
+    begin = c.nodes[leader].store.end_index - 3
+    for nid in c.ids:
+        if nid != away:
+            c.nodes[nid].store.delete_before(begin)
+    c.restart(away)
+    c.run_until(lambda: c.nodes[away].store.end_index == c.nodes[leader].store.end_index)
+    assert c.nodes[away].store.begin_index == begin
+    hit = c.nodes[away].store.find_producer_batch(5, 0)
+    assert hit is not None and (hit.first_index, hit.last_index) == (first, first + 1)
+    # the reset node leads; the client retries the old batch there
+    tid = c.transfer(leader, away)
+    c.run_until(lambda: tid in c.completions and c.leader() == away)
+    end = c.nodes[away].store.end_index
+    retry = c.append(away, [b"once-a", b"once-b"], client_id=5, seq=0)
+    c.run_until(lambda: retry in c.completions)
+    done = c.completions[retry]
+    assert done.code == ResponseCode.SUCCESS and (done.first_index, done.last_index) == (first, first + 1)
+    assert done.term == -1  # the batch is gone: its term is no longer known
+    assert c.nodes[away].store.end_index == end  # not appended again
+
+
+def test_a_follower_whose_old_entries_differ_below_the_leaders_begin_is_reset():
+    """Found by the simulator (seed 151 before the fix): a follower holding an old term's entry at the
+    leader's begin index - 1 could never be matched (the leader no longer knows that entry's term: prev_term
+    -1) and looped COMPARE -> APPEND -> INCONSISTENT_STATE. The follower now checks the chain CRC of the
+    leader's first record against its own prefix: it keeps a prefix that links and resets one that does not."""
+    c = Cluster(3)
+    stale = c.elect()
+    rid = c.append(stale, [b"agreed"])
+    c.run_until(lambda: rid in c.completions)
+    # the leader is cut off and writes entries nobody else gets
+    c.isolate(stale)
+    c.append(stale, [b"divergent-1", b"divergent-2"])
+    c.deliver()
+    stale_end = c.nodes[stale].store.end_index
+    # the other two elect a leader and write more than that; retention deletes up to past the stale entries
+    c.run_until(lambda: any(n != stale for n in c.leaders()), 5_000)
+    main = next(n for n in c.leaders() if n != stale)
+    for i in range(10):
+        rid = c.append(main, [b"main-%d" % i])
+    c.run_until(lambda: rid in c.completions)
+    begin = stale_end + 1  # the stale node's last (divergent) entry sits at the leader's begin - 1
+    assert c.nodes[main].store.end_index > begin + 2
+    for nid in c.ids:
+        if nid != stale:
+            c.nodes[nid].store.delete_before(begin)
+    c.heal()
+    c.run_until(lambda: c.nodes[stale].store.end_index == c.nodes[main].store.end_index
+                and c.core(stale).committed_index == c.core(main).committed_index, 10_000)
+    assert c.nodes[stale].store.begin_index == begin
+    assert c.bodies(stale) == c.bodies(main)

@@ -29,6 +29,24 @@ PINNED = {
     # and the retry is appended again ("c4:13:0" at 216 and again at 275).
     10: "duplicate",
     1660: "duplicate",  # same family (c1 seq 2 committed at 56 and again at 75)
+    # Found once the simulator ran retention, disk faults, reads and pipelined idempotent clients (issue 12),
+    # against the core of 87e3155 plus its working tree:
+    # n0, reset to its leader's begin index 211 with an empty producer table, became leader; c0's retry of
+    # seq 8 (committed at 20, deleted by retention) was appended again at 245. Fix: the reset TRUNCATE
+    # carries the leader's producer table.
+    72: "duplicate",
+    # n4 held an old term's entry 0 at the leader's begin - 1 (retention deleted 0): the leader could not name
+    # its term (prev_term -1) and looped COMPARE -> APPEND -> INCONSISTENT_STATE. Fix: the follower checks the
+    # first record's chain CRC against its prefix, and resets when it does not link.
+    151: "liveness",
+    # Retention moved the leader's begin past a COMPARE round's lower bound (and a resent TRUNCATE's index):
+    # the leader read entries it no longer held (IndexOutOfRange).
+    290: "exception",
+    955: "exception",
+    # A retry of a batch below the new leader's begin index but above its lagging commit point read the
+    # deleted batch's term (IndexOutOfRange).
+    2481: "exception",
+    3699: "duplicate",  # same family as 72
 }
 
 

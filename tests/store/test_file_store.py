@@ -763,3 +763,41 @@ def test_a_crash_in_the_middle_of_a_reset_reopens(tmp_path, monkeypatch, crash_a
             check_prefix(s2, bodies, len(bodies) - 1)
         assert [s2.get(i).body for i in range(s2.begin_index, s2.end_index + 1)] == \
             bodies[s2.begin_index: s2.end_index + 1]
+
+
+def test_a_reset_takes_the_leaders_producer_table_and_keeps_it_across_a_restart(tmp_path):
+    """A follower reset to its leader's begin index cannot learn the producer table from the batches below
+    it (retention deleted them): it takes the leader's, so an old batch's retry is still a duplicate on it,
+    also after a kill -9 (the table is in its `producers` snapshot)."""
+    from quorumlog.store import MemoryStore
+    leader = MemoryStore()
+    leader.append_batch(1, [b"old-a", b"old-b"], 1, producer=(42, 7))  # 0..1, client 42 seq 7
+    for _ in range(5):
+        leader.append_batch(1, [b"later"], 1)
+    leader.flush()
+    leader.set_committed_index(leader.end_index)
+    leader.delete_before(4)  # retention: the batch of seq 7 is gone from the leader's log
+    assert leader.begin_index == 4 and leader.find_producer_batch(42, 7) is not None
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    s.reset(4, leader.producer_state())
+    s.append_records(b"".join(bytes(c) for c in leader.read(4, 1 << 20).chunks))
+    s.flush()
+    assert (s.find_producer_batch(42, 7).first_index, s.find_producer_batch(42, 7).last_index) == (0, 1)
+    s._close_files()  # kill -9
+    s._closed = True
+    with FileStore(path, SMALL) as s2:
+        assert s2.begin_index == 4
+        hit = s2.find_producer_batch(42, 7)
+        assert (hit.first_index, hit.last_index) == (0, 1)
+
+
+def test_a_reset_with_a_garbled_producer_table_changes_nothing(tmp_path):
+    from quorumlog.errors import CorruptEntry
+    s = FileStore(str(tmp_path / "g"), SMALL)
+    fill(s, 3)
+    end = s.end_index
+    with pytest.raises(CorruptEntry):
+        s.reset(end + 10, b"not a producer snapshot")
+    assert (s.begin_index, s.end_index) == (0, end)
+    s.close()

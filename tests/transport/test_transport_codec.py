@@ -108,6 +108,22 @@ def test_push_records_travel_as_given_and_decode_as_one_view():
     assert [h.index for h, _ in iter_records(chunk)] == [5, 6, 7]
 
 
+def test_a_reset_truncate_carries_the_producer_table_and_a_garbled_one_is_refused():
+    from quorumlog.format.producer_state import ProducerSnapshot, encode_snapshot
+    buf, _, _ = encode_batch(10, 3, [b"a"], 1, 0, 0)
+    table = encode_snapshot(ProducerSnapshot(9, {42: (-1, [(7, 0, 1)])}))
+    msg = PushRequest("n0", "n1", 3, PushType.TRUNCATE, 9, 9, -1, 10, 10, Records(10, 10, (buf,), len(buf)), table)
+    kind, payload = _frame_of(msg)
+    got = codec.decode(kind, payload)
+    assert got.producers == table and got.records.last_index == 10
+    assert [h.index for h, _ in iter_records(got.records.chunks[0])] == [10]
+    bad = PushRequest("n0", "n1", 3, PushType.TRUNCATE, 9, 9, -1, 10, 10, Records(10, 10, (buf,), len(buf)),
+                      table[:-1] + bytes([table[-1] ^ 1]))
+    kind, payload = _frame_of(bad)
+    with pytest.raises(ProtocolError, match="producer state"):
+        codec.decode(kind, payload)
+
+
 def test_append_request_packs_count_sizes_then_bodies():
     bodies = (b"x" * 10, b"", b"yz")
     out = codec.encode(AppendRequest(9, bodies, client_id=77, seq=3))
