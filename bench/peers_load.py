@@ -9,6 +9,12 @@ until the peer acknowledges (etcd: the put/txn response; JetStream: the PubAck).
 etcd: a writer is one keep-alive HTTP/1.1 connection to the JSON gateway (POST /v3/kv/put; a batch is one
 /v3/kv/txn of puts). JetStream: one nats-py connection per process, each writer awaits its own PubAck;
 a batch is `batch` publish_async calls in flight whose acks are all awaited.
+
+--window N (JetStream only; the fair in-flight rows): JetStream's own clients' best mode, async publish with a
+window of N PubAcks outstanding (publish_async, one future per message, the next publish as soon as an ack
+frees a slot); latency is per message, publish -> PubAck. etcd's equivalent of N in flight is N writers on N
+keep-alive connections (what etcd's `benchmark` tool does: many clients, many connections), since its JSON
+gateway serves one request at a time per HTTP/1.1 connection.
 """
 
 from __future__ import annotations
@@ -120,7 +126,7 @@ async def run_nats(a, hist, stats, measuring, stop) -> None:
     import nats
 
     nc = await nats.connect(servers=a.endpoints.split(","), max_reconnect_attempts=-1, reconnect_time_wait=0.05)
-    js = nc.jetstream(publish_async_max_pending=a.writers * max(a.batch, 1) + 1)
+    js = nc.jetstream(publish_async_max_pending=max(a.writers * max(a.batch, 1), a.window) + 1)
     value = os.urandom(a.value_bytes)
     subject = f"bench.{os.getpid()}"
 
@@ -142,8 +148,32 @@ async def run_nats(a, hist, stats, measuring, stop) -> None:
                 stats["entries"] += a.batch
                 stats["calls"] += 1
 
+    async def windowed() -> None:
+        slots = asyncio.Semaphore(a.window)
+
+        def acked(fut: asyncio.Future, t0: float) -> None:
+            slots.release()
+            if fut.cancelled() or fut.exception() is not None:
+                stats["errors"] += 1
+                return
+            if measuring[0]:
+                hist.record_value(min(int((time.perf_counter() - t0) * 1e6), US_MAX))
+                stats["entries"] += 1
+                stats["calls"] += 1
+
+        while not stop.is_set():
+            await slots.acquire()
+            t0 = time.perf_counter()
+            try:
+                fut = await js.publish_async(subject, value)
+            except Exception:  # noqa: BLE001 -- stalled / reconnecting
+                slots.release()
+                stats["errors"] += 1
+                continue
+            fut.add_done_callback(lambda f, t0=t0: acked(f, t0))
+
     try:
-        await _drive(a, [writer(w) for w in range(a.writers)], measuring, stop)
+        await _drive(a, [windowed()] if a.window else [writer(w) for w in range(a.writers)], measuring, stop)
     finally:
         await nc.close()
 
@@ -172,6 +202,7 @@ def main() -> None:
     p.add_argument("--duration-s", type=float, default=5.0)
     p.add_argument("--warmup-s", type=float, default=1.0)
     p.add_argument("--spread", action="store_true", help="etcd: writers spread over all endpoints")
+    p.add_argument("--window", type=int, default=0, help="nats: async publish with this many acks in flight")
     a = p.parse_args()
     try:
         import uvloop
