@@ -126,8 +126,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("disk_full_ratio", 0.85, "float", "Disk usage ratio at which appends are refused with DISK_FULL "
        "(reads keep working).", "DLedger forbids writes at `diskFullRatio` 0.90 and force-cleans at 0.85; we refuse "
        "at 0.85 so the preallocated next segment and the index still fit.", minimum=0.0, maximum=1.0),
-    _k("file_reserved_hours", 72.0, "float", "Segments older than this, and below what every replica holds, are deleted.",
-       "DLedger `fileReservedHours`, same default; we also never delete what a lagging replica still needs.",
+    _k("file_reserved_hours", 72.0, "float", "Segments older than this whose entries are all committed and durable are deleted.",
+       "DLedger `fileReservedHours`, same default; a leader also keeps what a follower has not acknowledged, "
+       "and a follower that falls below the leader's begin anyway is reset to it ([store.md](store.md)).",
        minimum=0),
     _k("retention_interval_ms", 60_000, "int", "How often retention runs.",
        "DLedger checks every `cleanSpaceIntervalMs`-like period in its flush service.", minimum=10),
