@@ -188,7 +188,7 @@ class EntryHandler:
             return log_view.term_at(prev) == m.prev_term
         if m.records is None or m.records.size_bytes == 0:
             return False
-        h = log_entry.read_header(_chunk(m))
+        h = log_entry.read_header(m.records.chunks[0])  # the first record starts the first chunk
         return h.chain_crc == log_entry.chain_crc_of(log_view.chain_crc_at(prev), h.index, h.term, h.channel,
                                                      h.body_crc, h.timestamp_ms, h.body_size)
 

@@ -195,10 +195,7 @@ class World:
         """A node that saw EIO exits once its core handled it (server/node.py); restarted after a while."""
         self.trace_line(lambda: f"{node.node_id} fail-stops: {reason}")
         self.crash(node)
-        if self.phase == "faults":
-            self.faults.restart_later(node.node_id, node.incarnation)
-        else:
-            self.scheduler.after(0, self.faults._restart, node.node_id, node.incarnation)
+        self.faults.restart_later(node.node_id, node.incarnation)
 
     # -- retention and reads -----------------------------------------------------------------------
     def _retention(self) -> None:
