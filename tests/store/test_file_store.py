@@ -801,3 +801,22 @@ def test_a_reset_with_a_garbled_producer_table_changes_nothing(tmp_path):
         s.reset(end + 10, b"not a producer snapshot")
     assert (s.begin_index, s.end_index) == (0, end)
     s.close()
+
+
+def test_a_reset_can_drop_held_entries_that_do_not_chain_to_the_leaders(tmp_path):
+    """A follower whose entry at the leader's begin - 1 is an old term's (it does not chain to the leader's
+    first record) resets to begin with entries at and above it in its log: they go too, and the store
+    reopens at the new begin."""
+    path = str(tmp_path / "g")
+    s = FileStore(path, SMALL)
+    fill(s, 8)
+    s.flush()
+    s.set_committed_index(2)
+    s.checkpoint()
+    s.reset(5)  # entries 5.. were held, uncommitted
+    assert (s.begin_index, s.end_index, s.committed_index) == (5, 4, 4)
+    s.append_batch(9, [b"new"], 1)
+    s.flush()
+    s.close()
+    with FileStore(path, SMALL) as s2:
+        assert (s2.begin_index, s2.end_index) == (5, 5) and s2.get(5).body == b"new"
