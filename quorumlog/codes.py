@@ -49,6 +49,9 @@ class ResponseCode(IntEnum):
     CORRUPT_ENTRY = 1004
     PROTOCOL_ERROR = 1005
     DUPLICATE_SEQUENCE_TOO_OLD = 1006  # an idempotent retry older than the dedup window
+    # The metadata store (`_meta`): a compare-and-set lost; a watch from a revision no longer kept.
+    METADATA_VERSION_CONFLICT = 1100
+    WATCH_COMPACTED = 1101
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

@@ -44,12 +44,15 @@ ProtocolError = _error("ProtocolError", ResponseCode.PROTOCOL_ERROR, False)
 NetworkError = _error("NetworkError", ResponseCode.NETWORK_ERROR, True)
 Timeout = _error("Timeout", ResponseCode.TIMEOUT, True)
 DuplicateSequenceTooOld = _error("DuplicateSequenceTooOld", ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, False)
+MetadataVersionConflict = _error("MetadataVersionConflict", ResponseCode.METADATA_VERSION_CONFLICT, False)
+WatchCompacted = _error("WatchCompacted", ResponseCode.WATCH_COMPACTED, False)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls
     for cls in (
         NotLeader, UnknownGroup, UnknownMember, DiskFull, DiskError, TermChanged, WaitQuorumAckTimeout,
         LeaderPendingFull, LeaderTransferring, EmptyBatch, IndexOutOfRange, EntryTooLarge, BadRequest,
-        CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld,
+        CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
+        WatchCompacted,
     )
 }
