@@ -252,5 +252,6 @@ class MemoryStore:
         keep = keep_to - self._begin + 1
         del self._records[keep:], self._terms[keep:], self._chains[keep:], self._offsets[keep + 1:]
         self._durable = self.end_index
-        self._committed = min(self._checkpoint_committed, self.end_index)
+        # below begin_index is committed (retention deletes only that), even if no checkpoint said so yet
+        self._committed = max(min(self._checkpoint_committed, self.end_index), self._begin - 1)
         self._rebuild_producers()

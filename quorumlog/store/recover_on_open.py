@@ -129,6 +129,9 @@ class RecoverOnOpen:
         fsync_dir(self._index_dir)
         self._durable = self._end
         self._committed = min(cp.committed_index, self._end) if cp is not None else -1
+        # Retention deletes only committed entries, and may run after the last checkpoint: whatever lies below
+        # our begin index was committed, whatever the checkpoint says.
+        self._committed = max(self._committed, self._begin - 1)
         self._write_checkpoint(self._end)
         for seg in self._data[:-1]:
             seg.close_fd()

@@ -382,6 +382,28 @@ def test_retention_deletes_old_safe_segments_only(tmp_path):
         assert [s.get(i).body for i in range(begin, s.end_index + 1)] == bodies[begin:]
 
 
+def test_a_store_reopens_committed_up_to_its_begin_even_if_retention_ran_after_the_last_checkpoint(tmp_path):
+    """Found by the simulator (seed 8579): retention ran after the last checkpoint, the node crashed, and the
+    store came back with a committed index below its begin index; as leader its core then read the term of a
+    deleted entry. Everything below begin was committed (retention deletes only that)."""
+    path = str(tmp_path / "g")
+    cfg = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
+                      disk_full_ratio=1.0, file_reserved_hours=0, checkpoint_interval_ms=1 << 30)
+    s = FileStore(path, cfg)
+    fill(s, 60)
+    s.flush()
+    s.checkpoint()  # committed -1 on disk
+    s.set_committed_index(s.end_index)  # committed in memory only
+    now = max(seg.last_write_ms for seg in s._data) + 1
+    assert s.delete_expired(now, safe_index=s._data[3].first_index - 1) == 3
+    begin = s.begin_index
+    s._close_files()  # kill -9 before any checkpoint
+    s._closed = True
+    with FileStore(path, cfg) as s2:
+        assert s2.begin_index == begin
+        assert s2.committed_index >= begin - 1
+
+
 # -- disk guard -----------------------------------------------------------------------------------------
 def test_disk_guard_refuses_appends_reads_go_on(tmp_path):
     path = str(tmp_path / "g")
