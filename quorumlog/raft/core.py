@@ -367,6 +367,11 @@ class RaftCore:
         self.transfer.on_tick()
         if self.member.role is _LEADER:
             self.pending.expire(now_ms, self._completions)
+            if (self.end_index > self.committed_index and now_ms >= self._disk_full_until_ms
+                    and not self.transfer.active and self.log.term_at(self.end_index) != self.member.term):
+                # Our no-op (Raft §8) was refused by the disk: without an entry of our term nothing before it
+                # can commit, and a client retrying an inherited batch would wait forever. Write it again.
+                self._append_batch((NOOP_BODY,), None, noop=True)
             for d in self.dispatchers.values():
                 d.on_tick(now_ms)
             if now_ms >= self._next_heartbeat_ms:

@@ -51,6 +51,10 @@ PINNED = {
     # its begin index, and as leader the core read the term of a deleted entry. Fix: below begin is committed.
     8579: "exception",
     9899: "exception",
+    # A new leader's no-op was refused by its full disk; it kept leading (no caught-up successor) and never
+    # wrote the no-op again: nothing of its term, so the inherited entry 134 never committed and a client
+    # retrying that batch waited forever. Fix: a leader writes its no-op again once the disk takes writes.
+    10703: "liveness",
 }
 
 
