@@ -144,10 +144,10 @@ class RaftCore:
         self.durable_index = min(self.durable_index, index)
 
     def reset_log(self, begin_index: int, producers: bytes | None) -> None:
-        """Start our log empty at `begin_index` (the leader's begin): our log ends below it, so none of our
-        entries can be completed from the leader (retention deleted what we lack). All below is committed."""
+        """Start our log empty at `begin_index` (the leader's begin): our log ends below it, or differs from the
+        leader's before it, and the leader no longer holds those entries (retention). All below is committed."""
         assert not self._appends and self._truncate_after is None and self._reset_to is None
-        assert not self._appends and self.committed_index < begin_index
+        assert self.committed_index < begin_index
         log.warning("reset node=%s to begin_index=%d (log ended at %d)", self.config.node_id, begin_index,
                     self.end_index)
         self._reset_to = begin_index

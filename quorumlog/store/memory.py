@@ -201,33 +201,17 @@ class MemoryStore:
     def _snapshot_producers(self) -> None:
         self._producer_snapshot = ProducerSnapshot(self.end_index, self._producers.state())
 
-    def _tag_at(self, index: int) -> tuple[int, int] | None:
+    def _tag_at(self, index: int) -> tuple[int, int, int] | None:
         rec = self._records[index - self._begin]
         h = log_entry.read_header(rec)
         if not h.channel & log_entry.CHANNEL_PRODUCER_TAG:
             return None
-        return log_entry.PRODUCER_TAG.unpack_from(rec, h.total_size - log_entry.PRODUCER_TAG_SIZE)[:2]
+        return log_entry.PRODUCER_TAG.unpack_from(rec, h.total_size - log_entry.PRODUCER_TAG_SIZE)
 
     def _rebuild_producers(self) -> None:
-        """After a crash: the snapshot plus the tagged batches after it (FileStore's recovery, same rules)."""
-        table = self._producers
-        table.clear()
-        scan_from = self._begin
-        snap = self._producer_snapshot
-        if snap is not None:
-            table.load(snap.state)
-            covered = min(snap.snapshot_index, self.end_index)
-            table.drop_after(covered)
-            if any(last >= self._begin and self._tag_at(last) != (client_id, seq)
-                   for client_id, seq, _first, last in table.batches()):
-                table.clear()
-            else:
-                scan_from = max(self._begin, covered + 1)
-        for rec in self._records[scan_from - self._begin:]:
-            h = log_entry.read_header(rec)
-            if h.channel & log_entry.CHANNEL_PRODUCER_TAG:
-                tag = log_entry.PRODUCER_TAG.unpack_from(rec, h.total_size - log_entry.PRODUCER_TAG_SIZE)
-                table.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
+        """After a crash: the snapshot of the last checkpoint plus the tagged batches after it, as a FileStore
+        reopens (ProducerTable.rebuild)."""
+        self._producers.rebuild(self._producer_snapshot, self._begin, self.end_index, self._tag_at)
 
     def flush(self) -> int:
         self._durable = self.end_index

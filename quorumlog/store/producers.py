@@ -11,13 +11,16 @@ is in quorumlog/format/producer_state.py.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
+from typing import Callable
 
 from ..format.producer_state import ProducerSnapshot, State, decode_snapshot, encode_snapshot
 from .base import PRODUCER_WINDOW_BATCHES, ProducerBatch
 from .files import atomic_write_file
 
 PRODUCERS_NAME = "producers"
+log = logging.getLogger(__name__)
 __all__ = ["PRODUCERS_NAME", "ProducerSnapshot", "ProducerTable", "State", "read_snapshot", "write_snapshot"]
 
 
@@ -83,6 +86,33 @@ class ProducerTable:
         (None: nothing forgotten, every unknown seq is new)."""
         forgotten = self._forgotten.get(client_id)
         return None if forgotten is None else forgotten + 1
+
+    def rebuild(self, snap: ProducerSnapshot | None, begin: int, end: int,
+                tag_at: Callable[[int], tuple[int, int, int] | None]) -> None:
+        """The table as a store reopens it: the snapshot (if any) plus the tagged batches after it, found with
+        `tag_at(index)` -> (client_id, seq, batch_count) or None. Without a usable snapshot the whole log is
+        scanned: a table that forgot an old client would let that client's retry be appended twice."""
+        self.clear()
+        scan_from = begin
+        if snap is not None:
+            self.load(snap.state)
+            covered = min(snap.snapshot_index, end)
+            self.drop_after(covered)  # batches of a tail that a crash or a truncate took away
+            # A batch the snapshot names must still be in the log as that batch. If one is not, a truncate's
+            # snapshot update did not land before new entries took its indexes: from where is unknown, so the
+            # snapshot is not trusted at all (rare: a crash inside that window). Batches below `begin` are
+            # known only from the snapshot (retention, or a follower reset with its leader's table).
+            if any(last >= begin and (tag_at(last) or ())[:2] != (client_id, seq)
+                   for client_id, seq, _first, last in self.batches()):
+                log.warning("the producer snapshot names a batch the log no longer holds: scanning the whole log")
+                self.clear()
+            else:
+                scan_from = max(begin, covered + 1)
+        for index in range(scan_from, end + 1):
+            tag = tag_at(index)
+            if tag is not None:
+                client_id, seq, count = tag
+                self.remember(client_id, seq, index - count + 1, index)
 
     def drop_after(self, index: int) -> None:
         """Forget batches whose tag entry was truncated away (their last entry > index)."""

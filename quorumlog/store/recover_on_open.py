@@ -261,41 +261,20 @@ class RecoverOnOpen:
             self._dirty_index[id(useg)] = useg
 
     def _rebuild_producers(self) -> None:
-        """The producer table: the snapshot (if any) plus the tagged batches after it. Without a usable
-        snapshot (a data dir from before snapshots, or a damaged file) the whole log is scanned: a table that
-        forgot an old client would let that client's retry be appended twice."""
-        table = self._producers
-        table.clear()
-        scan_from = self._begin
+        """The producer table: the `producers` snapshot plus the tagged batches after it (ProducerTable.rebuild);
+        a missing or damaged snapshot means a scan of the whole log."""
         try:
             snap = read_producer_snapshot(self._producers_path)
         except CorruptEntry as e:
             log.error("ignoring the producer snapshot, scanning the whole log: %s", e)
             snap = None
-        if snap is not None:
-            table.load(snap.state)
-            covered = min(snap.snapshot_index, self._end)
-            table.drop_after(covered)  # batches of a tail that a crash or a truncate took away
-            # A batch the snapshot names must still be in the log as that batch. If one is not, a truncate's
-            # snapshot update did not land before new entries took its indexes: from where is unknown, so the
-            # snapshot is not trusted at all (rare: a crash inside that window).
-            if any(last >= self._begin and self._tag_at(last) != (client_id, seq)
-                   for client_id, seq, _first, last in table.batches()):
-                log.warning("the producer snapshot names a batch the log no longer holds: scanning the whole log")
-                table.clear()
-            else:
-                scan_from = max(self._begin, covered + 1)
-        elif self._end >= self._begin:
+        if snap is None and self._end >= self._begin:
             log.warning("no producer snapshot: scanning %d entries for producer tags", self._end - self._begin + 1)
-        for index in range(scan_from, self._end + 1):
-            tag = self._tag_at(index, with_count=True)
-            if tag is not None:
-                client_id, seq, count = tag
-                table.remember(client_id, seq, index - count + 1, index)
+        self._producers.rebuild(snap, self._begin, self._end, self._tag_at)
         self._write_producer_snapshot()
 
-    def _tag_at(self, index: int, with_count: bool = False):
-        """The producer tag (client_id, seq[, batch_count]) on entry `index`, or None (no tag, or damaged)."""
+    def _tag_at(self, index: int) -> tuple[int, int, int] | None:
+        """The producer tag (client_id, seq, batch_count) on entry `index`, or None (no tag, or damaged)."""
         useg = self._index_seg(index)
         if useg is None:
             return None
@@ -311,5 +290,4 @@ class RecoverOnOpen:
         if why is not None:  # a damaged tag must not poison the dedup table
             self._note_corrupt(seg.path, off, index, why)
             return None
-        client_id, seq, count = PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)
-        return (client_id, seq, count) if with_count else (client_id, seq)
+        return PRODUCER_TAG.unpack_from(seg.view, off + size - PRODUCER_TAG_SIZE)

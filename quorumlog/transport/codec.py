@@ -47,7 +47,7 @@ _VOTE_RESP = struct.Struct(">qBB")  # term, result, pre_vote
 _HB_REQ = struct.Struct(">qq")  # term, committed_index
 _HB_RESP = struct.Struct(">qi")  # term, code
 # term, push_type, committed_index, prev_index, prev_term, first_index, last_index,
-# has_records, records.first_index, records.last_index, records.size_bytes
+# flags, records.first_index, records.last_index, records.size_bytes
 _PUSH_REQ = struct.Struct(">qBqqqqqBqqQ")
 _PUSH_HAS_RECORDS, _PUSH_HAS_PRODUCERS = 0x01, 0x02  # the flags byte (was has_records: 0 or 1)
 _PUSH_RESP = struct.Struct(">qBiqqq")  # term, push_type, code, index, end_index, begin_index
