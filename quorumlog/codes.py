@@ -52,6 +52,16 @@ class ResponseCode(IntEnum):
     # The metadata store (`_meta`): a compare-and-set lost; a watch from a revision no longer kept.
     METADATA_VERSION_CONFLICT = 1100
     WATCH_COMPACTED = 1101
+    # Membership and placement (INTERFACES.md "Nodes, groups, members"): a change while another is uncommitted
+    # (or before the leader committed an entry of its term: retry), an id in use or retired, a learner not yet
+    # holding the committed log, removing the last voter, a change whose new majority is not live right now.
+    CONFIG_CHANGE_IN_PROGRESS = 1200
+    MEMBER_EXISTS = 1201
+    LEARNER_NOT_CAUGHT_UP = 1202
+    LAST_VOTER = 1203
+    NEW_QUORUM_NOT_ALIVE = 1204
+    NODE_IN_USE = 1205
+    GROUP_EXISTS = 1206
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

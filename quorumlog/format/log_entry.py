@@ -50,6 +50,9 @@ POS = struct.Struct(">q")
 CHANNEL_PRODUCER_TAG = 1
 CHANNEL_NOOP = 2  # a new leader's no-op entry (Raft §8): stored and replicated, never shown to readers
 CHANNEL_BATCH_CONTINUES = 4  # more entries of the same atomic batch follow this one
+# Membership entries (quorumlog/raft/membership.py) are no-op entries tagged by this reserved producer id, seq =
+# the configuration's version: every store already finds and remembers tagged batches, so it finds these too.
+MEMBERSHIP_PRODUCER_ID = (1 << 64) - 1
 PRODUCER_TAG = struct.Struct(">QQI")  # client_id, seq, batch_count
 PRODUCER_TAG_SIZE = PRODUCER_TAG.size
 

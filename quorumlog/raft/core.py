@@ -27,11 +27,14 @@ from .election import LeaderElector
 from .entry_dispatcher import EntryDispatcher
 from .entry_handler import EntryHandler
 from .member_state import MemberState
+from .membership import Membership
+from .membership_change import MembershipChanger, membership_producer
 from .pending import PendingRequests
 from .quorum_ack_checker import check_quorum_ack
 from .transfer import LeadershipTransfer
-from .types import (EMPTY_READY, AppendBatch, AppendRecords, ClientAppend, Completion, Durable, Event, HardState,
-                    NodeStatus, RaftConfig, Ready, Receive, Role, Stored, StoreFailed, Tick, TransferLeadership)
+from .types import (EMPTY_READY, AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable,
+                    Event, HardState, NodeStatus, RaftConfig, Ready, Receive, Role, Stored, StoreFailed, Tick,
+                    TransferLeadership)
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +51,9 @@ class RaftCore:
         self.log = log
         self.rng = rng
         self.now_ms = now_ms
-        self.others = tuple(p for p in config.peers if p != config.node_id)
-        self.quorum = len(config.peers) // 2 + 1
         bugs = config.planted_bugs
-        unknown = bugs - {"commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum"}
+        unknown = bugs - {"commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
+                          "change_before_term_commit", "promote_lagging_learner"}
         assert not unknown, f"unknown planted bugs {unknown}"
         self._bug_commit_by_count = "commit_previous_term_by_count" in bugs
         self._bug_ack_before_quorum = "ack_before_quorum" in bugs
@@ -88,6 +90,15 @@ class RaftCore:
         self.elector = LeaderElector(self)
         self.handler = EntryHandler(self)
         self.transfer = LeadershipTransfer(self)
+        self.membership_changer = MembershipChanger(self)
+        # membership (raft/membership.py): the latest configuration in our log, in force as soon as it is there
+        bootstrap = Membership(frozenset() if config.join else frozenset(config.peers))
+        self.membership = bootstrap
+        self._bootstrap_membership = bootstrap
+        self.others: tuple[str, ...] = ()  # every other member: who a leader sends heartbeats and the log to
+        self.voting_others: tuple[str, ...] = ()  # every other voter: who a candidate asks for votes
+        self.quorum = 1
+        self._use_membership(self._membership_in_log())
 
     # -- public properties ---------------------------------------------------------------------------
     @property
@@ -116,9 +127,62 @@ class RaftCore:
         if self.member.role is _LEADER:
             watermarks = {p: d.watermark for p, d in self.dispatchers.items()}
             watermarks[self.config.node_id] = self.durable_index
+        m = self.membership
         return NodeStatus(self.config.node_id, self.member.role, self.member.term, self.member.leader_id,
                           self.log.begin_index, self.log.end_index, self.committed_index, watermarks,
-                          self.transfer.to)
+                          self.transfer.to, tuple(sorted(m.voters)), tuple(sorted(m.learners)), m.index)
+
+    # -- membership ----------------------------------------------------------------------------------
+    def _membership_in_log(self) -> Membership:
+        latest = self.log.membership()
+        if latest is None:
+            return self._bootstrap_membership
+        index, body = latest
+        if index == self.membership.index:
+            return self.membership
+        return Membership.decode(body, index)
+
+    def _use_membership(self, m: Membership) -> None:
+        """Put configuration `m` in force: who we send to, who votes, how many make a quorum."""
+        me = self.config.node_id
+        old = self.membership
+        self.membership = m
+        self.others = tuple(sorted(m.members - {me}))
+        self.voting_others = tuple(sorted(m.voters - {me}))
+        self.quorum = m.quorum
+        if m is not old:
+            log.info("membership node=%s %s", me, m.describe())
+        if self.member.role is _LEADER:
+            for p in self.others:
+                if p not in self.dispatchers:
+                    self.dispatchers[p] = EntryDispatcher(self, p)
+                    self.last_heard_ms[p] = self.now_ms
+            for p in [p for p in self.dispatchers if p not in m.members]:
+                del self.dispatchers[p]
+                self.last_heard_ms.pop(p, None)
+            if self.transfer.active and self.transfer.to not in m.voters:
+                self.transfer.cancel()
+
+    @property
+    def is_voter(self) -> bool:
+        return self.config.node_id in self.membership.voters
+
+    def live_voters(self, voters) -> set[str]:
+        """Of `voters`: ourselves and those we heard from within the minimum election timeout (leader only)."""
+        horizon = self.now_ms - self.config.election_timeout_min_ms
+        me = self.config.node_id
+        return {p for p in voters if p == me or self.last_heard_ms.get(p, -(1 << 62)) > horizon}
+
+    def append_membership(self, m: Membership) -> tuple[int, int]:
+        """Leader: write configuration `m` as the next entry and put it in force at once (Raft §4.1)."""
+        first, last = self._append_batch((m.encode(),), membership_producer(m.version), noop=True)
+        self._use_membership(Membership(m.voters, m.learners, m.retired, m.version, first))
+        return first, last
+
+    def ensure_own_term_entry(self) -> None:
+        """Leader: make sure an entry of our term is in the log, so one can commit (a no-op if none is)."""
+        if self.log.end_term != self.member.term and not any(e > self.log.end_index for e in self._batch_ends):
+            self._append_batch((NOOP_BODY,), None, noop=True)
 
     # -- output helpers (used by the parts) ------------------------------------------------------------
     def send(self, message: Message) -> None:
@@ -170,6 +234,10 @@ class RaftCore:
     # -- step ----------------------------------------------------------------------------------------
     def step(self, event: Event) -> Ready:
         end = self.end_index = self.log.end_index
+        if self.log.membership() is not None or self.membership.index >= 0:
+            latest = self._membership_in_log()
+            if latest is not self.membership:
+                self._use_membership(latest)  # our log's latest changed: a push, a truncate, a failed write
         ends = self._batch_ends
         if ends and ends[-1] > end:
             # The log is shorter than the batches we emitted: a write failed (StoreFailed follows or came) or the
@@ -191,6 +259,8 @@ class RaftCore:
             self._on_store_failed(event)
         elif t is TransferLeadership:
             self.transfer.start(event.request_id, event.to)
+        elif t is ChangeMembership:
+            self.membership_changer.start(event)
         else:
             raise TypeError(f"unknown event {event!r}")
         if self.member.role is _LEADER and t is not ClientAppend:
@@ -287,7 +357,9 @@ class RaftCore:
 
     # -- messages --------------------------------------------------------------------------------------
     def _on_message(self, m: Message) -> None:
-        if m.to != self.config.node_id or m.frm not in self.config.peers or m.frm == self.config.node_id:
+        # Any sender is heard: a node we do not know yet may be the leader of a configuration our log does not
+        # hold yet (we were just added), and ids are never reused, so an unknown id is never an old member.
+        if m.to != self.config.node_id or m.frm == self.config.node_id:
             log.warning("dropping misaddressed message %r", m)
             return
         member = self.member
@@ -321,7 +393,7 @@ class RaftCore:
             return
 
         if t is PushResponse:
-            if member.role is _LEADER:
+            if member.role is _LEADER and m.frm in self.dispatchers:
                 self.last_heard_ms[m.frm] = self.now_ms
                 if self.dispatchers[m.frm].on_response(m):
                     self._watermarks_moved = True
@@ -335,7 +407,7 @@ class RaftCore:
                 self.follower_commit(m.committed_index, self.handler.for_current_term().matched_end)
                 self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS))
         elif t is HeartbeatResponse:
-            if member.role is _LEADER:
+            if member.role is _LEADER and m.frm in self.dispatchers:
                 prev_heard_ms = self.last_heard_ms[m.frm]
                 self.last_heard_ms[m.frm] = self.now_ms
                 self.dispatchers[m.frm].on_heartbeat_response(prev_heard_ms)
@@ -349,6 +421,9 @@ class RaftCore:
         elif t is TakeLeadershipRequest:
             self._follow(m)  # only a leader sends it
             if member.role is Role.FOLLOWER and member.leader_id == m.frm:
+                if not self.is_voter:
+                    log.warning("refusing to take leadership node=%s: not a voter", member.node_id)
+                    return
                 if self.now_ms < self.elector.no_campaign_until_ms:
                     # our store failed (DISK_ERROR): we could not store what we would lead
                     log.warning("refusing to take leadership node=%s term=%d from=%s: store failed",
@@ -443,9 +518,10 @@ class RaftCore:
 
     def _store_failed_successor(self) -> str | None:
         """The follower with the most of our log, if it holds everything committed (else it cannot win)."""
-        if not self.dispatchers:
+        voters = sorted(self.membership.voters & self.dispatchers.keys())
+        if not voters:
             return None
-        best = max(sorted(self.dispatchers), key=lambda p: self.dispatchers[p].match_index)
+        best = max(voters, key=lambda p: self.dispatchers[p].match_index)
         return best if self.dispatchers[best].match_index >= self.committed_index else None
 
     # -- client appends --------------------------------------------------------------------------------
@@ -530,9 +606,10 @@ class RaftCore:
     def _after_leader_step(self) -> None:
         if self._watermarks_moved:
             self._watermarks_moved = False
-            new = check_quorum_ack((d.watermark for d in self.dispatchers.values()), self.durable_index,
-                                   self.quorum, self.member.term, self.log.term_at, self.committed_index,
-                                   self._bug_commit_by_count)
+            voters = self.membership.voters
+            new = check_quorum_ack([d.watermark for p, d in self.dispatchers.items() if p in voters],
+                                   self.durable_index if self.is_voter else None, self.quorum, self.member.term,
+                                   self.log.term_at, self.committed_index, self._bug_commit_by_count)
             if new > self.committed_index and not self._bug_commit_by_count:
                 # Commit whole batches only: `new` is in our term, whose batches we wrote ourselves.
                 ends = self._batch_ends
@@ -544,6 +621,9 @@ class RaftCore:
                 ends = self._batch_ends
                 if ends and ends[0] <= new:  # a push ending at or below the commit point needs no boundary
                     del ends[:bisect_left(ends, new + 1)]
+                self.membership_changer.after_commit()
+                if self.member.role is not _LEADER:
+                    return
         if self._bug_ack_before_quorum:
             # PLANTED BUG ack_before_quorum (test-only): answer clients once the leader alone stored the batch.
             self.pending.complete_up_to(self.log.end_index, self._completions)

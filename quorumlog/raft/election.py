@@ -68,8 +68,8 @@ class LeaderElector:
         if core.now_ms < self.election_deadline_ms:
             return
         self.reset_timer()
-        if core.now_ms < self.no_campaign_until_ms:
-            return
+        if core.now_ms < self.no_campaign_until_ms or not core.is_voter:
+            return  # a learner, a removed node, a joining node: no vote of its own to stand on
         if core.config.pre_vote:
             self.start_pre_vote()
         else:
@@ -81,7 +81,7 @@ class LeaderElector:
         if not cfg.check_quorum or core.now_ms - core.leader_since_ms < cfg.election_timeout_min_ms:
             return
         horizon = core.now_ms - cfg.election_timeout_min_ms
-        active = 1 + sum(1 for t in core.last_heard_ms.values() if t > horizon)
+        active = len(core.live_voters(core.membership.voters))
         if active < core.quorum:
             log.info("check-quorum: stepping down node=%s term=%d active=%d quorum=%d",
                      core.config.node_id, core.member.term, active, core.quorum)
@@ -99,7 +99,7 @@ class LeaderElector:
             self.campaign(leadership_transfer=False)
             return
         last_index, last_term = core.log.end_index, core.log.end_term
-        for peer in core.others:
+        for peer in core.voting_others:
             core.send(VoteRequest(member.node_id, peer, member.term + 1, last_index, last_term, pre_vote=True))
 
     def campaign(self, leadership_transfer: bool) -> None:
@@ -115,7 +115,7 @@ class LeaderElector:
             core.become_leader()
             return
         last_index, last_term = core.log.end_index, core.log.end_term
-        for peer in core.others:
+        for peer in core.voting_others:
             core.send(VoteRequest(member.node_id, peer, member.term, last_index, last_term,
                                   leadership_transfer=leadership_transfer))
 
@@ -163,12 +163,12 @@ class LeaderElector:
         core = self.core
         member = core.member
         if m.pre_vote:
-            if self.pre_candidate and m.term == member.term + 1 and m.granted:
+            if self.pre_candidate and m.term == member.term + 1 and m.granted and m.frm in core.membership.voters:
                 self.votes.add(m.frm)
                 if len(self.votes) >= core.quorum:
                     self.campaign(leadership_transfer=False)
             return
-        if member.role is Role.CANDIDATE and m.term == member.term and m.granted:
+        if member.role is Role.CANDIDATE and m.term == member.term and m.granted and m.frm in core.membership.voters:
             self.votes.add(m.frm)
             if len(self.votes) >= core.quorum:
                 core.become_leader()

@@ -17,16 +17,17 @@ def quorum_index(watermarks: Iterable[int], quorum: int) -> int:
     return ordered[quorum - 1]
 
 
-def check_quorum_ack(peer_watermarks: Iterable[int], leader_durable_index: int, quorum: int,
+def check_quorum_ack(peer_watermarks: Iterable[int], leader_durable_index: int | None, quorum: int,
                      current_term: int, term_at: Callable[[int], int], committed_index: int,
                      count_previous_terms: bool = False) -> int:
     """New committed index (never below `committed_index`).
 
-    `peer_watermarks`: each follower's acknowledged durable index in this term; the leader counts itself
-    only up to its own durable index. `count_previous_terms` is the planted bug
+    `peer_watermarks`: each voting follower's acknowledged durable index in this term; the leader counts itself
+    only up to its own durable index, and not at all (None) while it leads a configuration that removed it. `count_previous_terms` is the planted bug
     "commit_previous_term_by_count" (test-only): it commits whatever a majority holds, whatever its term.
     """
-    candidate = quorum_index([leader_durable_index, *peer_watermarks], quorum)
+    own = () if leader_durable_index is None else (leader_durable_index,)
+    candidate = quorum_index([*own, *peer_watermarks], quorum)
     if candidate <= committed_index:
         return committed_index
     if count_previous_terms:  # PLANTED BUG commit_previous_term_by_count: ignores Raft's current-term rule

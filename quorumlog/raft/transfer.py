@@ -44,7 +44,7 @@ class LeadershipTransfer:
         code = None
         if core.member.role is not Role.LEADER:
             code = ResponseCode.NOT_LEADER
-        elif to not in cfg.peers:
+        elif to not in core.membership.voters:
             code = ResponseCode.UNKNOWN_MEMBER
         elif to == cfg.node_id:
             code = ResponseCode.SUCCESS
@@ -61,6 +61,10 @@ class LeadershipTransfer:
         self.deadline_ms = core.now_ms + cfg.election_timeout_max_ms
         self.start_term = core.member.term
         self.take_sent = False
+
+    def cancel(self) -> None:
+        """The transferee is no longer a voter (its removal is in our log)."""
+        self._finish(ResponseCode.TAKE_LEADERSHIP_FAILED)
 
     def _finish(self, code: ResponseCode) -> None:
         core = self.core
@@ -86,7 +90,7 @@ class LeadershipTransfer:
     def _maybe_prefer(self) -> None:
         core = self.core
         preferred = core.config.preferred_leader_id
-        if (preferred is None or preferred == core.config.node_id or preferred not in core.dispatchers
+        if (preferred is None or preferred == core.config.node_id or preferred not in core.membership.voters
                 or core.now_ms < self.preferred_retry_ms):
             return
         if self._caught_up(preferred):

@@ -41,7 +41,7 @@ class Role(str, Enum):
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
     node_id: str
-    peers: tuple[str, ...]  # every member id, self included
+    peers: tuple[str, ...]  # the bootstrap voters, self included (the log's membership entries override them)
     group: str = "default"
     heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     election_timeout_min_ms: int = ELECTION_TIMEOUT_MIN_MS
@@ -57,12 +57,17 @@ class RaftConfig:
     peer_push_quota: int = 20 * 1024 * 1024  # DLedger: bytes per second per lagging follower
     preferred_leader_id: str | None = None
     max_leadership_transfer_wait_index: int = 1_000  # DLedger: transferee must be this close to start
+    # A node started to join a running group: it bootstraps with no configuration at all (never campaigns) and
+    # learns its group's from the log the leader sends it once it was added as a learner. `peers` is then only
+    # where to find the group.
+    join: bool = False
     # Test-only: plant a known bug so the simulator can prove its checker fails. Names:
-    # "commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum".
+    # "commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
+    # "change_before_term_commit", "promote_lagging_learner".
     planted_bugs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        assert self.node_id in self.peers, f"{self.node_id} not in peers {self.peers}"
+        assert self.join or self.node_id in self.peers, f"{self.node_id} not in peers {self.peers}"
         assert len(set(self.peers)) == len(self.peers)
         assert self.heartbeat_interval_ms * 3 <= self.election_timeout_min_ms <= self.election_timeout_max_ms
 
@@ -125,7 +130,17 @@ class TransferLeadership:
     to: str
 
 
-Event = Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership
+@dataclass(frozen=True, slots=True)
+class ChangeMembership:
+    """Add a learner, promote a learner to voter, or remove a member (membership.Change); answered with a
+    Completion once the new configuration's entry is committed (its index as first/last_index)."""
+
+    request_id: int
+    change: str  # a membership.Change value
+    node_id: str
+
+
+Event = Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership
 
 
 # -- actions ---------------------------------------------------------------------------------------
@@ -139,6 +154,7 @@ class AppendBatch:
     timestamp_ms: int
     producer: tuple[int, int] | None = None  # (client_id, seq)
     noop: bool = False  # a new leader's no-op entry: stored with CHANNEL_NOOP, skipped by readers
+    # (a membership entry is a no-op with producer (MEMBERSHIP_PRODUCER_ID, version) and the configuration as body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +211,6 @@ class NodeStatus:
     committed_index: int
     watermarks: dict[str, int] = field(default_factory=dict)  # leader only: per-peer durable index
     transferring_to: str | None = None
+    voters: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
+    membership_index: int = -1  # the log index of the configuration in force (-1: the bootstrap one)

@@ -54,7 +54,12 @@ class LogView(Protocol):
         (DUPLICATE_SEQUENCE_TOO_OLD); None when nothing was forgotten."""
 
     def producer_state(self) -> bytes:
-        """The producer table as a snapshot (quorumlog/format/producer_state.py), for a follower being reset."""
+        """The producer table and the membership configurations as a snapshot (quorumlog/format/producer_state.py),
+        for a follower being reset."""
+
+    def membership(self) -> tuple[int, bytes] | None:
+        """(index, body) of the latest membership entry in the log, or of the last one below begin_index that
+        retention deleted or a reset brought; None when the log never held one (quorumlog/store/membership.py)."""
 
 
 class LogStore(LogView, Protocol):

@@ -38,6 +38,7 @@ from .disk_guard import DiskGuard
 from ..format.log_entry import encode_records_and_units, producer_tag
 from .files import SegmentAllocator, fsync_dir, is_enospc, write_zeros
 from ..format.producer_state import decode_snapshot, encode_snapshot
+from .membership import MembershipLog
 from .producers import PRODUCERS_NAME, ProducerSnapshot, ProducerTable
 from .producers import write_snapshot as write_producer_snapshot
 from .recover_on_open import RecoverOnOpen
@@ -77,6 +78,7 @@ class FileStore(RecoverOnOpen):
         self._dirty_data: dict[int, Segment] = {}  # id(segment) -> segment, written since the last flush
         self._dirty_index: dict[int, Segment] = {}  # written since the last checkpoint
         self._producers = ProducerTable()
+        self._membership = MembershipLog()
         self._begin = 0
         self._end = -1
         # Entries from here to the end had their CRCs checked by this process (written by it, validated on
@@ -189,6 +191,9 @@ class FileStore(RecoverOnOpen):
 
     def producer_window_floor(self, client_id: int) -> int | None:
         return self._producers.window_floor(client_id)
+
+    def membership(self) -> tuple[int, bytes] | None:
+        return self._membership.latest()
 
     # -- reads -------------------------------------------------------------------------------------
     def get(self, index: int) -> Entry:
@@ -487,13 +492,14 @@ class FileStore(RecoverOnOpen):
             if dropped:
                 fsync_dir(self._data_dir)
             self._producers.drop_after(index)
+            self._membership.drop_after(index)
             self._write_producer_snapshot()  # before new batches reuse these indexes
             log.info("truncated log after index=%d old_end=%d file=%s offset=%d", index, old_end, seg.path,
                      cut - seg.start)
 
     def producer_state(self) -> bytes:
         with self._lock:
-            return encode_snapshot(ProducerSnapshot(self._end, self._producers.state()))
+            return encode_snapshot(self._snapshot_locked())
 
     def reset(self, begin_index: int, producers: bytes | None = None) -> None:
         """Drop the whole log and start it empty at `begin_index` (DLedger's follower reset): the leader no
@@ -502,7 +508,7 @@ class FileStore(RecoverOnOpen):
         or after `begin_index` may be held (a prefix that differs from the leader's): they go too."""
         assert begin_index > self._committed, f"reset({begin_index}) would drop committed entries up to {self._committed}"
         self._check_not_failed()
-        state = decode_snapshot(producers).state if producers else {}
+        snap = decode_snapshot(producers) if producers else None
         with self._sync_lock:
             old_data, old_index = list(self._data), list(self._index.values())
             # The new first segment starts past every old one: a first segment at offset 0 means begin 0.
@@ -517,8 +523,10 @@ class FileStore(RecoverOnOpen):
                 self._write_pos = start
                 # The batches below begin_index are in no log we can scan any more: only the leader's table
                 # remembers them, and a client's retry of one must still be recognised (never appended twice).
-                self._producers.load(state)
+                self._producers.load(snap.state if snap else {})
                 self._producers.drop_after(begin_index - 1)
+                self._membership.load(snap.configs if snap else ())
+                self._membership.drop_after(begin_index - 1)
             try:
                 # First a checkpoint that claims nothing (end -1) but names the new begin, then the files: a crash
                 # at any step reopens the old log, an empty log at 0, or the empty log at begin_index — each one
@@ -596,6 +604,7 @@ class FileStore(RecoverOnOpen):
                     del self._data_starts[0]
                     self._dirty_data.pop(id(seg), None)
                     self._begin = nxt.first_index
+                    self._membership.compact(self._begin)
                     u = self._units_per_index
                     for start in sorted(self._index):
                         if start + u <= self._begin:
@@ -737,6 +746,8 @@ class FileStore(RecoverOnOpen):
             self._write_pos = end_pos
             for tag in tags:
                 self._producers.remember(*tag)
+                if tag[0] == log_entry.MEMBERSHIP_PRODUCER_ID:
+                    self._membership.add(tag[3], self._get(tag[3]).body)
         active = self._data[-1]
         if end_pos - active.start >= self._prepare_at_bytes and self._prepared_after is not active:
             self._prepared_after = active
@@ -859,12 +870,15 @@ class FileStore(RecoverOnOpen):
             version = self._producers.version
             if version == self._producers_snapshot_version:
                 return
-            snap = ProducerSnapshot(self._end, self._producers.state())
+            snap = self._snapshot_locked()
         try:
             write_producer_snapshot(self._producers_path, snap)
         except OSError as e:
             raise self._disk_error("producer snapshot", self._producers_path, e) from e
         self._producers_snapshot_version = version
+
+    def _snapshot_locked(self) -> ProducerSnapshot:
+        return ProducerSnapshot(self._end, self._producers.state(), self._membership.state())
 
     def _write_checkpoint(self, end: int) -> None:
         try:

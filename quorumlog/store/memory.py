@@ -15,6 +15,7 @@ from ..format import log_entry
 from .base import DEFAULT_MAX_ENTRY_BYTES, ProducerBatch
 from ..format.log_entry import Records
 from ..format.producer_state import ProducerSnapshot, decode_snapshot, encode_snapshot
+from .membership import MembershipLog
 from .producers import ProducerTable
 from ..format.log_entry import Entry
 
@@ -32,6 +33,7 @@ class MemoryStore:
         self._checkpoint_committed = -1
         self._producers = ProducerTable()
         self._producer_snapshot: ProducerSnapshot | None = None  # FileStore's `producers` file
+        self._membership = MembershipLog()
 
     # -- reads -------------------------------------------------------------------------------------
     @property
@@ -104,6 +106,9 @@ class MemoryStore:
     def producer_window_floor(self, client_id: int) -> int | None:
         return self._producers.window_floor(client_id)
 
+    def membership(self) -> tuple[int, bytes] | None:
+        return self._membership.latest()
+
     # -- writes ------------------------------------------------------------------------------------
     def append_batch(self, term: int, bodies: Sequence[bytes], timestamp_ms: int,
                      producer: tuple[int, int] | None = None, noop: bool = False) -> int:
@@ -159,6 +164,8 @@ class MemoryStore:
             if h.channel & log_entry.CHANNEL_PRODUCER_TAG:
                 tag = log_entry.PRODUCER_TAG.unpack_from(rec, size - log_entry.PRODUCER_TAG_SIZE)
                 self._producers.remember(tag[0], tag[1], h.index - tag[2] + 1, h.index)
+                if tag[0] == log_entry.MEMBERSHIP_PRODUCER_ID:
+                    self._membership.add(h.index, self.get(h.index).body)
 
     def truncate_after(self, index: int) -> None:
         assert index >= self._committed, f"truncate_after({index}) below committed {self._committed}"
@@ -169,21 +176,24 @@ class MemoryStore:
         del self._records[keep:], self._terms[keep:], self._chains[keep:], self._offsets[keep + 1:]
         self._durable = min(self._durable, index)
         self._producers.drop_after(index)
+        self._membership.drop_after(index)
         self._snapshot_producers()  # before new batches reuse these indexes, as FileStore does
 
     def producer_state(self) -> bytes:
-        return encode_snapshot(ProducerSnapshot(self.end_index, self._producers.state()))
+        return encode_snapshot(ProducerSnapshot(self.end_index, self._producers.state(), self._membership.state()))
 
     def reset(self, begin_index: int, producers: bytes | None = None) -> None:
         """Drop the whole log and start it empty at `begin_index` (see FileStore.reset)."""
         assert begin_index > self._committed, f"reset({begin_index}) would drop committed entries up to {self._committed}"
-        state = decode_snapshot(producers).state if producers else {}
+        snap = decode_snapshot(producers) if producers else None
         del self._records[:], self._terms[:], self._chains[:]
         self._offsets = [0]
         self._begin = begin_index
         self._durable = self._committed = self._checkpoint_committed = begin_index - 1
-        self._producers.load(state)
+        self._producers.load(snap.state if snap else {})
         self._producers.drop_after(begin_index - 1)
+        self._membership.load(snap.configs if snap else ())
+        self._membership.drop_after(begin_index - 1)
         self._snapshot_producers()
 
     def delete_before(self, index: int) -> None:
@@ -197,9 +207,10 @@ class MemoryStore:
         del self._records[:k], self._terms[:k], self._chains[:k]
         del self._offsets[:k]  # positions stay where they were: they are the records' physical offsets
         self._begin = index
+        self._membership.compact(index)
 
     def _snapshot_producers(self) -> None:
-        self._producer_snapshot = ProducerSnapshot(self.end_index, self._producers.state())
+        self._producer_snapshot = ProducerSnapshot(self.end_index, self._producers.state(), self._membership.state())
 
     def _tag_at(self, index: int) -> tuple[int, int, int] | None:
         rec = self._records[index - self._begin]
@@ -212,6 +223,8 @@ class MemoryStore:
         """After a crash: the snapshot of the last checkpoint plus the tagged batches after it, as a FileStore
         reopens (ProducerTable.rebuild)."""
         self._producers.rebuild(self._producer_snapshot, self._begin, self.end_index, self._tag_at)
+        self._membership.rebuild(self._producer_snapshot, self._begin, self.end_index, self._producers,
+                                 lambda i: self.get(i).body)
 
     def flush(self) -> int:
         self._durable = self.end_index

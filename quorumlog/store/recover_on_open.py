@@ -271,6 +271,7 @@ class RecoverOnOpen:
         if snap is None and self._end >= self._begin:
             log.warning("no producer snapshot: scanning %d entries for producer tags", self._end - self._begin + 1)
         self._producers.rebuild(snap, self._begin, self._end, self._tag_at)
+        self._membership.rebuild(snap, self._begin, self._end, self._producers, lambda i: self._get(i).body)
         self._write_producer_snapshot()
 
     def _tag_at(self, index: int) -> tuple[int, int, int] | None:

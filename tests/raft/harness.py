@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import replace
 
 from quorumlog.raft.core import RaftCore
-from quorumlog.raft.types import (AppendBatch, ClientAppend, Completion, Durable, HardState, RaftConfig, Ready,
-                                  Receive, Role, Stored, Tick, TransferLeadership)
+from quorumlog.raft.types import (AppendBatch, ChangeMembership, ClientAppend, Completion, Durable, HardState,
+                                  RaftConfig, Ready, Receive, Role, Stored, Tick, TransferLeadership)
 from quorumlog.store.memory import MemoryStore
 
 
@@ -36,6 +36,8 @@ class Node:
 class Cluster:
     def __init__(self, n: int = 3, *, seed: int = 1, **config) -> None:
         self.ids = tuple(f"n{i}" for i in range(n))
+        self._config = config
+        self._seed = seed
         self.now_ms = 0
         self.nodes: dict[str, Node] = {}
         for i, nid in enumerate(self.ids):
@@ -181,6 +183,19 @@ class Cluster:
         rid = next(self._request_ids) if request_id is None else request_id
         self.step(nid, ClientAppend(rid, tuple(bodies), client_id, seq))
         return rid
+
+    def change(self, nid: str, change: str, node_id: str) -> int:
+        """Ask `nid` for a membership change (raft/membership.Change value); returns the request id."""
+        rid = next(self._request_ids)
+        self.step(nid, ChangeMembership(rid, change, node_id))
+        return rid
+
+    def add_node(self, nid: str) -> None:
+        """Start a fresh node that joins the group (no configuration until the leader's log gives it one)."""
+        assert nid not in self.nodes
+        cfg = RaftConfig(node_id=nid, peers=self.ids, join=True, **self._config)
+        self.ids = self.ids + (nid,)
+        self.nodes[nid] = Node(cfg, self._seed * 1000 + len(self.ids), self.now_ms)
 
     def transfer(self, nid: str, to: str) -> int:
         rid = next(self._request_ids)

@@ -1,0 +1,211 @@
+"""Membership change in the core: learners, promotion, removal (the leader's too), and the guarded traps."""
+
+from quorumlog.codes import ResponseCode
+from quorumlog.raft.membership import Membership, majorities_overlap
+from quorumlog.raft.types import Role
+from quorumlog.store.memory import MemoryStore
+
+from .harness import Cluster
+
+OK = ResponseCode.SUCCESS
+
+
+def _settle(c: Cluster, leader: str) -> None:
+    """Commit an entry of the leader's term (a change waits for one)."""
+    rid = c.append(leader, [b"warm-up"])
+    c.run_until(lambda: rid in c.completions)
+    assert c.completions[rid].code is OK
+
+
+def _answer(c: Cluster, rid: int, max_ms: int = 5_000) -> ResponseCode:
+    c.run_until(lambda: rid in c.completions, max_ms)
+    return c.completions[rid].code
+
+
+def _grow(c: Cluster, leader: str, nid: str) -> None:
+    c.add_node(nid)
+    assert _answer(c, c.change(leader, "add_learner", nid)) is OK
+    c.run_until(lambda: c.nodes[nid].store.end_index == c.nodes[leader].store.end_index)
+    c.run(300)  # heard from within the election timeout
+    assert _answer(c, c.change(leader, "promote", nid)) is OK
+
+
+def test_majority_overlap_rule():
+    a, b = frozenset("ABC"), frozenset("ABCD")
+    assert majorities_overlap(a, b) and majorities_overlap(b, a)
+    assert not majorities_overlap(frozenset("ABC"), frozenset("ABCDE"))  # {B,C} vs {A,D,E}
+    assert majorities_overlap(frozenset("ABCD"), frozenset("ABC"))
+    assert not majorities_overlap(frozenset("AB"), frozenset("CD"))
+
+
+def test_membership_body_round_trip():
+    m = Membership(frozenset({"n0", "n1"}), frozenset({"n3"}), frozenset({"n2"}), 4, 17)
+    assert Membership.decode(m.encode(), 17) == m
+
+
+def test_learner_receives_the_log_but_never_votes_and_joins_the_quorum_once_promoted():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    rid = c.change(leader, "add_learner", "n3")
+    assert _answer(c, rid) is OK
+    rid = c.append(leader, [b"a", b"b"])
+    assert _answer(c, rid) is OK
+    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
+    learner = c.core("n3")
+    assert learner.membership.learners == {"n3"} and not learner.is_voter
+    # a learner never campaigns, even when its leader goes away
+    c.isolate("n3")
+    c.run(3_000)
+    assert learner.role is Role.FOLLOWER and learner.term == c.core(leader).term
+    assert not [m for m in c.sent if m.frm == "n3" and type(m).__name__ == "VoteRequest"]
+    c.heal()
+    c.run(300)
+    assert _answer(c, c.change(leader, "promote", "n3")) is OK
+    for nid in c.ids:
+        assert c.core(nid).membership.voters == {"n0", "n1", "n2", "n3"}
+    # 4 voters: quorum 3; with two of the old three down, nothing commits
+    others = [n for n in ("n0", "n1", "n2") if n != leader]
+    c.crash(others[0])
+    c.crash(others[1])
+    rid = c.append(leader, [b"needs-three"])
+    c.run(400)
+    assert rid not in c.completions
+
+
+def test_promotion_waits_until_the_learner_holds_the_committed_log():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    c.isolate("n3")  # it never receives the log
+    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
+    assert _answer(c, c.change(leader, "promote", "n3")) is ResponseCode.LEARNER_NOT_CAUGHT_UP
+    assert c.core(leader).membership.voters == {"n0", "n1", "n2"}
+
+
+def test_one_change_at_a_time_and_each_refusal_has_its_code():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    follower = next(n for n in c.ids if n != leader)
+    assert _answer(c, c.change(follower, "add_learner", "n3")) is ResponseCode.NOT_LEADER
+    assert _answer(c, c.change(leader, "add_learner", "n1" if leader != "n1" else "n0")) is ResponseCode.MEMBER_EXISTS
+    assert _answer(c, c.change(leader, "remove", "n9")) is ResponseCode.UNKNOWN_MEMBER
+    assert _answer(c, c.change(leader, "promote", "n9")) is ResponseCode.UNKNOWN_MEMBER
+    assert _answer(c, c.change(leader, "frobnicate", "n3")) is ResponseCode.BAD_REQUEST
+    # a second change while the first is uncommitted: hold the first's replication back
+    c.add_node("n3")
+    c.isolate(leader)
+    first = c.change(leader, "add_learner", "n3")
+    second = c.change(leader, "remove", follower)
+    assert c.completions[second].code is ResponseCode.CONFIG_CHANGE_IN_PROGRESS
+    assert first not in c.completions
+
+
+def test_no_change_before_an_entry_of_the_leaders_term_is_committed():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    old = leader
+    c.isolate(old)
+    new = c.run_until(lambda: c.leader() not in (None, old)) and c.leader()
+    c.heal()
+    core = c.core(new)
+    # fresh leader, nothing of its term committed yet (its log was fully committed: no no-op was written)
+    if core.log.term_at(core.committed_index) != core.term:
+        c.add_node("n3")
+        rid = c.change(new, "add_learner", "n3")
+        assert c.completions[rid].code is ResponseCode.CONFIG_CHANGE_IN_PROGRESS
+        c.run(200)  # the no-op the refusal wrote commits
+    assert core.log.term_at(core.committed_index) == core.term
+    if "n3" not in c.nodes:
+        c.add_node("n3")
+    assert _answer(c, c.change(new, "add_learner", "n3")) is OK
+
+
+def test_removing_a_follower_shrinks_the_quorum_and_retires_its_id():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    gone = next(n for n in c.ids if n != leader)
+    assert _answer(c, c.change(leader, "remove", gone)) is OK
+    stay = [n for n in ("n0", "n1", "n2") if n not in (leader, gone)]
+    assert c.core(leader).membership.voters == {leader, *stay}
+    assert _answer(c, c.change(leader, "add_learner", gone)) is ResponseCode.MEMBER_EXISTS  # never reused
+    c.crash(gone)
+    rid = c.append(leader, [b"after"])
+    assert _answer(c, rid) is OK
+
+
+def test_removed_leader_commits_its_removal_then_hands_over():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    rid = c.change(leader, "remove", leader)
+    assert _answer(c, rid) is OK
+    c.run_until(lambda: c.leader() not in (None, leader), 3_000)
+    new = c.leader()
+    assert c.core(new).membership.voters == set(c.ids) - {leader}
+    assert c.core(leader).role is Role.FOLLOWER
+    c.run(3_000)
+    assert c.core(leader).role is Role.FOLLOWER  # never campaigns again
+    rid = c.append(new, [b"x"])
+    assert _answer(c, rid) is OK
+
+
+def test_a_change_whose_new_majority_is_not_live_is_refused():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    a, b = [n for n in c.ids if n != leader]
+    c.crash(b)
+    c.run(600)  # b not heard within the election timeout
+    # removing a would leave {leader, b}, whose majority needs the dead b: the group would wedge
+    assert _answer(c, c.change(leader, "remove", a)) is ResponseCode.NEW_QUORUM_NOT_ALIVE
+    assert _answer(c, c.change(leader, "remove", b)) is OK  # {leader, a}: both live
+    assert _answer(c, c.change(leader, "remove", a)) is OK  # {leader}: alone is a quorum
+    assert _answer(c, c.change(leader, "remove", leader)) is ResponseCode.LAST_VOTER
+
+
+def test_grow_to_five_then_replace_a_crashed_member():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    _grow(c, leader, "n3")
+    _grow(c, leader, "n4")
+    assert c.core(leader).membership.voters == {"n0", "n1", "n2", "n3", "n4"}
+    dead = next(n for n in c.ids if n != leader)
+    c.crash(dead)
+    c.run(600)
+    assert _answer(c, c.change(leader, "remove", dead)) is OK
+    _grow(c, leader, "n5")
+    rid = c.append(leader, [b"five"])
+    assert _answer(c, rid) is OK
+    for nid in ("n3", "n4", "n5"):
+        assert c.nodes[nid].store.get(c.completions[rid].first_index).body == b"five"
+
+
+def test_configuration_survives_restart_truncation_and_retention():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
+    for i in range(5):
+        assert _answer(c, c.append(leader, [b"e%d" % i])) is OK
+    store: MemoryStore = c.nodes[leader].store
+    store.delete_before(store.committed_index)  # the membership entry is below begin now
+    assert store.membership()[0] < store.begin_index
+    c.crash(leader)
+    c.restart(leader)
+    assert c.core(leader).membership.learners == {"n3"}
+    # a truncated uncommitted configuration gives way to the one before it
+    s = MemoryStore()
+    s.append_batch(1, [Membership(frozenset({"a"}), version=1).encode()], 0, (2**64 - 1, 1), noop=True)
+    s.set_committed_index(0)
+    s.append_batch(1, [Membership(frozenset({"a", "b"}), version=2).encode()], 0, (2**64 - 1, 2), noop=True)
+    assert s.membership()[0] == 1
+    s.truncate_after(0)
+    assert s.membership()[0] == 0
