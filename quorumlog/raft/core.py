@@ -95,6 +95,7 @@ class RaftCore:
         bootstrap = Membership(frozenset() if config.join else frozenset(config.peers))
         self.membership = bootstrap
         self._bootstrap_membership = bootstrap
+        self._membership_entry: tuple[int, bytes] | None = None  # the (index, body) self.membership came from
         self.others: tuple[str, ...] = ()  # every other member: who a leader sends heartbeats and the log to
         self.voting_others: tuple[str, ...] = ()  # every other voter: who a candidate asks for votes
         self.quorum = 1
@@ -136,11 +137,14 @@ class RaftCore:
     def _membership_in_log(self) -> Membership:
         latest = self.log.membership()
         if latest is None:
+            self._membership_entry = None
             return self._bootstrap_membership
-        index, body = latest
-        if index == self.membership.index:
+        if latest == self._membership_entry:
             return self.membership
-        return Membership.decode(body, index)
+        # (the index alone does not name it: a truncate may replace an uncommitted configuration by another one
+        # at the same index)
+        self._membership_entry = latest
+        return Membership.decode(latest[1], latest[0])
 
     def _use_membership(self, m: Membership) -> None:
         """Put configuration `m` in force: who we send to, who votes, how many make a quorum."""
@@ -167,6 +171,16 @@ class RaftCore:
     def is_voter(self) -> bool:
         return self.config.node_id in self.membership.voters
 
+    @property
+    def may_campaign(self) -> bool:
+        """A voter may; so may a node whose removal is in its log but not committed: a leader that removed itself
+        and crashed before the removal committed may hold the longest log, which the remaining voters then
+        cannot elect anyone without. It campaigns for the configuration that removes it (votes of its voters
+        only, never its own), commits the removal, and steps down."""
+        m = self.membership
+        me = self.config.node_id
+        return me in m.voters or (me in m.retired and m.index > self.committed_index)
+
     def live_voters(self, voters) -> set[str]:
         """Of `voters`: ourselves and those we heard from within the minimum election timeout (leader only)."""
         horizon = self.now_ms - self.config.election_timeout_min_ms
@@ -175,13 +189,15 @@ class RaftCore:
 
     def append_membership(self, m: Membership) -> tuple[int, int]:
         """Leader: write configuration `m` as the next entry and put it in force at once (Raft §4.1)."""
-        first, last = self._append_batch((m.encode(),), membership_producer(m.version), noop=True)
+        body = m.encode()
+        first, last = self._append_batch((body,), membership_producer(m.version), noop=True)
+        self._membership_entry = (first, body)
         self._use_membership(Membership(m.voters, m.learners, m.retired, m.version, first))
         return first, last
 
     def ensure_own_term_entry(self) -> None:
         """Leader: make sure an entry of our term is in the log, so one can commit (a no-op if none is)."""
-        if self.log.end_term != self.member.term and not any(e > self.log.end_index for e in self._batch_ends):
+        if self.log.end_term != self.member.term and self.end_index == self.log.end_index:
             self._append_batch((NOOP_BODY,), None, noop=True)
 
     # -- output helpers (used by the parts) ------------------------------------------------------------
@@ -421,7 +437,7 @@ class RaftCore:
         elif t is TakeLeadershipRequest:
             self._follow(m)  # only a leader sends it
             if member.role is Role.FOLLOWER and member.leader_id == m.frm:
-                if not self.is_voter:
+                if not self.may_campaign:
                     log.warning("refusing to take leadership node=%s: not a voter", member.node_id)
                     return
                 if self.now_ms < self.elector.no_campaign_until_ms:
@@ -443,7 +459,8 @@ class RaftCore:
         if self.member.role is _LEADER:
             self.pending.expire(now_ms, self._completions)
             if (self.end_index > self.committed_index and now_ms >= self._disk_full_until_ms
-                    and not self.transfer.active and self.log.term_at(self.end_index) != self.member.term):
+                    and not self.transfer.active and self.end_index == self.log.end_index
+                    and self.log.end_term != self.member.term):
                 # Our no-op (Raft §8) was refused by the disk: without an entry of our term nothing before it
                 # can commit, and a client retrying an inherited batch would wait forever. Write it again.
                 self._append_batch((NOOP_BODY,), None, noop=True)

@@ -68,7 +68,7 @@ class LeaderElector:
         if core.now_ms < self.election_deadline_ms:
             return
         self.reset_timer()
-        if core.now_ms < self.no_campaign_until_ms or not core.is_voter:
+        if core.now_ms < self.no_campaign_until_ms or not core.may_campaign:
             return  # a learner, a removed node, a joining node: no vote of its own to stand on
         if core.config.pre_vote:
             self.start_pre_vote()
@@ -93,7 +93,7 @@ class LeaderElector:
         member = core.member
         member.leader_id = None
         self.pre_candidate = True
-        self.votes = {member.node_id}
+        self.votes = {member.node_id} if core.is_voter else set()
         log.debug("pre-vote node=%s term=%d", member.node_id, member.term + 1)
         if len(self.votes) >= core.quorum:
             self.campaign(leadership_transfer=False)
@@ -110,7 +110,7 @@ class LeaderElector:
             return
         member.become_candidate()
         self.reset_timer()
-        self.votes = {member.node_id}
+        self.votes = {member.node_id} if core.is_voter else set()
         if len(self.votes) >= core.quorum:
             core.become_leader()
             return

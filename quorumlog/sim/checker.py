@@ -5,15 +5,22 @@ Raft's own (Figure 3 of the paper): election safety (at most one leader per term
 completeness (a new leader holds every committed entry), state-machine safety (every node's committed
 prefix is the one global committed log, and a committed entry is never truncated). Plus durability: a
 committed entry is durable on a majority. And the clients': every acknowledged batch is in the committed
-log, once, where the ack says, in real-time order; no entry appears that no client sent. And two protocol
+log, once, where the ack says, in real-time order; no entry appears that no client sent. And three protocol
 rules that the invariants above only notice once they cause damage, checked where they happen: a node
 grants one vote per term and persists it before sending it; a leader advances its commit point only to an
-entry of its own term (§5.4.2). And the contract's: a request refused with DISK_FULL or DISK_ERROR was not
+entry of its own term (§5.4.2); a leader writes a configuration only once an entry of its term is committed.
+And the contract's: a request refused with DISK_FULL or DISK_ERROR was not
 written and never commits (one that may have been written is answered "outcome unknown"); a read of a
 node's committed entries returns the committed log.
 
 Retention deletes committed entries below a node's begin index: checks of an entry a node no longer holds
 skip that node (it is not a holder for durability).
+
+Membership changes (raft/membership.py) add their own: the committed configurations form a chain of single
+steps (each one change from the one before, so consecutive ones share a majority); a new leader is a voter of
+its own configuration, which is the last committed one or one step past it, and shares a majority with it
+(two leaders elected by disjoint majorities is what the 2015 single-server bug produced); a learner is promoted
+only while it holds the committed log; "a majority" is one of the deciding configuration's voters.
 
 A Violation is raised, never asserted: the simulator reports it with the seed that reproduces it.
 """
@@ -24,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..codes import ResponseCode
+from ..raft.membership import Change, Membership, is_membership_body, majorities_overlap
 from ..raft.types import Completion, Role
 from ..wire.messages import VoteResponse
 
@@ -70,7 +78,9 @@ class Op:
 class Checker:
     def __init__(self, nodes: dict[str, "SimNode"]) -> None:
         self.nodes = nodes
-        self.majority = len(nodes) // 2 + 1
+        # committed configurations in log order; the first is the bootstrap one (every starting node votes)
+        self.committed_configs: list[Membership] = [Membership(frozenset(nodes))]
+        self.last_deciding_config = self.committed_configs[0]  # the configuration of the last leader to commit
         self.leader_of_term: dict[int, str] = {}
         self.votes: dict[tuple[str, int], str] = {}  # (voter, term) -> candidate
         self.entry_chain: dict[tuple[int, int], int] = {}  # (index, term) -> chain CRC, for log matching
@@ -111,7 +121,8 @@ class Checker:
         if last > self.committed_index:
             raise Violation("read", f"read of {node_id} returned up to {last}, the committed log ends at "
                                     f"{self.committed_index}")
-        want = [i for i in range(start, last + 1) if self.committed_body[i] != NOOP_BODY]
+        want = [i for i in range(start, last + 1)
+                if self.committed_body[i] != NOOP_BODY and not is_membership_body(self.committed_body[i])]
         got = [e.index for e in entries]
         if got != want:
             raise Violation("read", f"read of {node_id} {start}..{last} returned indexes {got}, the committed "
@@ -179,15 +190,30 @@ class Checker:
                                                     f"committed log at {gc}")
         for index in range(gc + 1, ci + 1):
             self._extend(index, store.term_at(index), store.chain_crc_at(index), store.get(index).body)
-        self._check_majority_durable(ci, node.node_id)
+        if core.role == Role.LEADER:
+            self.last_deciding_config = core.membership
+            self._check_majority_durable(ci, node.node_id, [core.membership])
+        else:
+            self._check_majority_durable(ci, node.node_id, self._deciding_configs())
 
-    def _check_majority_durable(self, index: int, by: str) -> None:
+    def _deciding_configs(self) -> list[Membership]:
+        """Configurations whose majority may have decided the commit point: the last committed one, the one the
+        last leader to commit used, and the one a live leader of the highest term uses (a change is in force on
+        append, before it commits)."""
+        configs = [self.committed_configs[-1], self.last_deciding_config]
+        leaders = [n for n in self.nodes.values() if n.alive and n.core.role == Role.LEADER]
+        if leaders:
+            configs.append(max(leaders, key=lambda n: n.core.term).core.membership)
+        return configs
+
+    def _check_majority_durable(self, index: int, by: str, configs: list[Membership]) -> None:
         chain = self.committed_chain[index]
-        holders = [n.node_id for n in self.nodes.values()
-                   if n.store.durable_index >= index and chain_at(n.store, index) == chain]
-        if len(holders) < self.majority:
-            raise Violation("commit_without_quorum", f"{by} committed {index} but only {holders or 'no node'} "
-                                                     f"hold it durably (majority {self.majority})")
+        holders = {n.node_id for n in self.nodes.values()
+                   if n.store.durable_index >= index and chain_at(n.store, index) == chain}
+        if not any(m.is_quorum(holders) for m in configs):
+            want = " or ".join(sorted(",".join(sorted(m.voters)) for m in configs))
+            raise Violation("commit_without_quorum", f"{by} committed {index} but only {sorted(holders) or 'no node'} "
+                                                     f"hold it durably (a majority of {want})")
 
     def _extend(self, index: int, term: int, chain: int, body: bytes) -> None:
         assert index == len(self.committed_chain)
@@ -196,6 +222,9 @@ class Checker:
         self.committed_body.append(body)
         if body == NOOP_BODY:
             self.noops += 1
+            return
+        if is_membership_body(body):
+            self._committed_config(Membership.decode(body, index))
             return
         if body in self.body_index:
             raise Violation("duplicate", f"body {body!r} committed at {self.body_index[body]} and again at {index}")
@@ -216,6 +245,45 @@ class Checker:
             raise Violation("real_time_order", f"{op.client}#{op.op_no} first sent at {op.first_sent_ms} ms landed "
                                                f"at {index}, but index {op.floor_index} was acknowledged before")
 
+    # -- membership --------------------------------------------------------------------------------
+    def _committed_config(self, new: Membership) -> None:
+        prev = self.committed_configs[-1]
+        if not _one_step(prev, new):
+            raise Violation("membership_chain", f"committed configuration {new.describe()} is not one change from "
+                                                f"the one committed before it, {prev.describe()}")
+        self.committed_configs.append(new)
+
+    def on_membership_proposed(self, node: "SimNode", body: bytes, index: int) -> None:
+        """A leader writes a configuration: only once an entry of its own term is committed (the guard against
+        the 2015 single-server bug, checked where it applies, as the commit rule is), and a learner it promotes
+        holds the committed log right now."""
+        new = Membership.decode(body, index)
+        old = self.committed_configs[-1]
+        committed = node.store.committed_index
+        term = node.core.term
+        if committed < node.store.begin_index or node.store.term_at(committed) != term:
+            raise Violation("change_rule", f"leader {node.node_id} of term {term} writes {new.describe()} before "
+                                           f"an entry of its term is committed (committed {committed})")
+        for nid in sorted(new.voters - old.voters):
+            store = self.nodes[nid].store
+            if store.durable_index < committed or chain_at(store, committed) not in (None, self.committed_chain[committed]
+                                                                                     if committed >= 0 else None):
+                raise Violation("promotion_lagging", f"{node.node_id} promotes {nid} in {new.describe()} while it holds "
+                                                     f"up to {store.durable_index} durably, committed is {committed}")
+
+    def _check_leader_config(self, node: "SimNode", term: int) -> None:
+        m: Membership = node.core.membership
+        committed = self.committed_configs[-1]
+        if node.node_id not in m.voters and not (node.node_id in m.retired and m.version == committed.version + 1):
+            raise Violation("membership_leader", f"{node.node_id} leads term {term} but is no voter of its "
+                                                 f"configuration {m.describe()}, nor removed by it uncommitted")
+        if m.version < committed.version or not (m == committed or _one_step(committed, m)):
+            raise Violation("membership_leader", f"{node.node_id} leads term {term} with {m.describe()}, neither the "
+                                                 f"committed {committed.describe()} nor one change past it")
+        if not majorities_overlap(m.voters, committed.voters):
+            raise Violation("disjoint_majorities", f"{node.node_id} leads term {term} with {m.describe()}, whose "
+                                                   f"majorities can miss those of {committed.describe()}")
+
     # -- after every step --------------------------------------------------------------------------
     def after_node_step(self, node: "SimNode") -> None:
         core = node.core
@@ -226,6 +294,7 @@ class Checker:
                 raise Violation("election_safety", f"{holder} and {node.node_id} both leaders of term {term}")
             if self.role_seen.get(node.node_id) != (role, term):
                 self._check_leader_completeness(node, term)
+                self._check_leader_config(node, term)
         self.role_seen[node.node_id] = (role, term)
         if self._acks:
             acks, self._acks = self._acks, []
@@ -263,7 +332,7 @@ class Checker:
         durable copies while its own flush is still running); the committed log must stay durable on a
         majority all the same."""
         if self.committed_index >= 0:
-            self._check_majority_durable(self.committed_index, f"crash of {node.node_id}:")
+            self._check_majority_durable(self.committed_index, f"crash of {node.node_id}:", self._deciding_configs())
 
     def on_restart(self, node: "SimNode") -> None:
         """After a crash the store keeps its durable prefix; its checkpointed commit point must still match."""
@@ -285,3 +354,11 @@ class Checker:
             if ci > self.committed_index or chain is not None and chain != self.committed_chain[ci]:
                 raise Violation("state_machine_safety", f"{node.node_id} committed prefix up to {ci} is not the "
                                                         f"committed log")
+
+
+def _one_step(prev: Membership, new: Membership) -> bool:
+    """`new` is `prev` after exactly one change (raft/membership.Change)."""
+    if new.version != prev.version + 1:
+        return False
+    return any(prev.changed(change, nid) == Membership(new.voters, new.learners, new.retired, new.version)
+               for change in Change for nid in (new.members | prev.members))

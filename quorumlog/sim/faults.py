@@ -32,7 +32,8 @@ class FaultInjector:
                                                   (o.slow_disk_weight, "slow_disk"),
                                                   (o.transfer_weight, "transfer"), (o.heal_weight, "heal"),
                                                   (o.disk_full_weight, "disk_full"),
-                                                  (o.disk_error_weight, "disk_error"))
+                                                  (o.disk_error_weight, "disk_error"),
+                                                  (o.membership_weight, "membership"))
                         if w > 0]
         self.total_weight = sum(w for w, _ in self.actions)
         self.counts: dict[str, int] = {name: 0 for _, name in self.actions}
@@ -157,3 +158,13 @@ class FaultInjector:
 
     def _transfer(self) -> None:
         self.world.transfer_leadership()
+
+    def _membership(self) -> None:
+        self.world.change_membership()
+
+    def on_new_leader(self) -> None:
+        """Operators retry a change right after a failover: the moment a new leader has not yet committed an
+        entry of its term, when a change must still wait (raft/membership.py). Some seeds change there."""
+        world = self.world
+        if world.phase == "faults" and world.options.membership_weight and self.rng.random() < 0.3:
+            world.scheduler.after(self.rng.randint(0, 20), world.change_membership)

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..codes import ResponseCode
 from ..errors import DiskError, DiskFull, QuorumLogError
-from ..raft.types import (AppendBatch, AppendRecords, Durable, Event, HardState, RaftConfig, Ready, Stored,
+from ..format.log_entry import MEMBERSHIP_PRODUCER_ID
+from ..raft.types import (AppendBatch, AppendRecords, Durable, Event, HardState, RaftConfig, Ready, Role, Stored,
                           StoreFailed, Tick)
 from ..wire.messages import VoteResponse
 from .checker import Violation
@@ -89,6 +90,8 @@ class SimNode:
                 if role != self._role_seen:
                     self._role_seen = role
                     self.world.trace_line(lambda: f"{self.node_id} is {role[0].value} of term {role[1]}")
+                    if role[0] == Role.LEADER:
+                        self.world.faults.on_new_leader()
         finally:
             self._stepping = False
         if self.disk_error is not None and self.alive:
@@ -125,6 +128,8 @@ class SimNode:
                                                 f"store ends at {store.end_index}")
                 try:
                     if isinstance(action, AppendBatch):
+                        if action.producer is not None and action.producer[0] == MEMBERSHIP_PRODUCER_ID:
+                            world.checker.on_membership_proposed(self, action.bodies[0], action.first_index)
                         store.append_batch(action.term, action.bodies, action.timestamp_ms, action.producer,
                                            action.noop)
                     else:

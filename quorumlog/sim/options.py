@@ -22,7 +22,8 @@ TICK_MIN_MS = 10
 TICK_MAX_MS = 25
 assert TICK_MAX_MS * 4 <= 100  # several ticks per heartbeat interval (types.HEARTBEAT_INTERVAL_MS)
 
-PLANTED_BUGS = ("commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum")
+PLANTED_BUGS = ("commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
+                "change_before_term_commit", "promote_lagging_learner")
 
 
 def world_seed(seed: int) -> int:
@@ -77,6 +78,10 @@ class SimOptions:
     retention_every_ms: int  # 0: off; else every node deletes old committed entries this often
     retention_keep_max: int  # ... keeping up to this many below its safe point (segment granularity)
     read_every_ms: int  # 0: off; else a reader reads committed entries from a random node this often
+    # Membership changes among the faults: add a fresh node as a learner, promote a learner, remove a member
+    # (the leader too), at most `max_new_nodes` fresh nodes per run.
+    membership_weight: int
+    max_new_nodes: int
     planted_bugs: frozenset[str] = frozenset()
 
     @classmethod
@@ -145,6 +150,8 @@ class SimOptions:
             retention_every_ms=rng.choice((0, 0, 100, 500)),
             retention_keep_max=rng.choice((0, 3, 30)),
             read_every_ms=rng.choice((0, 50, 200)),
+            membership_weight=rng.choice((0, 1, 2, 4)),
+            max_new_nodes=rng.choice((1, 2, 4)),
             planted_bugs=frozenset(planted_bugs),
         )
 

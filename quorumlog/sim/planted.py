@@ -19,6 +19,13 @@ EXPECTED_KINDS = {
     "skip_compare": {"log_matching", "state_machine_safety", "committed_truncated", "commit_without_quorum",
                      "leader_completeness", "ack_mismatch", "duplicate", "liveness", "exception"},
     "ack_before_quorum": {"ack_before_commit", "commit_without_quorum"},
+    # A new leader's commit point lags until an entry of its term commits: changing before that builds on a
+    # configuration other nodes may have replaced, and judges a learner "caught up" against a stale commit.
+    "change_before_term_commit": {"change_rule", "disjoint_majorities", "membership_leader", "membership_chain", "election_safety",
+                                  "leader_completeness", "state_machine_safety", "committed_truncated",
+                                  "commit_without_quorum", "promotion_lagging", "log_matching", "ack_mismatch",
+                                  "duplicate"},
+    "promote_lagging_learner": {"promotion_lagging"},
 }
 
 

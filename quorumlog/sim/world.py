@@ -20,9 +20,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..codes import ResponseCode
 from ..errors import IndexOutOfRange
 from ..format.log_entry import decode_records
-from ..raft.types import ClientAppend, Completion, RaftConfig, Receive, Role, Tick, TransferLeadership
+from ..raft.membership import Change
+from ..raft.types import (ChangeMembership, ClientAppend, Completion, RaftConfig, Receive, Role, Tick,
+                          TransferLeadership)
 from ..wire.messages import Message
 from .checker import Checker, Op, Violation
 from .clients import SimClient
@@ -80,18 +83,21 @@ class World:
         self.network = Network(self.rng, self.scheduler, options, trace and self._trace_raw)
         self.node_ids = [f"n{i}" for i in range(options.node_count)]
         factory = core_factory or real_core_factory()
+        self._factory = factory
         preferred = self.rng.choice(self.node_ids) if self.rng.random() < 0.2 else None
+        self._config = dict(peers=tuple(self.node_ids), preferred_leader_id=preferred,
+                            election_timeout_min_ms=options.election_timeout_min_ms,
+                            election_timeout_max_ms=options.election_timeout_max_ms,
+                            max_push_batch_bytes=options.max_push_batch_bytes,
+                            max_pending_pushes=options.max_pending_pushes,
+                            max_wait_ack_ms=options.max_wait_ack_ms,
+                            planted_bugs=options.planted_bugs)
         self.nodes: dict[str, SimNode] = {}
         for node_id in self.node_ids:
-            config = RaftConfig(node_id=node_id, peers=tuple(self.node_ids), preferred_leader_id=preferred,
-                                election_timeout_min_ms=options.election_timeout_min_ms,
-                                election_timeout_max_ms=options.election_timeout_max_ms,
-                                max_push_batch_bytes=options.max_push_batch_bytes,
-                                max_pending_pushes=options.max_pending_pushes,
-                                max_wait_ack_ms=options.max_wait_ack_ms,
-                                planted_bugs=options.planted_bugs)
-            self.nodes[node_id] = SimNode(self, node_id, config, factory)
+            self.nodes[node_id] = SimNode(self, node_id, RaftConfig(node_id=node_id, **self._config), factory)
         self.checker = Checker(self.nodes)
+        self.membership_requests: dict[int, tuple[str, str, int]] = {}  # request id -> (change, node id, tries)
+        self.membership_done: dict[str, int] = {}  # committed changes by kind ("remove_leader": a leader removed itself)
         self.clients = [SimClient(self, i, i < options.idempotent_clients, options)
                         for i in range(options.client_count)]
         self.faults = FaultInjector(self)
@@ -167,6 +173,20 @@ class World:
 
     def on_completion(self, node: SimNode, completion: Completion) -> None:
         rid = completion.request_id
+        if rid in self.membership_requests:
+            change, target, tries = self.membership_requests[rid]
+            code = completion.code
+            self.trace_line(lambda: f"{node.node_id} membership req={rid} {change} {target}: {code.name}")
+            if code == ResponseCode.SUCCESS:
+                kind = "remove_leader" if change == Change.REMOVE.value and target == node.node_id else change
+                self.membership_done[kind] = self.membership_done.get(kind, 0) + 1
+            promote_next = (change == Change.ADD_LEARNER.value and code == ResponseCode.SUCCESS
+                            or change == Change.PROMOTE.value and tries < 5 and code in (
+                                ResponseCode.LEARNER_NOT_CAUGHT_UP, ResponseCode.CONFIG_CHANGE_IN_PROGRESS))
+            if promote_next and self.rng.random() < 0.8:
+                self.scheduler.after(self.rng.randint(50, 400), self.change_membership, Change.PROMOTE, target,
+                                     tries + 1)
+            return
         if rid in self.transfer_requests:
             self.trace_line(lambda: f"{node.node_id} transfer req={rid} to {self.transfer_requests[rid]}: "
                                     f"{completion.code.name}")
@@ -248,12 +268,63 @@ class World:
         leader = self.leader()
         if leader is None:
             return
-        to = self.rng.choice([n for n in self.node_ids if n != leader.node_id])
+        to = self.rng.choice(sorted(leader.core.membership.voters - {leader.node_id}) or [leader.node_id])
         self._next_request_id += 1
         rid = self._next_request_id
         self.transfer_requests[rid] = to
         self.trace_line(lambda: f"FAULT transfer leadership {leader.node_id} -> {to} req={rid}")
         leader.step(TransferLeadership(rid, to))
+
+    def change_membership(self, change: Change | None = None, target: str | None = None, tries: int = 0) -> None:
+        """Ask the leader for one change: promote a learner, remove a member (the leader itself sometimes), or
+        add a fresh node as a learner. Refusals (one in flight, not caught up, ...) are part of the test. As
+        `member add` does, an added learner is promoted once it caught up (retried a few times)."""
+        leader = self.leader()
+        if leader is None or self.phase != "faults":
+            return
+        m, rng = leader.core.membership, self.rng
+        if change is None:
+            created = len(self.node_ids) - self.options.node_count
+            roll = rng.random()
+            if m.learners and roll < 0.6:
+                change, target = Change.PROMOTE, rng.choice(sorted(m.learners))
+            elif created < self.options.max_new_nodes and len(m.voters) < 5 and (roll < 0.45 or m.learners and
+                                                                                 roll < 0.8):
+                change, target = Change.ADD_LEARNER, self._new_node()
+            elif len(m.members) > 1:
+                change = Change.REMOVE
+                target = leader.node_id if rng.random() < self.options.leader_victim_ratio / 2 else \
+                    rng.choice(sorted(m.members))
+            else:
+                return
+        self._next_request_id += 1
+        rid = self._next_request_id
+        self.membership_requests[rid] = (change.value, target, tries)
+        self.trace_line(lambda: f"FAULT membership {leader.node_id}: {change.value} {target} req={rid}")
+        leader.step(ChangeMembership(rid, change.value, target))
+        if tries == 0 and rng.random() < 0.25:
+            # the leader dies with the change barely written: the next leader may not hold it (raft/membership.py)
+            self.scheduler.after(rng.randint(0, 10), self._crash_if_alive, leader.node_id)
+
+    def _crash_if_alive(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        if node.alive and self.phase == "faults":
+            self.crash(node)
+            self.faults.restart_later(node_id, node.incarnation)
+
+    def _new_node(self) -> str:
+        """A fresh node (an id never used before) that joins: no configuration until the log gives it one."""
+        node_id = f"n{len(self.node_ids)}"
+        self.node_ids.append(node_id)
+        config = RaftConfig(node_id=node_id, join=True, **self._config)
+        self.nodes[node_id] = SimNode(self, node_id, config, self._factory)
+        self.scheduler.after(self.rng.randrange(self.options.tick_ms), self._tick, node_id)
+        self.trace_line(lambda: f"new node {node_id}")
+        return node_id
+
+    def members(self, leader: SimNode) -> list[SimNode]:
+        """The nodes of `leader`'s configuration (voters and learners): removed and never-added nodes are out."""
+        return [self.nodes[n] for n in sorted(leader.core.membership.members | {leader.node_id})]
 
     # -- liveness ----------------------------------------------------------------------------------
     def _heal(self) -> None:
@@ -277,7 +348,7 @@ class World:
         if leader is None:
             return None
         term = leader.core.term
-        for node in self.nodes.values():
+        for node in self.members(leader):
             if node is not leader and (node.core.term != term or node.core.leader_id != leader.node_id):
                 return None
         return leader
@@ -286,12 +357,15 @@ class World:
         ls = leader.store
         if ls.committed_index != ls.end_index or ls.committed_index != self.checker.committed_index:
             return False
-        for node in self.nodes.values():
+        members = self.members(leader)
+        for node in members:
             s = node.store
             if s.end_index != ls.end_index or s.committed_index != ls.committed_index:
                 return False
+            if node.core.membership != leader.core.membership:
+                return False  # every member ends agreeing on one configuration
         return ls.end_index < 0 or all(n.store.chain_crc_at(ls.end_index) == ls.chain_crc_at(ls.end_index)
-                                       for n in self.nodes.values())
+                                       for n in members)
 
     def _check_liveness(self) -> None:
         leader = self._stable_leader()
@@ -340,6 +414,8 @@ class World:
             "faults": dict(self.faults.counts),
             "stable_leader_after_heal_ms": (self.stable_leader_ms - self.healed_at_ms
                                             if self.stable_leader_ms >= 0 else -1),
+            "configurations": len(self.checker.committed_configs),
+            "membership_changes": dict(sorted(self.membership_done.items())),
         }
 
 

@@ -209,3 +209,29 @@ def test_configuration_survives_restart_truncation_and_retention():
     assert s.membership()[0] == 1
     s.truncate_after(0)
     assert s.membership()[0] == 0
+
+
+def test_a_configuration_replaced_at_the_same_index_is_noticed():
+    """A truncate can put another uncommitted configuration at the index of the one it dropped: the core must
+    use the new one (it once compared indexes only; found by the simulator with a planted bug)."""
+    import random
+
+    from quorumlog.format.log_entry import MEMBERSHIP_PRODUCER_ID
+    from quorumlog.raft.core import RaftCore
+    from quorumlog.raft.types import HardState, RaftConfig, Tick
+
+    store = MemoryStore()
+    store.append_batch(1, [b"x"], 0)
+    store.set_committed_index(0)
+    a = Membership(frozenset({"n0", "n1"}), retired=frozenset({"n2"}), version=1)
+    store.append_batch(1, [a.encode()], 0, (MEMBERSHIP_PRODUCER_ID, 1), noop=True)
+    core = RaftCore(RaftConfig("n0", ("n0", "n1", "n2")), store, HardState(1), random.Random(1), 0)
+    assert core.membership.voters == {"n0", "n1"}
+    store.truncate_after(0)
+    b = Membership(frozenset({"n0", "n2"}), retired=frozenset({"n1"}), version=1)
+    store.append_batch(2, [b.encode()], 0, (MEMBERSHIP_PRODUCER_ID, 1), noop=True)
+    core.step(Tick(10))
+    assert core.membership.voters == {"n0", "n2"} and core.membership.index == 1
+    store.truncate_after(0)
+    core.step(Tick(20))
+    assert core.membership.voters == {"n0", "n1", "n2"} and core.membership.index == -1  # bootstrap again

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 from quorumlog.codes import ResponseCode
+from quorumlog.raft.membership import Membership
 from quorumlog.raft.types import (AppendBatch, AppendRecords, ClientAppend, Completion, Durable, HardState,
                                   NodeStatus, RaftConfig, Ready, Receive, Role, Stored, Tick,
                                   TransferLeadership)
@@ -33,6 +34,7 @@ class StandInCore:
         self.pending: list[tuple[int, int, int]] = []  # (request_id, first, last)
         self.last_push_ms = -1_000
         self.committed = log.committed_index
+        self.membership = Membership(frozenset(config.peers))  # fixed: the stand-in never changes it
 
     role = property(lambda self: Role.LEADER if self.node_id == LEADER else Role.FOLLOWER)
     term = property(lambda self: TERM)

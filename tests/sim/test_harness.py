@@ -19,10 +19,10 @@ from .standin import StandInCore
 
 
 def standin_options(seed: int, **overrides) -> SimOptions:
-    # The stand-in has no elections, no dedup and no retention: no crashes (EIO fail-stops too), no full
-    # disks, no transfers, no idempotent clients, no retention.
+    # The stand-in has no elections, no dedup, no retention and no membership: no crashes (EIO fail-stops too),
+    # no full disks, no transfers, no idempotent clients, no retention, no membership changes.
     base = dict(crash_weight=0, transfer_weight=0, idempotent_clients=0, disk_full_weight=0, disk_error_weight=0,
-                retention_every_ms=0)
+                retention_every_ms=0, membership_weight=0)
     base.update(overrides)
     return dataclasses.replace(SimOptions.from_seed(seed), **base)
 
