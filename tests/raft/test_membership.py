@@ -235,3 +235,25 @@ def test_a_configuration_replaced_at_the_same_index_is_noticed():
     store.truncate_after(0)
     core.step(Tick(20))
     assert core.membership.voters == {"n0", "n1", "n2"} and core.membership.index == -1  # bootstrap again
+
+
+def test_a_leader_that_removed_itself_and_crashed_before_the_commit_does_not_wedge_the_group():
+    """Voters {L, a}; L writes "remove L" and crashes before a has it. L's log is now the longer one, so a
+    cannot win without L's vote, and L is no voter of its own latest configuration: L must still campaign for
+    the configuration that removes it, commit it, and hand over (found by simulator seed 29)."""
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    a, b = [n for n in c.ids if n != leader]
+    assert _answer(c, c.change(leader, "remove", b)) is OK
+    c.crash(b)
+    c.blocked.add((leader, a))  # a no longer hears L (it was heard a moment ago: the new majority {a} is live)
+    rid = c.change(leader, "remove", leader)
+    c.run(50)
+    assert rid not in c.completions and c.core(a).membership.voters == {leader, a}  # written on L only
+    c.crash(leader)
+    c.heal()
+    c.restart(leader)
+    c.run_until(lambda: c.leader() == a and c.core(a).membership.voters == {a}, 5_000)
+    assert c.core(leader).role is Role.FOLLOWER and not c.core(leader).is_voter
+    assert _answer(c, c.append(a, [b"alone"])) is OK
