@@ -61,6 +61,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        aliases=("id",), required=True),
     _k("peers", None, "peers", "Every member: `n0=127.0.0.1:7001,n1=...` (DLedger's `n0-host:port;n1-...` accepted).",
        "DLedger `peers`; both spellings accepted.", required=True),
+    _k("join", False, "bool", "Start as a new member of a running group: `peers` names the group's members and "
+       "this node; it has no vote and never campaigns until the group's log adds it (`quorumlog member add`).",
+       "Not in DLedger (it has no membership change)."),
     _k("data_dir", None, "str", "Directory of this node's store (segments, index, checkpoint, hard state).",
        "DLedger `storeBaseDir` (default ~/dledgerstore): required, no hidden default in $HOME.", required=True),
     _k("bind_host", "", "str", "Address to listen on; empty = the host given for this node in `peers`.",
@@ -158,6 +161,7 @@ class NodeConfig:
     peers: dict[str, Address]
     data_dir: str
     group: str = "default"
+    join: bool = False
     bind_host: str = ""
     bind_port: int = 0
     http_port: int = 0
@@ -206,7 +210,7 @@ class NodeConfig:
 
     def raft_config(self) -> raft_types.RaftConfig:
         return raft_types.RaftConfig(
-            node_id=self.node_id, peers=tuple(self.peers), group=self.group,
+            node_id=self.node_id, peers=tuple(self.peers), group=self.group, join=self.join,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             election_timeout_min_ms=self.election_timeout_min_ms,
             election_timeout_max_ms=self.election_timeout_max_ms,

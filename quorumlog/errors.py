@@ -46,6 +46,13 @@ Timeout = _error("Timeout", ResponseCode.TIMEOUT, True)
 DuplicateSequenceTooOld = _error("DuplicateSequenceTooOld", ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, False)
 MetadataVersionConflict = _error("MetadataVersionConflict", ResponseCode.METADATA_VERSION_CONFLICT, False)
 WatchCompacted = _error("WatchCompacted", ResponseCode.WATCH_COMPACTED, False)
+ConfigChangeInProgress = _error("ConfigChangeInProgress", ResponseCode.CONFIG_CHANGE_IN_PROGRESS, True)
+MemberExists = _error("MemberExists", ResponseCode.MEMBER_EXISTS, False)
+LearnerNotCaughtUp = _error("LearnerNotCaughtUp", ResponseCode.LEARNER_NOT_CAUGHT_UP, True)
+LastVoter = _error("LastVoter", ResponseCode.LAST_VOTER, False)
+NewQuorumNotAlive = _error("NewQuorumNotAlive", ResponseCode.NEW_QUORUM_NOT_ALIVE, False)
+NodeInUse = _error("NodeInUse", ResponseCode.NODE_IN_USE, False)
+GroupExists = _error("GroupExists", ResponseCode.GROUP_EXISTS, False)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls
@@ -53,6 +60,7 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         NotLeader, UnknownGroup, UnknownMember, DiskFull, DiskError, TermChanged, WaitQuorumAckTimeout,
         LeaderPendingFull, LeaderTransferring, EmptyBatch, IndexOutOfRange, EntryTooLarge, BadRequest,
         CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
-        WatchCompacted,
+        WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
+        NodeInUse, GroupExists,
     )
 }

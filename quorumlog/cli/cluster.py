@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from ..client import Client
+from ..codes import ResponseCode
 from ..config import ConfigError, load_config
 from ..peers import format_peers
 from .common import CLUSTER_FILE, JsonOpt, die, out_console, print_json, run, setup_logging, usage
@@ -233,7 +234,8 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             h, p = peers[nid]
             node_docs.append({"id": nid, "address": f"{h}:{p}", "pid": procs[nid].pid, "data_dir": node_dir,
                               "log_file": log_file, "argv": argv, "http_port": http_port})
-        doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs}
+        doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs,
+               "config": config, "settings": [list(kv_pair) for kv_pair in kv], "retired": []}
         _write_json_atomic(existing, doc)
         try:
             elected = run(wait_for_leader(peers, group, procs, timeout_s))
@@ -299,6 +301,129 @@ def down(data_dir: str = typer.Option(..., "--data-dir", help="The directory giv
             out_console.print(f"{nid}: [yellow]killed[/yellow] (did not stop within {grace_s:g} s)")
         for nid in result["not_running"]:
             out_console.print(f"{nid}: not running")
+
+
+def _read_doc(data_dir: str) -> tuple[str, dict]:
+    path = os.path.join(data_dir, CLUSTER_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return path, json.load(f)
+    except FileNotFoundError:
+        usage(f"--data-dir {data_dir!r}: no {CLUSTER_FILE} there")
+    except (OSError, ValueError) as e:
+        usage(f"--data-dir {data_dir!r}: cannot read {path}: {e}")
+
+
+def _next_node_id(doc: dict) -> str:
+    """n<k> above every id this cluster ever used: ids are never reused (a removed member's id is retired)."""
+    used = [n["id"] for n in doc["nodes"]] + list(doc.get("retired", []))
+    numbers = [int(i[1:]) for i in used if i[:1] == "n" and i[1:].isdigit()]
+    return f"n{max(numbers, default=-1) + 1}"
+
+
+async def _wait_answering(peers: dict, group: str, node_id: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with Client({node_id: peers[node_id]}, group=group, request_timeout_ms=500, timeout_ms=1_000,
+                      max_retries=0) as c:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"node {node_id} exited with code {proc.returncode} during startup")
+            if (await c.status())[0].reachable:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {node_id} did not answer within {timeout_s:g} s")
+            await asyncio.sleep(POLL_INTERVAL_S * 2)
+
+
+@cluster_app.command("add-node")
+def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory given to `cluster up`"),
+             timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up if it does not answer"),
+             json_out: bool = JsonOpt) -> None:
+    """Start one more node process (a fresh id, the next free port) that joins the cluster's group without a
+    vote, and add it to cluster.json. Make it a member with `quorumlog member add --node ID`."""
+    setup_logging()
+    data_dir = os.path.abspath(data_dir)
+    path, doc = _read_doc(data_dir)
+    nodes = doc["nodes"]
+    node_id = _next_node_id(doc)
+    from ..peers import parse_peers
+    peers = parse_peers(doc["peers"])
+    host = next(iter(peers.values()))[0]
+    port = max(p for _h, p in peers.values()) + 1
+    while not _port_free(host, port):
+        port += 1
+    peers[node_id] = (host, port)
+    peers_text = format_peers(peers)
+    http_ports = [n.get("http_port", 0) for n in nodes if n.get("http_port")]
+    http_port = max(http_ports) + 1 if http_ports else 0
+    node_dir = os.path.join(data_dir, node_id)
+    os.makedirs(node_dir, exist_ok=True)
+    log_file = os.path.join(data_dir, f"{node_id}.log")
+    settings = [tuple(kv_pair) for kv_pair in doc.get("settings", [])] + [("join", "true")]
+    argv = node_argv(node_id, peers_text, node_dir, doc["group"], doc.get("flush", "sync"), http_port,
+                     doc.get("config"), settings)
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=data_dir)
+    node_doc = {"id": node_id, "address": f"{host}:{port}", "pid": proc.pid, "data_dir": node_dir,
+                "log_file": log_file, "argv": argv, "http_port": http_port}
+    try:
+        run(_wait_answering(peers, doc["group"], node_id, proc, timeout_s))
+    except (RuntimeError, TimeoutError) as e:
+        _stop_pids([node_doc], 2.0)
+        sys.stderr.write(f"--- {log_file} (tail)\n{_tail(log_file)}\n")
+        die(f"cluster add-node: {e}")
+    nodes.append(node_doc)
+    doc["peers"] = peers_text
+    _write_json_atomic(path, doc)
+    result = {"id": node_id, "address": node_doc["address"], "pid": proc.pid}
+    if json_out:
+        print_json(result)
+    else:
+        out_console.print(f"{node_id} at {node_doc['address']} (pid {proc.pid}); make it a member with "
+                          f"`quorumlog member add --cluster {data_dir} --node {node_id}`", highlight=False)
+
+
+@cluster_app.command("remove-node")
+def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory given to `cluster up`"),
+                node_id: str = typer.Option(..., "--id", help="The node to stop and forget"),
+                grace_s: float = typer.Option(STOP_GRACE_S, "--grace-s", min=0, help="SIGKILL after this long"),
+                json_out: bool = JsonOpt) -> None:
+    """Stop a node that no group has as a member any more and drop it from cluster.json (its id is retired).
+    Refused with NODE_IN_USE while it is a voter or learner: `quorumlog member remove --node ID` first."""
+    setup_logging()
+    data_dir = os.path.abspath(data_dir)
+    path, doc = _read_doc(data_dir)
+    node = next((n for n in doc["nodes"] if n["id"] == node_id), None)
+    if node is None:
+        usage(f"--id {node_id!r}: no such node in {path}")
+    from ..peers import parse_peers
+    from .members import _membership
+    peers = parse_peers(doc["peers"])
+
+    async def members() -> dict:
+        others = {k: v for k, v in peers.items() if k != node_id} or peers
+        async with Client(others, group=doc["group"], request_timeout_ms=1_000, timeout_ms=5_000) as c:
+            return await _membership(c)
+
+    m = run(members())
+    if m["leader"] is None:
+        die(f"{ResponseCode.NOT_LEADER.name}: group {doc['group']} has no leader: cannot tell whether {node_id} "
+            f"is still a member")
+    if node_id in m["voters"] or node_id in m["learners"]:
+        die(f"{ResponseCode.NODE_IN_USE.name}: {node_id} is a member of group {doc['group']}; run `quorumlog "
+            f"member remove --cluster {data_dir} --node {node_id}` first")
+    stopped, killed = _stop_pids([node], grace_s)
+    doc["nodes"] = [n for n in doc["nodes"] if n["id"] != node_id]
+    doc["retired"] = sorted(set(doc.get("retired", [])) | {node_id})
+    peers.pop(node_id, None)
+    doc["peers"] = format_peers(peers)
+    _write_json_atomic(path, doc)
+    result = {"id": node_id, "stopped": bool(stopped), "killed": bool(killed)}
+    if json_out:
+        print_json(result)
+    else:
+        out_console.print(f"{node_id}: {'killed' if killed else 'stopped'}, removed from {path}", highlight=False)
 
 
 __all__ = ["cluster_app", "pid_alive"]

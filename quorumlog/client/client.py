@@ -21,7 +21,8 @@ from ..peers import Address, parse_peers
 from ..format.log_entry import Records
 from ..format.log_entry import decode_records
 from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
-                           StatusResponse, TransferLeaderRequest, TransferLeaderResponse)
+                           StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest,
+                           MemberChangeResponse)
 from .accumulator import Accumulator, PendingAppend
 from .pool import DEFAULT_MAX_FRAME_BYTES, ConnectionPool
 from .retry import Deadline, backoff_ms, is_leader_search, is_retriable, timeout_error
@@ -42,7 +43,7 @@ assert DEFAULT_REQUEST_TIMEOUT_MS <= DEFAULT_TIMEOUT_MS
 
 def _new_client_id() -> int:
     """A random non-zero 64-bit id (0 means "not idempotent" on the wire)."""
-    return secrets.randbits(64) or 1
+    return secrets.randbits(63) or 1
 
 
 class Client:
@@ -71,8 +72,8 @@ class Client:
             raise ValueError(f"timeout_ms={timeout_ms} and request_timeout_ms={request_timeout_ms} must be > 0")
         if max_retries < 0 or max_in_flight < 1 or max_batch_bytes < 1 or linger_ms < 0:
             raise ValueError("max_retries ≥ 0, max_in_flight ≥ 1, max_batch_bytes ≥ 1, linger_ms ≥ 0 required")
-        if client_id is not None and not 0 < client_id <= U64_MAX:
-            raise ValueError(f"client_id {client_id} must be in 1..2**64-1")
+        if client_id is not None and not 0 < client_id < U64_MAX:
+            raise ValueError(f"client_id {client_id} must be in 1..2**64-2 (2**64-1 tags membership entries)")
         self.group = group
         self.timeout_ms = timeout_ms
         self.request_timeout_ms = request_timeout_ms
@@ -167,8 +168,8 @@ class Client:
             raise ValueError("append_batch: give both client_id and seq, or neither")
         if client_id is None:
             client_id, seq = self.client_id, self.next_seq()
-        elif not 0 < client_id <= U64_MAX or seq < 0:
-            raise ValueError(f"append_batch: client_id {client_id} must be in 1..2**64-1 and seq {seq} ≥ 0")
+        elif not 0 < client_id < U64_MAX or seq < 0:
+            raise ValueError(f"append_batch: client_id {client_id} must be in 1..2**64-2 and seq {seq} ≥ 0")
         resp = await self._append_with_retries(batch, client_id, seq)
         return [AppendResult(i, resp.term) for i in range(resp.first_index, resp.last_index + 1)]
 
@@ -417,6 +418,20 @@ class Client:
         resp: TransferLeaderResponse = await self._leader_call(request, f"transfer leadership to {to}")
         self._leader_id = resp.leader_id if resp.leader_id in self.peers else to
         return self._leader_id
+
+
+    async def change_member(self, change: str, node_id: str, address: str = "") -> int:
+        """One membership change of the group (quorumlog/raft/membership.py): "add_learner" (with the
+        host:port the members reach it at), "promote" or "remove". Returns the configuration entry's index once
+        it is committed. Raises MemberExists, UnknownMember, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
+        ConfigChangeInProgress (each after the retries the timeout allows, where a retry may pass)."""
+        self._check_open()
+
+        def request() -> MemberChangeRequest:
+            return MemberChangeRequest(self._request_id(), change, node_id, address)
+
+        resp: MemberChangeResponse = await self._leader_call(request, f"{change} {node_id}")
+        return resp.index
 
 
 def _decode(records: Records) -> list[Entry]:

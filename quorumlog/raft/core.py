@@ -14,6 +14,7 @@ retry of such a batch would wait for unrelated traffic.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from bisect import bisect_left, bisect_right
@@ -192,7 +193,7 @@ class RaftCore:
         body = m.encode()
         first, last = self._append_batch((body,), membership_producer(m.version), noop=True)
         self._membership_entry = (first, body)
-        self._use_membership(Membership(m.voters, m.learners, m.retired, m.version, first))
+        self._use_membership(dataclasses.replace(m, index=first))
         return first, last
 
     def ensure_own_term_entry(self) -> None:

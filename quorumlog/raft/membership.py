@@ -11,7 +11,7 @@ a learner is promoted only once it holds everything committed, a change is refus
 not live right now (so a 2-voter group is never left waiting on a dead node), and ids, once removed, are
 retired for good.
 
-Body: b"QLCF" + JSON {"version", "voters", "learners", "retired"} (sorted lists): rare, small, readable.
+Body: b"QLCF" + JSON {"version", "voters", "learners", "retired", "addresses"} (sorted): rare, small, readable.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class Membership:
     retired: frozenset[str] = frozenset()  # removed ids: never members again
     version: int = 0  # 0: the bootstrap configuration (from the node's peers), in no log entry
     index: int = -1  # the log index of its entry (-1: bootstrap)
+    # (node id, host:port) of members added by a change: every node learns where a new member listens from the
+    # log itself (bootstrap members' addresses are in each node's own configuration). Opaque to the core.
+    addresses: tuple[tuple[str, str], ...] = ()
 
     @property
     def members(self) -> frozenset[str]:
@@ -50,11 +53,14 @@ class Membership:
     def is_quorum(self, nodes) -> bool:
         return len(self.voters.intersection(nodes)) >= self.quorum
 
-    def changed(self, change: Change, node_id: str) -> "Membership":
+    def changed(self, change: Change, node_id: str, address: str = "") -> "Membership":
         """The next configuration (index unset); the caller validated the change."""
         voters, learners, retired = set(self.voters), set(self.learners), set(self.retired)
+        addresses = dict(self.addresses)
         if change is Change.ADD_LEARNER:
             learners.add(node_id)
+            if address:
+                addresses[node_id] = address
         elif change is Change.PROMOTE:
             learners.discard(node_id)
             voters.add(node_id)
@@ -62,11 +68,13 @@ class Membership:
             voters.discard(node_id)
             learners.discard(node_id)
             retired.add(node_id)
-        return Membership(frozenset(voters), frozenset(learners), frozenset(retired), self.version + 1)
+            addresses.pop(node_id, None)
+        return Membership(frozenset(voters), frozenset(learners), frozenset(retired), self.version + 1,
+                          addresses=tuple(sorted(addresses.items())))
 
     def encode(self) -> bytes:
         doc = {"version": self.version, "voters": sorted(self.voters), "learners": sorted(self.learners),
-               "retired": sorted(self.retired)}
+               "retired": sorted(self.retired), "addresses": dict(self.addresses)}
         return MAGIC + json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -76,7 +84,7 @@ class Membership:
         try:
             doc = json.loads(body[len(MAGIC):])
             return cls(frozenset(doc["voters"]), frozenset(doc["learners"]), frozenset(doc["retired"]),
-                       int(doc["version"]), index)
+                       int(doc["version"]), index, tuple(sorted(doc.get("addresses", {}).items())))
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptEntry(f"membership entry {index} does not decode: {e}") from None
 

@@ -42,7 +42,7 @@ class MembershipChanger:
                      code.name, why)
             core.complete(Completion(e.request_id, code, leader_id=core.member.leader_id))
             return
-        new = core.membership.changed(Change(e.change), e.node_id)
+        new = core.membership.changed(Change(e.change), e.node_id, e.address)
         first, last = core.append_membership(new)
         log.info("membership change node=%s term=%d %s %s -> %s", core.config.node_id, core.member.term, e.change,
                  e.node_id, core.membership.describe())

@@ -138,6 +138,7 @@ class ChangeMembership:
     request_id: int
     change: str  # a membership.Change value
     node_id: str
+    address: str = ""  # where a new learner listens (host:port), recorded in the configuration
 
 
 Event = Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership

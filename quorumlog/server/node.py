@@ -22,14 +22,15 @@ from typing import Any, Callable
 from ..codes import ResponseCode
 from ..config import NodeConfig
 from ..errors import QuorumLogError
-from ..format.log_entry import HEADER_SIZE, PRODUCER_TAG_SIZE
+from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
+from ..peers import parse_address
 from ..raft.types import (
-    AppendBatch, AppendRecords, ClientAppend, Durable, Ready, Receive, Role, StoreFailed, Stored, Tick,
-    TransferLeadership,
+    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Durable, Ready, Receive, Role, StoreFailed, Stored,
+    Tick, TransferLeadership,
 )
 from ..wire.client import (
-    AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
-    TransferLeaderRequest, TransferLeaderResponse,
+    AppendRequest, AppendResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse,
+    StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
 from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
@@ -56,7 +57,7 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer"
+    kind: str  # "append" | "transfer" | "member"
     received_s: float
     count: int = 0
     size_bytes: int = 0
@@ -97,6 +98,7 @@ class Node:
         self._term = -1
         self._http = None
         self._checkpointed: tuple[int, int, int] | None = None
+        self._membership: Any = None  # (configuration, committed?) the transport was last told about
         self.started_at = time.time()
         self.sync_flush = config.flush == "sync"
 
@@ -244,6 +246,9 @@ class Node:
             self._stepping = False
         # Everything this step decided goes out now, one write per socket, answers to clients first: not one
         # loop turn later through call_soon and the peer links' writer tasks.
+        m = self._core.membership
+        if (m, m.index <= self._core.committed_index) != self._membership:
+            self._on_membership(m)
         if self._flush_transport is not None:
             self._flush_transport()
         if self._disk_error is not None and not self.failed:
@@ -324,6 +329,34 @@ class Node:
             self._disk_error = reason
         self._step(StoreFailed(code, reason))
 
+    def _on_membership(self, m: Any) -> None:
+        """Tell the transport who the members are now and where they listen: bootstrap members from our own
+        `peers`, members added later from the configuration itself (raft/membership.py)."""
+        committed = m.index <= self._core.committed_index
+        self._membership = (m, committed)
+        set_members = getattr(self._transport, "set_members", None)
+        if set_members is None:
+            return
+        addresses = dict(self.config.peers)
+        for node_id, address in m.addresses:
+            try:
+                addresses[node_id] = parse_address(address, what=f"member {node_id!r}")
+            except ValueError as e:
+                log.error("membership names a bad address node=%s member=%s: %s", self.config.node_id, node_id, e)
+        # Our own peers stay linked too (unless removed): a joining node answers a leader its empty bootstrap
+        # configuration does not name, and a node that missed its own addition still hears from the group.
+        # Removed members are dropped once their removal is committed: a leader that removed itself needs the
+        # others' acknowledgements of that very entry.
+        wanted = m.members | set(self.config.peers) | {self.config.node_id}
+        if committed:
+            wanted -= m.retired
+        members = {p: addresses[p] for p in wanted if p in addresses}
+        missing = sorted(m.members - members.keys())
+        if missing:
+            log.error("no address for members %s node=%s: not linked", missing, self.config.node_id)
+        log.info("members node=%s %s", self.config.node_id, m.describe())
+        set_members(members)
+
     def _complete(self, p: _Pending, c) -> None:
         if p.kind == "append":
             if c.code == ResponseCode.SUCCESS:
@@ -333,12 +366,16 @@ class Node:
             self.metrics.count_request(c.code.name)
             self._send(p.session, AppendResponse(p.client_request_id, c.code, c.leader_id, c.first_index,
                                                  c.last_index, c.term))
+        elif p.kind == "member":
+            self._send(p.session, MemberChangeResponse(p.client_request_id, c.code, c.leader_id, c.first_index))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
 
     def _answer_pending(self, p: _Pending, code: ResponseCode, message: str = "") -> None:
         if p.kind == "append":
             self._send(p.session, AppendResponse(p.client_request_id, code, message=message))
+        elif p.kind == "member":
+            self._send(p.session, MemberChangeResponse(p.client_request_id, code, message=message))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
 
@@ -363,8 +400,19 @@ class Node:
         elif isinstance(request, StatusRequest):
             self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                                json.dumps(self.status()).encode()))
+        elif isinstance(request, MemberChangeRequest):
+            if request.address:
+                try:
+                    parse_address(request.address, what=f"member {request.node_id!r}")
+                except ValueError as e:
+                    self._send(session, MemberChangeResponse(request.request_id, ResponseCode.BAD_REQUEST,
+                                                             message=str(e)))
+                    return
+            rid = self._new_request_id()
+            self._pending[rid] = _Pending(session, request.request_id, "member", time.perf_counter())
+            self._step(ChangeMembership(rid, request.change, request.node_id, request.address))
         elif isinstance(request, TransferLeaderRequest):
-            if request.to not in self.config.peers:
+            if request.to not in self._core.membership.voters:
                 self._send(session, TransferLeaderResponse(request.request_id, ResponseCode.UNKNOWN_MEMBER,
                                                            message=f"{request.to!r} is not a member"))
                 return
@@ -381,6 +429,9 @@ class Node:
 
         if self._stopping.is_set():
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
+        if request.client_id == MEMBERSHIP_PRODUCER_ID:
+            return refuse(ResponseCode.BAD_REQUEST, f"client_id {MEMBERSHIP_PRODUCER_ID} is reserved for membership "
+                                                    f"entries")
         bodies = request.bodies
         if not bodies:
             return refuse(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty batch")
@@ -517,6 +568,9 @@ class Node:
             "durable_index": self._committer.durable_index if self._committer else -1,
             "watermarks": dict(st.watermarks),
             "transferring_to": st.transferring_to,
+            "voters": list(st.voters),
+            "learners": list(st.learners),
+            "membership_index": st.membership_index,
             "flush": self.config.flush,
             "disk": {"used_bytes": used, "total_bytes": total, "used_ratio": round(used / total, 4) if total else 0,
                      "full": self._disk_full, "store_bytes": self._dir_bytes()},

@@ -105,6 +105,13 @@ class RealTransport:
                 out[peer] = None if task.cancelled() else task.exception()
         return out
 
+    def set_members(self, peers: dict[str, tuple[str, int]]) -> None:
+        """The group's membership changed: accept peer connections from its members, link to each of them."""
+        if self._server is not None:
+            self._server.members = frozenset(peers)
+        if self._links is not None:
+            self._links.set_peers(peers)
+
     def connected(self, peer_id: str) -> bool:
         """Our outbound link to peer_id is up (a stopped peer is not a good transferee)."""
         return self._links is not None and self._links.connected(peer_id)

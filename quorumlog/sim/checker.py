@@ -360,5 +360,6 @@ def _one_step(prev: Membership, new: Membership) -> bool:
     """`new` is `prev` after exactly one change (raft/membership.Change)."""
     if new.version != prev.version + 1:
         return False
-    return any(prev.changed(change, nid) == Membership(new.voters, new.learners, new.retired, new.version)
-               for change in Change for nid in (new.members | prev.members))
+    target = (new.voters, new.learners, new.retired, new.version)
+    return any((m.voters, m.learners, m.retired, m.version) == target
+               for m in (prev.changed(change, nid) for change in Change for nid in (new.members | prev.members)))

@@ -125,19 +125,44 @@ class Cluster:
     peers: str = ""
     proxy_ports: dict[str, int] = field(default_factory=dict)  # node_id -> the port peers and clients use
 
+    # Nodes that can join later (add_node): their ports are reserved now and clients know their addresses
+    # from the start; the group's bootstrap members are the first n only.
+    spares: int = 0
+    client_peers: str = ""
+
     def __post_init__(self) -> None:
-        ports = free_ports(2 * self.n + len(self.proxied))
-        ids = [f"n{i}" for i in range(self.n)]
-        self.proxy_ports = {nid: ports[2 * self.n + k] for k, nid in enumerate(self.proxied)}
-        self.peers = ",".join(f"{nid}=127.0.0.1:{self.proxy_ports.get(nid, ports[i])}" for i, nid in enumerate(ids))
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.pop("QUORUMLOG_CONFIG", None)
-        for i, nid in enumerate(ids):
-            data_dir = self.data_dirs.get(nid) or os.path.join(self.base_dir, nid)
-            argv = [PYTHON, "-m", "quorumlog.server", "--id", nid, "--peers", self.peers, "--data-dir", data_dir,
-                    "--http-port", str(ports[self.n + i]), "--bind-port", str(ports[i]), *NODE_ARGS, *self.extra_args]
-            self.nodes[nid] = NodeProc(nid, ports[i], ports[self.n + i], data_dir,
-                                       os.path.join(self.base_dir, f"{nid}.log"), argv, env)
+        total = self.n + self.spares
+        ports = free_ports(2 * total + len(self.proxied))
+        ids = [f"n{i}" for i in range(total)]
+        self.proxy_ports = {nid: ports[2 * total + k] for k, nid in enumerate(self.proxied)}
+        addresses = [f"{nid}=127.0.0.1:{self.proxy_ports.get(nid, ports[i])}" for i, nid in enumerate(ids)]
+        self.peers = ",".join(addresses[:self.n])
+        self.client_peers = ",".join(addresses)
+        self._env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._env.pop("QUORUMLOG_CONFIG", None)
+        self._ports = ports
+        self._addresses = addresses
+        for i, nid in enumerate(ids[:self.n]):
+            self.nodes[nid] = self._node(i, nid, self.peers)
+
+    def _node(self, i: int, nid: str, peers: str, *extra: str) -> NodeProc:
+        total = self.n + self.spares
+        data_dir = self.data_dirs.get(nid) or os.path.join(self.base_dir, nid)
+        argv = [PYTHON, "-m", "quorumlog.server", "--id", nid, "--peers", peers, "--data-dir", data_dir,
+                "--http-port", str(self._ports[total + i]), "--bind-port", str(self._ports[i]), *NODE_ARGS,
+                *self.extra_args, *extra]
+        return NodeProc(nid, self._ports[i], self._ports[total + i], data_dir,
+                        os.path.join(self.base_dir, f"{nid}.log"), argv, self._env)
+
+    def add_node(self) -> NodeProc:
+        """Start the next spare node with --join: it knows the bootstrap members and itself, has no vote, and
+        waits to be made a member (client.change_member)."""
+        i = len(self.nodes)
+        assert i < self.n + self.spares, "no spare node left (Cluster(spares=...))"
+        nid = f"n{i}"
+        node = self.nodes[nid] = self._node(i, nid, ",".join([self.peers, self._addresses[i]]), "--join", "true")
+        node.start()
+        return node
 
     def start(self) -> "Cluster":
         for node in self.nodes.values():
@@ -158,7 +183,7 @@ class Cluster:
 
     def client(self, **kw: Any) -> Client:
         kw.setdefault("timeout_ms", 10_000)
-        return quorumlog.client.Client(self.peers, **kw)
+        return quorumlog.client.Client(self.client_peers, **kw)
 
     def peers_without(self, *node_ids: str) -> str:
         return ",".join(p for p in self.peers.split(",") if p.split("=")[0] not in node_ids)

@@ -24,7 +24,7 @@ from ..format.log_entry import Records
 from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
-    StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+    StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse,
 )
 from ..wire.messages import (
     HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
@@ -61,6 +61,8 @@ _STATUS_REQ = struct.Struct(">Q")
 _STATUS_RESP = struct.Struct(">QiI")  # request_id, code, json size
 _TRANSFER_REQ = struct.Struct(">Q")
 _TRANSFER_RESP = struct.Struct(">Qi")
+_MEMBER_REQ = struct.Struct(">Q")
+_MEMBER_RESP = struct.Struct(">Qiq")
 
 _FLAG_PRE_VOTE = 1
 _FLAG_LEADERSHIP_TRANSFER = 2
@@ -231,6 +233,16 @@ def _enc_transfer_resp(m: TransferLeaderResponse) -> list[Buffer]:
                   + _short(m.leader_id) + _text(m.message))
 
 
+def _enc_member_req(m: MemberChangeRequest) -> list[Buffer]:
+    return _frame(Kind.MEMBER_CHANGE_REQUEST, _MEMBER_REQ.pack(m.request_id) + _short(m.change) + _short(m.node_id)
+                  + _short(m.address))
+
+
+def _enc_member_resp(m: MemberChangeResponse) -> list[Buffer]:
+    return _frame(Kind.MEMBER_CHANGE_RESPONSE, _MEMBER_RESP.pack(m.request_id, m.code, m.index)
+                  + _short(m.leader_id) + _text(m.message))
+
+
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     VoteRequest: _enc_vote_req,
     VoteResponse: _enc_vote_resp,
@@ -247,6 +259,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     StatusResponse: _enc_status_resp,
     TransferLeaderRequest: _enc_transfer_req,
     TransferLeaderResponse: _enc_transfer_resp,
+    MemberChangeRequest: _enc_member_req,
+    MemberChangeResponse: _enc_member_resp,
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -258,6 +272,7 @@ KIND_OF: dict[type, Kind] = {
     ReadRequest: Kind.READ_REQUEST, ReadResponse: Kind.READ_RESPONSE,
     StatusRequest: Kind.STATUS_REQUEST, StatusResponse: Kind.STATUS_RESPONSE,
     TransferLeaderRequest: Kind.TRANSFER_LEADER_REQUEST, TransferLeaderResponse: Kind.TRANSFER_LEADER_RESPONSE,
+    MemberChangeRequest: Kind.MEMBER_CHANGE_REQUEST, MemberChangeResponse: Kind.MEMBER_CHANGE_RESPONSE,
 }
 
 
@@ -437,6 +452,23 @@ def _dec_transfer_resp(p: memoryview) -> TransferLeaderResponse:
     return TransferLeaderResponse(request_id, ResponseCode.of(code), leader_id, message)
 
 
+def _dec_member_req(p: memoryview) -> MemberChangeRequest:
+    (request_id,) = _MEMBER_REQ.unpack_from(p)
+    r = _Reader(p, _MEMBER_REQ.size)
+    change, node_id, address = r.short_str(), r.short_str(), r.short_str()
+    r.end()
+    return MemberChangeRequest(request_id, change, node_id, address)
+
+
+def _dec_member_resp(p: memoryview) -> MemberChangeResponse:
+    request_id, code, index = _MEMBER_RESP.unpack_from(p)
+    r = _Reader(p, _MEMBER_RESP.size)
+    leader_id = r.short()
+    message = r.text()
+    r.end()
+    return MemberChangeResponse(request_id, ResponseCode.of(code), leader_id, index, message)
+
+
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.VOTE_REQUEST: _dec_vote_req,
     Kind.VOTE_RESPONSE: _dec_vote_resp,
@@ -453,6 +485,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.STATUS_RESPONSE: _dec_status_resp,
     Kind.TRANSFER_LEADER_REQUEST: _dec_transfer_req,
     Kind.TRANSFER_LEADER_RESPONSE: _dec_transfer_resp,
+    Kind.MEMBER_CHANGE_REQUEST: _dec_member_req,
+    Kind.MEMBER_CHANGE_RESPONSE: _dec_member_resp,
 }
 
 

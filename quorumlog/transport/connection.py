@@ -870,7 +870,22 @@ class PeerLinks:
         return tuple(self._links)
 
     def connected(self, peer_id: str) -> bool:
-        return self._links[peer_id].stats.connected
+        link = self._links.get(peer_id)
+        return link is not None and link.stats.connected
+
+    def set_peers(self, peers: Mapping[str, tuple[str, int]]) -> None:
+        """The group's membership changed: links to new members start, links to removed ones stop (their queued
+        messages are dropped, as a partition would drop them)."""
+        for pid in [p for p in self._links if p not in peers]:
+            link = self._links.pop(pid)
+            if link.task is not None:
+                link.task.cancel()
+        for pid, (host, port) in peers.items():
+            if pid == self.node_id or pid in self._links:
+                continue
+            link = self._links[pid] = _PeerLink(self, pid, host, port)
+            if self._started:
+                link.task = asyncio.get_running_loop().create_task(link.run(), name=f"peer-link-{pid}")
 
     def stats(self) -> dict[str, PeerLinkStats]:
         for link in self._links.values():

@@ -82,5 +82,25 @@ class TransferLeaderResponse:
     message: str = ""
 
 
-ClientRequest = AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest
-ClientResponse = AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse
+@dataclass(frozen=True, slots=True)
+class MemberChangeRequest:
+    """Add a learner (with the address its peers reach it at), promote a learner, or remove a member
+    (raft/membership.Change values); answered once the new configuration is committed."""
+
+    request_id: int
+    change: str
+    node_id: str
+    address: str = ""  # host:port, for add_learner
+
+
+@dataclass(frozen=True, slots=True)
+class MemberChangeResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None
+    index: int = -1  # the configuration entry's log index
+    message: str = ""
+
+
+ClientRequest = AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
+ClientResponse = AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse

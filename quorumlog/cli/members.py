@@ -1,0 +1,118 @@
+"""`quorumlog member add / remove`: grow and shrink a group while it serves (raft/membership.py).
+
+`member add` first adds the node as a learner (it receives the log, has no vote), waits until it holds the
+group's committed log, then promotes it to voter; `member remove` removes a voter or a learner (the leader
+too: it commits its own removal, hands over and steps down). One change at a time per group; both return once
+the change is committed. The node must be running (`quorumlog cluster add-node` starts one with --join).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Optional
+
+import typer
+
+from ..client import Client
+from ..errors import LearnerNotCaughtUp, MemberExists
+from ..peers import format_peers
+from .common import ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, die, out_console, print_json, resolve_target, run
+
+member_app = typer.Typer(help="Add or remove a member of a group", no_args_is_help=True)
+
+CATCH_UP_POLL_S = 0.2
+
+
+async def _leader_status(c: Client):
+    leaders = [s for s in await c.status() if s.role == "leader"]
+    return max(leaders, key=lambda s: s.term) if leaders else None
+
+
+async def _membership(c: Client) -> dict:
+    leader = await _leader_status(c)
+    if leader is None:
+        return {"leader": None, "voters": [], "learners": []}
+    return {"leader": leader.id, "voters": leader.raw.get("voters", []), "learners": leader.raw.get("learners", [])}
+
+
+async def add_member(t: Target, node_id: str, address: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    async with Client(t.peers, group=t.group, timeout_ms=int(timeout_s * 1000),
+                      request_timeout_ms=3_000) as c:
+        try:
+            await c.change_member("add_learner", node_id, address)
+        except MemberExists:
+            # a retry of ours that went through, or an earlier `member add` that stopped half way: carry on
+            # only if the node is a member now (a retired id stays refused)
+            m = await _membership(c)
+            if node_id in m["voters"]:
+                return {"group": t.group, "node": node_id, **m}
+            if node_id not in m["learners"]:
+                raise
+        while True:  # the leader promotes a learner only once it holds the committed log
+            try:
+                index = await c.change_member("promote", node_id)
+                break
+            except LearnerNotCaughtUp:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(CATCH_UP_POLL_S)
+            except MemberExists:
+                index = -1  # already a voter (our own earlier attempt)
+                break
+        return {"group": t.group, "node": node_id, "index": index, **(await _membership(c))}
+
+
+async def remove_member(t: Target, node_id: str, timeout_s: float) -> dict:
+    async with Client(t.peers, group=t.group, timeout_ms=int(timeout_s * 1000),
+                      request_timeout_ms=3_000) as c:
+        index = await c.change_member("remove", node_id)
+        for _ in range(int(timeout_s / CATCH_UP_POLL_S)):  # a removed leader hands over: wait for the next one
+            m = await _membership(c)
+            if m["leader"] not in (None, node_id):
+                return {"group": t.group, "node": node_id, "index": index, **m}
+            await asyncio.sleep(CATCH_UP_POLL_S)
+        return {"group": t.group, "node": node_id, "index": index, **(await _membership(c))}
+
+
+def _address_of(t: Target, node_id: str, address: Optional[str]) -> str:
+    if address:
+        return address
+    if node_id in t.peers:
+        return format_peers({node_id: t.peers[node_id]}).split("=", 1)[1]
+    die(f"--node {node_id}: no address known (not in the cluster's peers): give --address HOST:PORT", 2)
+
+
+def _show(result: dict, json_out: bool, what: str) -> None:
+    if json_out:
+        print_json(result)
+    else:
+        out_console.print(f"{what} {result['node']} in group {result['group']}: voters {', '.join(result['voters'])}"
+                          f"{'; learners ' + ', '.join(result['learners']) if result['learners'] else ''}; "
+                          f"leader {result['leader']}", highlight=False)
+
+
+@member_app.command("add")
+def add(node: str = typer.Option(..., "--node", help="The node id to add (a running node, started with --join)"),
+        address: Optional[str] = typer.Option(None, "--address", help="host:port it listens on (default: from "
+                                                                      "the cluster's peers)"),
+        peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
+        timeout_s: float = typer.Option(60.0, "--timeout-s", min=0.1, help="Give up after this long"),
+        json_out: bool = JsonOpt) -> None:
+    """Add NODE as a learner, wait until it caught up, promote it to voter."""
+    t = resolve_target(peers, cluster, group)
+    _show(run(add_member(t, node, _address_of(t, node, address), timeout_s)), json_out, "added")
+
+
+@member_app.command("remove")
+def remove(node: str = typer.Option(..., "--node", help="The member to remove (the leader too)"),
+           peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
+           timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up after this long"),
+           json_out: bool = JsonOpt) -> None:
+    """Remove NODE from the group (a removed leader hands over first). Its id is never used again."""
+    t = resolve_target(peers, cluster, group)
+    _show(run(remove_member(t, node, timeout_s)), json_out, "removed")
+
+
+__all__ = ["add_member", "member_app", "remove_member"]
