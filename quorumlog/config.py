@@ -118,6 +118,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "DLedger `peerPushThrottlePoint`, same default.", minimum=0),
     _k("peer_push_quota", 20 * MIB, "int", "Bytes per second pushed to a follower lagging beyond the throttle point.",
        "DLedger `peerPushQuota`, same default.", minimum=1),
+    _k("learner_push_quota", 0, "int", "Bytes per second pushed to a learner lagging beyond the throttle point; "
+       "0 = no limit, so a new member (`member add`) catches up at the speed of disk and network.",
+       "Not in DLedger (no learners).", minimum=0),
     # -- store ----------------------------------------------------------------------------------------------
     _k("data_segment_size", 1024 * MIB, "int", "Size of one preallocated data segment file, in bytes.",
        "DLedger `mappedFileSizeForEntryData`, same default (small values are for tests).", minimum=4096),
@@ -181,6 +184,7 @@ class NodeConfig:
     max_pending_pushes: int = 64
     peer_push_throttle_point: int = 300 * MIB
     peer_push_quota: int = 20 * MIB
+    learner_push_quota: int = 0
     data_segment_size: int = 1024 * MIB
     index_segment_size: int = 128 * MIB
     preallocate: bool = True
@@ -218,7 +222,8 @@ class NodeConfig:
             max_pending_requests=self.max_pending_requests, max_wait_ack_ms=self.max_wait_ack_ms,
             max_push_timeout_ms=self.max_push_timeout_ms, max_push_batch_bytes=self.max_push_batch_bytes,
             max_pending_pushes=self.max_pending_pushes, peer_push_throttle_point=self.peer_push_throttle_point,
-            peer_push_quota=self.peer_push_quota, preferred_leader_id=self.preferred_leader_id or None,
+            peer_push_quota=self.peer_push_quota, learner_push_quota=self.learner_push_quota,
+            preferred_leader_id=self.preferred_leader_id or None,
         )
 
     def store_config(self):

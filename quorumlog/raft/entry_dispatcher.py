@@ -14,7 +14,8 @@ there; the follower replaces only what conflicts) → APPEND (a window of byte-b
   and keeps at most `max_pending_pushes` pushes in flight; when the oldest push stays unanswered for
   `max_push_timeout_ms` the dispatcher goes back to COMPARE (one small request) and resumes from what the
   follower really holds. A follower lagging more than `peer_push_throttle_point` bytes gets at most
-  `peer_push_quota` bytes per second (DLedger's quota, so one repair does not starve the others).
+  `peer_push_quota` bytes per second (DLedger's quota, so one repair does not starve the others); a learner
+  gets `learner_push_quota` (default 0: none, so `member add` finishes at the speed of disk and network).
 - `watermark` is the follower's acknowledged *durable* index in this term (what the QuorumAckChecker
   counts); `match_index` is what we know it holds (used to decide when a transfer may start).
 """
@@ -162,10 +163,14 @@ class EntryDispatcher:
         cfg = self.core.config
         if self.core.log.bytes_between(self.next_index, end) <= cfg.peer_push_throttle_point:
             return False
+        # A learner is being caught up on purpose (`member add` waits for it): its own quota, 0 = none.
+        quota = cfg.learner_push_quota if self.peer in self.core.membership.learners else cfg.peer_push_quota
+        if not quota:
+            return False
         second = self.core.now_ms // 1000
         if second != self.quota_second:
             self.quota_second, self.quota_bytes = second, 0
-        return self.quota_bytes >= cfg.peer_push_quota
+        return self.quota_bytes >= quota
 
     # -- receiving ---------------------------------------------------------------------------------
     def on_response(self, m: PushResponse) -> bool:

@@ -55,6 +55,7 @@ class RaftConfig:
     max_pending_pushes: int = 64  # pushes in flight per follower (DLedger's pending window)
     peer_push_throttle_point: int = 300 * 1024 * 1024  # DLedger: lag in bytes beyond which the quota applies
     peer_push_quota: int = 20 * 1024 * 1024  # DLedger: bytes per second per lagging follower
+    learner_push_quota: int = 0  # bytes per second to a lagging learner; 0 = unlimited
     preferred_leader_id: str | None = None
     max_leadership_transfer_wait_index: int = 1_000  # DLedger: transferee must be this close to start
     # A node started to join a running group: it bootstraps with no configuration at all (never campaigns) and

@@ -128,7 +128,6 @@ class Cluster:
     # Nodes that can join later (add_node): their ports are reserved now and clients know their addresses
     # from the start; the group's bootstrap members are the first n only.
     spares: int = 0
-    client_peers: str = ""
 
     def __post_init__(self) -> None:
         total = self.n + self.spares
@@ -137,7 +136,6 @@ class Cluster:
         self.proxy_ports = {nid: ports[2 * total + k] for k, nid in enumerate(self.proxied)}
         addresses = [f"{nid}=127.0.0.1:{self.proxy_ports.get(nid, ports[i])}" for i, nid in enumerate(ids)]
         self.peers = ",".join(addresses[:self.n])
-        self.client_peers = ",".join(addresses)
         self._env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._env.pop("QUORUMLOG_CONFIG", None)
         self._ports = ports
@@ -184,6 +182,11 @@ class Cluster:
     def client(self, **kw: Any) -> Client:
         kw.setdefault("timeout_ms", 10_000)
         return quorumlog.client.Client(self.client_peers, **kw)
+
+    @property
+    def client_peers(self) -> str:
+        """Where clients look: the members (`peers`, which a caller may rewrite) and every spare node."""
+        return ",".join([self.peers, *self._addresses[self.n:]])
 
     def peers_without(self, *node_ids: str) -> str:
         return ",".join(p for p in self.peers.split(",") if p.split("=")[0] not in node_ids)
