@@ -1,4 +1,4 @@
-"""The node's view of the transport: start listening, send peer messages, stop accepting, close.
+"""The node's view of the transport: start listening, send peer messages of any group, stop accepting, close.
 
 Kept apart from node.py so that the runtime's tests can plug in an in-memory transport, and so that the one
 place that knows the transport's constructor arguments is here.
@@ -25,26 +25,31 @@ class RealTransport:
         self._server: Any = None
         self._links: Any = None
         self._watchdog: asyncio.Task | None = None
-        self._held_commits: dict[str, PushRequest] = {}  # peer -> its latest commit-only push, not sent yet
+        # (group, peer) -> that group's latest commit-only push to the peer, not sent yet
+        self._held_commits: dict[tuple[str, str], PushRequest] = {}
         self._hold_timer: asyncio.TimerHandle | None = None
 
-    async def start(self, on_peer_message: Callable[[Any], None],
-                    on_client_request: Callable[[Any, Any], None]) -> None:
-        from ..transport import PeerLinks, TransportServer
+    async def start(self, on_peer_message: Callable[[str, Any], None],
+                    on_client_request: Callable[[Any, Any], None],
+                    members_of: Callable[[str], frozenset[str] | None]) -> None:
+        """`on_peer_message(group, msg)`; `members_of(group)` says which groups are hosted here and who may
+        send their messages (transport/handshake.py)."""
+        from ..transport import NODE_LINK, PeerLinks, TransportServer
 
         cfg = self._config
-        common = dict(group=cfg.group, node_id=cfg.node_id, members=tuple(cfg.peers))
-        self._links = PeerLinks(group=cfg.group, node_id=cfg.node_id, peers=cfg.peers,
-                                 max_frame_bytes=cfg.max_frame_bytes)
+        self._links = PeerLinks(group=NODE_LINK, node_id=cfg.node_id,
+                                peers={p: a for p, a in cfg.peers.items() if p != cfg.node_id},
+                                max_frame_bytes=cfg.max_frame_bytes)
         self._server = await TransportServer.start(
-            cfg.listen_host, cfg.listen_port, **common, on_peer_message=on_peer_message,
+            cfg.listen_host, cfg.listen_port, node_id=cfg.node_id, members_of=members_of,
+            on_peer_message=on_peer_message,
             on_client_request=lambda request, session: on_client_request(session, request), max_frame_bytes=cfg.max_frame_bytes,
             max_connections=cfg.max_connections, handshake_timeout_ms=cfg.handshake_timeout_ms,
             on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
         self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
         log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.listen_port)
 
-    def send(self, msg: Any) -> None:
+    def send(self, group: str, msg: Any) -> None:
         links = self._links
         if type(msg) is PushRequest:
             if msg.push_type is PushType.COMMIT:
@@ -52,26 +57,26 @@ class RealTransport:
                 # the same committed index, so under load it never needs a send of its own. (DLedger's
                 # dispatcher sends idle commits only once a second.) Delay is safe: a commit notice is
                 # only ever late, like one the network delayed.
-                self._held_commits[msg.to] = msg
+                self._held_commits[group, msg.to] = msg
                 if self._hold_timer is None:
                     self._hold_timer = asyncio.get_running_loop().call_later(COMMIT_HOLD_MS / 1000,
                                                                              self._send_held_commits)
                 return
-            held = self._held_commits.pop(msg.to, None) if self._held_commits else None
+            held = self._held_commits.pop((group, msg.to), None) if self._held_commits else None
             if held is not None and (msg.term != held.term or msg.committed_index < held.committed_index):
-                links.send(held)  # not superseded: it goes first, in order
+                links.send(held, group)  # not superseded: it goes first, in order
         elif self._held_commits:
-            held = self._held_commits.pop(msg.to, None)
+            held = self._held_commits.pop((group, msg.to), None)
             if held is not None:
-                links.send(held)
-        links.send(msg)
+                links.send(held, group)
+        links.send(msg, group)
 
     def _send_held_commits(self) -> None:
         self._hold_timer = None
         held, self._held_commits = self._held_commits, {}
         if held and self._links is not None and not self._links.closing:
-            for msg in held.values():
-                self._links.send(msg)
+            for (group, _), msg in held.items():
+                self._links.send(msg, group)
             self.flush()
 
     def flush(self) -> None:
@@ -105,10 +110,8 @@ class RealTransport:
                 out[peer] = None if task.cancelled() else task.exception()
         return out
 
-    def set_members(self, peers: dict[str, tuple[str, int]]) -> None:
-        """The group's membership changed: accept peer connections from its members, link to each of them."""
-        if self._server is not None:
-            self._server.members = frozenset(peers)
+    def set_peers(self, peers: dict[str, tuple[str, int]]) -> None:
+        """The nodes this node shares a group with changed: link to each of them (and to no one else)."""
         if self._links is not None:
             self._links.set_peers(peers)
 

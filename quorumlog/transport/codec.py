@@ -24,7 +24,8 @@ from ..format.log_entry import Records
 from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
-    StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse,
+    StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
+    GroupResponse,
 )
 from ..wire.messages import (
     HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
@@ -63,6 +64,8 @@ _TRANSFER_REQ = struct.Struct(">Q")
 _TRANSFER_RESP = struct.Struct(">Qi")
 _MEMBER_REQ = struct.Struct(">Q")
 _MEMBER_RESP = struct.Struct(">Qiq")
+_GROUP_REQ = struct.Struct(">QI")  # request_id, body size; then op (short), body
+_GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, message (text)
 
 _FLAG_PRE_VOTE = 1
 _FLAG_LEADERSHIP_TRANSFER = 2
@@ -162,7 +165,9 @@ def _enc_vote_resp(m: VoteResponse) -> list[Buffer]:
 
 
 def _enc_hb_req(m: HeartbeatRequest) -> list[Buffer]:
-    return _frame(Kind.HEARTBEAT_REQUEST, _HB_REQ.pack(m.term, m.committed_index) + _short(m.frm) + _short(m.to))
+    # quiesce is one trailing byte, present only when set: a plain heartbeat is what protocol 1 sent
+    return _frame(Kind.HEARTBEAT_REQUEST, _HB_REQ.pack(m.term, m.committed_index) + _short(m.frm) + _short(m.to)
+                  + (b"\x01" if m.quiesce else b""))
 
 
 def _enc_hb_resp(m: HeartbeatResponse) -> list[Buffer]:
@@ -243,6 +248,15 @@ def _enc_member_resp(m: MemberChangeResponse) -> list[Buffer]:
                   + _short(m.leader_id) + _text(m.message))
 
 
+def _enc_group_req(m: GroupRequest) -> list[Buffer]:
+    return _frame(Kind.GROUP_REQUEST, _GROUP_REQ.pack(m.request_id, len(m.body)) + _short(m.op) + m.body)
+
+
+def _enc_group_resp(m: GroupResponse) -> list[Buffer]:
+    return _frame(Kind.GROUP_RESPONSE, _GROUP_RESP.pack(m.request_id, m.code, len(m.body)) + m.body
+                  + _text(m.message))
+
+
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     VoteRequest: _enc_vote_req,
     VoteResponse: _enc_vote_resp,
@@ -261,6 +275,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     TransferLeaderResponse: _enc_transfer_resp,
     MemberChangeRequest: _enc_member_req,
     MemberChangeResponse: _enc_member_resp,
+    GroupRequest: _enc_group_req,
+    GroupResponse: _enc_group_resp,
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -273,6 +289,7 @@ KIND_OF: dict[type, Kind] = {
     StatusRequest: Kind.STATUS_REQUEST, StatusResponse: Kind.STATUS_RESPONSE,
     TransferLeaderRequest: Kind.TRANSFER_LEADER_REQUEST, TransferLeaderResponse: Kind.TRANSFER_LEADER_RESPONSE,
     MemberChangeRequest: Kind.MEMBER_CHANGE_REQUEST, MemberChangeResponse: Kind.MEMBER_CHANGE_RESPONSE,
+    GroupRequest: Kind.GROUP_REQUEST, GroupResponse: Kind.GROUP_RESPONSE,
 }
 
 
@@ -327,8 +344,9 @@ def _dec_hb_req(p: memoryview) -> HeartbeatRequest:
     term, committed = _HB_REQ.unpack_from(p)
     r = _Reader(p, _HB_REQ.size)
     frm, to = r.short_str(), r.short_str()
+    quiesce = r.pos < len(p) and r.take(1)[0] == 1
     r.end()
-    return HeartbeatRequest(frm, to, term, committed)
+    return HeartbeatRequest(frm, to, term, committed, bool(quiesce))
 
 
 def _dec_hb_resp(p: memoryview) -> HeartbeatResponse:
@@ -469,6 +487,24 @@ def _dec_member_resp(p: memoryview) -> MemberChangeResponse:
     return MemberChangeResponse(request_id, ResponseCode.of(code), leader_id, index, message)
 
 
+def _dec_group_req(p: memoryview) -> GroupRequest:
+    request_id, n = _GROUP_REQ.unpack_from(p)
+    r = _Reader(p, _GROUP_REQ.size)
+    op = r.short_str()
+    body = bytes(r.take(n))
+    r.end()
+    return GroupRequest(request_id, op, body)
+
+
+def _dec_group_resp(p: memoryview) -> GroupResponse:
+    request_id, code, n = _GROUP_RESP.unpack_from(p)
+    r = _Reader(p, _GROUP_RESP.size)
+    body = bytes(r.take(n))
+    message = r.text()
+    r.end()
+    return GroupResponse(request_id, ResponseCode.of(code), body, message)
+
+
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.VOTE_REQUEST: _dec_vote_req,
     Kind.VOTE_RESPONSE: _dec_vote_resp,
@@ -487,6 +523,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.TRANSFER_LEADER_RESPONSE: _dec_transfer_resp,
     Kind.MEMBER_CHANGE_REQUEST: _dec_member_req,
     Kind.MEMBER_CHANGE_RESPONSE: _dec_member_resp,
+    Kind.GROUP_REQUEST: _dec_group_req,
+    Kind.GROUP_RESPONSE: _dec_group_resp,
 }
 
 

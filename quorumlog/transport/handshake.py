@@ -3,10 +3,14 @@
     Hello       magic b"QLOG" | version u16 | role u8 | group | node_id | token (short strings; token may be None)
     HelloOk     version u16 | group | node_id (the server's member id)
     HelloError  code i32 | message (u32 text); the server closes the connection after sending it
+    GroupSelect group (short string): on a peer connection, the frames that follow belong to this group
 
 For role PEER, node_id is the sender's member id and must be in the server's member list (UNKNOWN_MEMBER
-otherwise); for role CLIENT it is a free-form client name. A wrong magic or version is PROTOCOL_ERROR, another
-group UNKNOWN_GROUP, a wrong token UNAUTHORIZED. `check_hello` is pure so the rules are tested without sockets.
+otherwise). A peer link between two nodes is shared by every group they both host: it opens with the group
+NODE_LINK ("*": any node that is a member of some group here) and a GroupSelect precedes a message of
+another group than the one before it. For role CLIENT node_id is a free-form client name and the group is
+the one its requests are for. A wrong magic or an unsupported version is PROTOCOL_ERROR, a group not hosted
+here UNKNOWN_GROUP, a wrong token UNAUTHORIZED. `check_hello` is pure so the rules are tested without sockets.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import hmac
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Callable
 
 from ..codes import ResponseCode
 from ..errors import ProtocolError
@@ -22,7 +27,9 @@ from .frames import FRAME_HEADER
 from .kinds import Kind
 
 MAGIC = b"QLOG"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: GroupSelect frames on peer links (many groups per node)
+SUPPORTED_VERSIONS = frozenset({1, 2})  # a version-1 peer or client simply never selects a group
+NODE_LINK = "*"  # the group a shared peer link opens with
 # A Hello is three short strings and a few bytes; before the handshake a connection may not make us buffer more.
 MAX_HELLO_FRAME_BYTES = 4096
 DEFAULT_HANDSHAKE_TIMEOUT_MS = 3_000
@@ -98,6 +105,10 @@ def encode_hello_error(h: HelloError) -> bytes:
     return _frame(Kind.HELLO_ERROR, _HELLO_ERROR.pack(h.code, len(raw)) + raw)
 
 
+def encode_group_select(group: str) -> bytes:
+    return _frame(Kind.GROUP_SELECT, _short(group))
+
+
 def _guard(fn):
     def wrapped(payload):
         p = payload if isinstance(payload, memoryview) else memoryview(payload)
@@ -152,18 +163,30 @@ def decode_hello_error(p: memoryview) -> HelloError:
     return HelloError(ResponseCode.of(code), str(p[_HELLO_ERROR.size:], "utf-8", "replace"))
 
 
-def check_hello(h: Hello, *, group: str, members: frozenset[str] | set[str], token: str | None = None
-                ) -> HelloError | None:
-    """None if the server accepts this Hello, else the error to answer with before closing."""
+@_guard
+def decode_group_select(p: memoryview) -> str:
+    group, pos = _read_short(p, 0)
+    if group is None or pos != len(p):
+        raise ProtocolError("malformed GroupSelect")
+    return group
+
+
+def check_hello(h: Hello, *, members_of: Callable[[str], "frozenset[str] | set[str] | None"],
+                token: str | None = None) -> HelloError | None:
+    """None if the server accepts this Hello, else the error to answer with before closing. `members_of(g)`
+    gives the members of group g hosted here (for NODE_LINK: every node that is a member of any), None if
+    g is not hosted here."""
     if h.magic != MAGIC:
         return HelloError(ResponseCode.PROTOCOL_ERROR, f"bad magic {h.magic!r}")
-    if h.version != PROTOCOL_VERSION:
+    if h.version not in SUPPORTED_VERSIONS:
         return HelloError(ResponseCode.PROTOCOL_ERROR,
                           f"protocol version {h.version} not supported (server speaks {PROTOCOL_VERSION})")
-    if h.group != group:
-        return HelloError(ResponseCode.UNKNOWN_GROUP, f"group {h.group!r} is not served here (group {group!r})")
+    members = members_of(h.group)
+    if members is None:
+        return HelloError(ResponseCode.UNKNOWN_GROUP, f"group {h.group!r} is not served here")
     if h.role == Role.PEER and h.node_id not in members:
-        return HelloError(ResponseCode.UNKNOWN_MEMBER, f"node {h.node_id!r} is not a member of group {group!r}")
+        what = "any group here" if h.group == NODE_LINK else f"group {h.group!r}"
+        return HelloError(ResponseCode.UNKNOWN_MEMBER, f"node {h.node_id!r} is not a member of {what}")
     if token is not None and not hmac.compare_digest((h.token or "").encode(), token.encode()):
         return HelloError(ResponseCode.UNAUTHORIZED, "bad or missing token")
     return None

@@ -10,6 +10,8 @@ class Kind(IntEnum):
     HELLO = 1
     HELLO_OK = 2
     HELLO_ERROR = 3
+    # peer connections: the frames that follow belong to this group (handshake.py)
+    GROUP_SELECT = 9
     # peer messages (quorumlog/wire/messages.py)
     VOTE_REQUEST = 10
     VOTE_RESPONSE = 11
@@ -29,10 +31,13 @@ class Kind(IntEnum):
     TRANSFER_LEADER_RESPONSE = 27
     MEMBER_CHANGE_REQUEST = 28
     MEMBER_CHANGE_RESPONSE = 29
+    GROUP_REQUEST = 30
+    GROUP_RESPONSE = 31
 
 
 PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.TAKE_LEADERSHIP_REQUEST + 1))
 CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
-                                  Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST})
+                                  Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST})
 CLIENT_RESPONSE_KINDS = frozenset({Kind.APPEND_RESPONSE, Kind.READ_RESPONSE, Kind.STATUS_RESPONSE,
-                                   Kind.TRANSFER_LEADER_RESPONSE, Kind.MEMBER_CHANGE_RESPONSE})
+                                   Kind.TRANSFER_LEADER_RESPONSE, Kind.MEMBER_CHANGE_RESPONSE,
+                                   Kind.GROUP_RESPONSE})

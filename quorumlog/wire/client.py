@@ -102,5 +102,26 @@ class MemberChangeResponse:
     message: str = ""
 
 
-ClientRequest = AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
-ClientResponse = AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """Node administration of the groups it hosts (sent on a connection opened for the group NODE_LINK):
+    op "create" (body {group, peers: {id: address}, preferred_leader_id}), "delete" (body {group}) or "list"
+    (body {}). The body is JSON: these are rare, small and meant to grow."""
+
+    request_id: int
+    op: str
+    body: bytes = b"{}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResponse:
+    request_id: int
+    code: ResponseCode
+    body: bytes = b"{}"  # JSON: "list" answers {"groups": [status of each group here]}
+    message: str = ""
+
+
+ClientRequest = (AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
+                 | GroupRequest)
+ClientResponse = (AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse
+                  | GroupResponse)

@@ -69,6 +69,7 @@ class HeartbeatRequest:
     to: str
     term: int
     committed_index: int
+    quiesce: bool = False  # the leader goes quiet after this one (raft/quiescence.py)
 
 
 @dataclass(frozen=True, slots=True)

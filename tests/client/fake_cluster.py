@@ -95,7 +95,7 @@ class FakeNode:
     async def start(self) -> None:
         self.server = await TransportServer.start(
             "127.0.0.1", 0, group="default", node_id=self.node_id, members=self.group.node_ids,
-            on_peer_message=lambda m: None, on_client_request=self.on_request)
+            on_peer_message=lambda g, m: None, on_client_request=self.on_request)
 
     @property
     def address(self) -> tuple[str, int]:

@@ -73,8 +73,9 @@ class FakeTransport:
         self.accepting = False
         self.closed = False
 
-    async def start(self, on_peer_message, on_client_request) -> None:
-        self.on_peer_message = on_peer_message
+    async def start(self, on_peer_message, on_client_request, members_of) -> None:
+        self.on_peer_message = lambda msg, group="default": on_peer_message(group, msg)
+        self.members_of = members_of
         self.accepting = True
         self.tasks = set()
 
@@ -87,7 +88,7 @@ class FakeTransport:
                 t.add_done_callback(self.tasks.discard)
         self.on_client_request = on_client
 
-    def send(self, msg) -> None:
+    def send(self, group, msg) -> None:
         self.sent.append(msg)
 
     async def stop_accepting(self) -> None:

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import os
 
 import pytest
 
@@ -14,7 +13,7 @@ from quorumlog.server.node import Node
 from quorumlog.store import MemoryStore
 from quorumlog.format.log_entry import decode_records
 from quorumlog.wire.client import (
-    AppendRequest, AppendResponse, ReadRequest, StatusRequest, TransferLeaderRequest,
+    AppendRequest, ReadRequest, StatusRequest, TransferLeaderRequest,
 )
 
 from .fakes import FakeSession, FakeTransport, SoloCore
@@ -118,7 +117,7 @@ def test_disk_full_refuses_appends_but_reads_work(tmp_path):
         s = FakeSession()
         transport.on_client_request(s, AppendRequest(1, (b"a",)))
         await _until(lambda: len(s.responses) == 1)
-        node._disk_full = True  # as the disk guard would set it
+        node.disk_full = True  # as the disk guard would set it
         transport.on_client_request(s, AppendRequest(2, (b"b",)))
         assert s.responses[-1].code == ResponseCode.DISK_FULL
         transport.on_client_request(s, ReadRequest(3, start=0))
@@ -244,7 +243,7 @@ def test_retention_uses_the_lowest_watermark_on_a_leader(tmp_path):
 
 def test_a_hard_state_that_cannot_be_persisted_stops_the_node_before_sending(tmp_path, monkeypatch):
     async def main():
-        import quorumlog.server.node as node_module
+        import quorumlog.server.replica as node_module
 
         def broken(data_dir, hs):
             raise OSError(28, "No space left on device")

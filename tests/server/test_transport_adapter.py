@@ -53,7 +53,8 @@ class _Recorder:
         self.sent: list = []
         self.flushes = 0
 
-    def send(self, msg) -> None:
+    def send(self, msg, group) -> None:
+        assert group == "default"
         self.sent.append(msg)
 
     def flush(self) -> None:
@@ -82,10 +83,10 @@ def _append(to, committed, term=1):
 def test_commit_only_push_is_superseded_by_the_next_append_push(tmp_path):
     async def main():
         t, rec = _transport(tmp_path)
-        t.send(_commit("n1", 4))
-        t.send(_commit("n1", 5))
+        t.send("default", _commit("n1", 4))
+        t.send("default", _commit("n1", 5))
         assert rec.sent == []  # held
-        t.send(_append("n1", 5))
+        t.send("default", _append("n1", 5))
         assert rec.sent == [_append("n1", 5)]  # carries committed 5: the commit-only push is not needed
         await asyncio.sleep(COMMIT_HOLD_MS / 1000 * 3)
         assert rec.sent == [_append("n1", 5)]
@@ -95,16 +96,16 @@ def test_commit_only_push_is_superseded_by_the_next_append_push(tmp_path):
 def test_held_commit_goes_out_after_the_hold_or_before_anything_that_does_not_carry_it(tmp_path):
     async def main():
         t, rec = _transport(tmp_path)
-        t.send(_commit("n1", 5))
-        t.send(_commit("n2", 5))
+        t.send("default", _commit("n1", 5))
+        t.send("default", _commit("n2", 5))
         hb = HeartbeatRequest("n0", "n2", 1, 5)
-        t.send(hb)
+        t.send("default", hb)
         assert rec.sent == [_commit("n2", 5), hb]  # order kept
         older = _append("n1", 3)
-        t.send(_commit("n1", 6))
-        t.send(older)  # carries an older commit index: the held one goes first
+        t.send("default", _commit("n1", 6))
+        t.send("default", older)  # carries an older commit index: the held one goes first
         assert rec.sent[2:] == [_commit("n1", 6), older]
-        t.send(_commit("n1", 7))
+        t.send("default", _commit("n1", 7))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 1
         while len(rec.sent) < 5:

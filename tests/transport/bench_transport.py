@@ -45,7 +45,7 @@ async def bench_pushes(n: int) -> dict:
             done.set()
 
     server = await TransportServer.start("127.0.0.1", 0, group="b", node_id="n0", members={"n0", "n1"},
-                                         on_peer_message=on_peer, on_client_request=lambda r, s: None)
+                                         on_peer_message=lambda g, m: on_peer(m), on_client_request=lambda r, s: None)
     links = PeerLinks(group="b", node_id="n1", peers={"n0": ("127.0.0.1", server.port)},
                       max_queue_bytes=4096 * MiB)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -68,7 +68,7 @@ async def bench_client_appends(n: int, concurrency: int, latency_samples: int) -
         session.send(AppendResponse(req.request_id, ResponseCode.SUCCESS, first_index=0, last_index=0, term=1))
 
     server = await TransportServer.start("127.0.0.1", 0, group="b", node_id="n0", members={"n0"},
-                                         on_peer_message=lambda m: None, on_client_request=on_client)
+                                         on_peer_message=lambda g, m: None, on_client_request=on_client)
     conn = await ClientConnection.open("127.0.0.1", server.port, group="b", client_name="bench",
                                        max_in_flight=concurrency)
     body = b"v" * 100
@@ -112,7 +112,7 @@ def _server_process(port_q, n_pushes: int, pushes_done) -> None:
             session.send(AppendResponse(req.request_id, ResponseCode.SUCCESS, first_index=0, last_index=0, term=1))
 
         server = await TransportServer.start("127.0.0.1", 0, group="b", node_id="n0", members={"n0", "n1"},
-                                             on_peer_message=on_peer, on_client_request=on_client)
+                                             on_peer_message=lambda g, m: on_peer(m), on_client_request=on_client)
         port_q.put(server.port)
         await asyncio.Event().wait()  # until terminated
 

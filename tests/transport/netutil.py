@@ -40,7 +40,7 @@ def free_port() -> int:
 async def start_server(on_peer=None, on_client=None, port: int = 0, **kw) -> TransportServer:
     return await TransportServer.start(
         "127.0.0.1", port, group=GROUP, node_id="n0", members=MEMBERS,
-        on_peer_message=on_peer or (lambda m: None), on_client_request=on_client or (lambda r, s: None), **kw)
+        on_peer_message=(lambda g, m: on_peer(m)) if on_peer else (lambda g, m: None), on_client_request=on_client or (lambda r, s: None), **kw)
 
 
 async def read_frames_until_eof(reader: asyncio.StreamReader, timeout_s: float = 5.0) -> list:

@@ -10,7 +10,8 @@ from quorumlog.codes import ResponseCode
 from quorumlog.format.log_entry import Records
 from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
-    TransferLeaderRequest, TransferLeaderResponse,
+    TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
+    GroupResponse,
 )
 from quorumlog.wire.messages import (
     HeartbeatRequest, HeartbeatResponse, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
@@ -54,6 +55,10 @@ client_messages = st.one_of(
     st.builds(StatusResponse, u64, codes, st.binary(max_size=500)),
     st.builds(TransferLeaderRequest, u64, ids),
     st.builds(TransferLeaderResponse, u64, codes, st.none() | ids, texts),
+    st.builds(MemberChangeRequest, u64, ids, ids, ids),
+    st.builds(MemberChangeResponse, u64, codes, st.none() | ids, small, texts),
+    st.builds(GroupRequest, u64, ids, st.binary(max_size=300)),
+    st.builds(GroupResponse, u64, codes, st.binary(max_size=300), texts),
 )
 
 messages = st.one_of(peer_messages, client_messages)

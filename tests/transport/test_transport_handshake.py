@@ -10,7 +10,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.errors import ProtocolError
 from quorumlog.transport.frames import FrameDecoder
 from quorumlog.transport.handshake import (
-    PROTOCOL_VERSION, Hello, HelloError, HelloOk, Role, check_hello, decode_hello, decode_hello_error,
+    NODE_LINK, PROTOCOL_VERSION, Hello, HelloError, HelloOk, Role, check_hello, decode_hello, decode_hello_error,
     decode_hello_ok, encode_hello, encode_hello_error, encode_hello_ok,
 )
 from quorumlog.transport.kinds import Kind
@@ -39,8 +39,15 @@ def test_replies_round_trip():
     assert kind == Kind.HELLO_ERROR and decode_hello_error(p) == HelloError(ResponseCode.UNKNOWN_GROUP, "no such group")
 
 
+def _members_of(group):
+    return MEMBERS if group in ("g", NODE_LINK) else None
+
+
 @pytest.mark.parametrize("hello, code", [
     (Hello("g", "n1", Role.PEER), None),
+    (Hello(NODE_LINK, "n1", Role.PEER), None),
+    (Hello(NODE_LINK, "n9", Role.PEER), ResponseCode.UNKNOWN_MEMBER),
+    (Hello("g", "n1", Role.PEER, version=1), None),
     (Hello("g", "anyone", Role.CLIENT), None),
     (Hello("g", "n1", Role.PEER, magic=b"HTTP"), ResponseCode.PROTOCOL_ERROR),
     (Hello("g", "n1", Role.PEER, version=PROTOCOL_VERSION + 1), ResponseCode.PROTOCOL_ERROR),
@@ -49,21 +56,21 @@ def test_replies_round_trip():
     (Hello("g", "n9", Role.PEER), ResponseCode.UNKNOWN_MEMBER),
 ])
 def test_check_hello(hello, code):
-    err = check_hello(hello, group="g", members=MEMBERS)
+    err = check_hello(hello, members_of=_members_of)
     assert (err.code if err else None) == code
 
 
 def test_token():
-    assert check_hello(Hello("g", "c", Role.CLIENT, "s3cret"), group="g", members=MEMBERS, token="s3cret") is None
+    assert check_hello(Hello("g", "c", Role.CLIENT, "s3cret"), members_of=_members_of, token="s3cret") is None
     for tok in (None, "wrong"):
-        err = check_hello(Hello("g", "c", Role.CLIENT, tok), group="g", members=MEMBERS, token="s3cret")
+        err = check_hello(Hello("g", "c", Role.CLIENT, tok), members_of=_members_of, token="s3cret")
         assert err is not None and err.code == ResponseCode.UNAUTHORIZED
 
 
 def test_wrong_magic_decodes_to_a_refusable_hello():
     kind, p = payload_of(encode_hello(Hello("g", "n1", Role.PEER, magic=b"XXXX")))
     h = decode_hello(p)
-    assert check_hello(h, group="g", members=MEMBERS).code == ResponseCode.PROTOCOL_ERROR
+    assert check_hello(h, members_of=_members_of).code == ResponseCode.PROTOCOL_ERROR
 
 
 @settings(max_examples=300, deadline=None)
