@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from ..client import Client
+from ..client.groups import GroupAdmin
 from ..codes import ResponseCode
 from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, TimeoutOpt, body_fields, die, out_console,
                      print_json, resolve_target, run, usage)
@@ -24,8 +25,13 @@ def _client(t: Target, timeout_ms: int) -> Client:
 
 # -- status --------------------------------------------------------------------------------------------
 def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
+           all_groups: bool = typer.Option(False, "--all-groups", help="One row per node per group it hosts"),
            json_out: bool = JsonOpt, timeout_ms: int = TimeoutOpt) -> None:
     """One row per node: id, role, term, leader, indexes, watermarks ("unreachable" if it does not answer)."""
+    if all_groups:
+        if group is not None:
+            usage("give --group G or --all-groups, not both")
+        return _status_all_groups(resolve_target(peers, cluster, None), json_out, timeout_ms)
     t = resolve_target(peers, cluster, group)
 
     async def go():
@@ -53,6 +59,36 @@ def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
         # The one --json command that prints on failure: the rows (every node `unreachable`, with its error)
         # are the diagnosis. Exit 1 and the usual error line on stderr say it failed.
         die(f"{ResponseCode.NETWORK_ERROR.name}: no member of group {t.group} answered")
+
+
+def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:
+    async def go():
+        async with GroupAdmin(t.peers, timeout_ms=timeout_ms) as admin:
+            return await admin.cluster_status()
+
+    statuses = run(go())
+    rows = []
+    for node_id, s in statuses.items():
+        if not isinstance(s, dict):
+            rows.append({"id": node_id, "group": None, "role": "unreachable", "error": str(s)})
+            continue
+        rows += [{**g, "address": s["address"]} for g in sorted(s["groups"], key=lambda g: g["group"])]
+    if json_out:
+        print_json(rows)
+    else:
+        table = Table(title="all groups")
+        for col in ("id", "group", "role", "term", "leader", "end", "committed"):
+            table.add_column(col, justify="right" if col in ("term", "end", "committed") else "left")
+        for r in rows:
+            if r["group"] is None:
+                table.add_row(r["id"], "-", "[red]unreachable[/red]", "", r["error"], "", "")
+                continue
+            role = f"[green]{r['role']}[/green]" if r["role"] == "leader" else r["role"]
+            table.add_row(r["id"], r["group"], role, str(r["term"]), r["leader_id"] or "-", str(r["end_index"]),
+                          str(r["committed_index"]))
+        out_console.print(table)
+    if all(r["group"] is None for r in rows):
+        die(f"{ResponseCode.NETWORK_ERROR.name}: no node answered")
 
 
 # -- append --------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from .bench import bench
 from .cluster import cluster_app
 from .common import EXIT_USAGE
 from .data import append, read, status, transfer_leader
+from .groups import group_app
 from .members import member_app
 from .node import node_command
 from .soak import soak
@@ -18,6 +19,7 @@ app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DL
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")(node_command())
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(group_app, name="group")
 app.add_typer(member_app, name="member")
 app.command("status")(status)
 app.command("append")(append)

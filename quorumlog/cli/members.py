@@ -15,8 +15,10 @@ from typing import Optional
 import typer
 
 from ..client import Client
-from ..errors import LearnerNotCaughtUp, MemberExists
-from ..peers import format_peers
+from ..client.groups import GroupAdmin
+from ..errors import (BadRequest, GroupExists, LearnerNotCaughtUp, MemberExists, NetworkError, Timeout,
+                      UnknownGroup)
+from ..peers import format_peers, parse_address
 from .common import ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, die, out_console, print_json, resolve_target, run
 
 member_app = typer.Typer(help="Add or remove a member of a group", no_args_is_help=True)
@@ -36,8 +38,37 @@ async def _membership(c: Client) -> dict:
     return {"leader": leader.id, "voters": leader.raw.get("voters", []), "learners": leader.raw.get("learners", [])}
 
 
+async def _host_joining(t: Target, node_id: str, address: str, timeout_s: float) -> None:
+    """A created group (client/groups.py) is hosted only where it was placed: the new member first hosts it
+    with no vote (`join`), naming the current members, so it answers the leader that adds it. The node's own
+    group (started with --join) is there already: GROUP_EXISTS."""
+    nodes = {**t.peers, node_id: parse_address(address, what=f"--address of {node_id}")}
+    async with GroupAdmin(nodes, timeout_ms=int(timeout_s * 1000)) as admin:
+        placement = await admin.describe(t.group, [n for n in nodes if n != node_id])
+        if node_id in placement.members:
+            return
+        members = {m: format_peers({m: nodes[m]}).split("=", 1)[1] for m in placement.members if m in nodes}
+        try:
+            await admin.call(node_id, "create", {"group": t.group, "peers": {**members, node_id: address},
+                                                 "join": True})
+        except GroupExists:
+            pass
+
+
+async def _unhost_removed(t: Target, node_id: str, timeout_s: float) -> None:
+    """A removed member's copy of a created group goes (its own group stays: it is the node's config)."""
+    if node_id not in t.peers:
+        return
+    async with GroupAdmin(t.peers, timeout_ms=int(timeout_s * 1000)) as admin:
+        try:
+            await admin.call(node_id, "delete", {"group": t.group})
+        except (BadRequest, UnknownGroup, NetworkError, Timeout):
+            pass  # its own group, gone already, or the node is down (a dead node being replaced)
+
+
 async def add_member(t: Target, node_id: str, address: str, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
+    await _host_joining(t, node_id, address, timeout_s)
     async with Client(t.peers, group=t.group, timeout_ms=int(timeout_s * 1000),
                       request_timeout_ms=3_000) as c:
         try:
@@ -68,12 +99,14 @@ async def remove_member(t: Target, node_id: str, timeout_s: float) -> dict:
     async with Client(t.peers, group=t.group, timeout_ms=int(timeout_s * 1000),
                       request_timeout_ms=3_000) as c:
         index = await c.change_member("remove", node_id)
+        m = await _membership(c)
         for _ in range(int(timeout_s / CATCH_UP_POLL_S)):  # a removed leader hands over: wait for the next one
-            m = await _membership(c)
             if m["leader"] not in (None, node_id):
-                return {"group": t.group, "node": node_id, "index": index, **m}
+                break
             await asyncio.sleep(CATCH_UP_POLL_S)
-        return {"group": t.group, "node": node_id, "index": index, **(await _membership(c))}
+            m = await _membership(c)
+    await _unhost_removed(t, node_id, timeout_s)
+    return {"group": t.group, "node": node_id, "index": index, **m}
 
 
 def _address_of(t: Target, node_id: str, address: Optional[str]) -> str:

@@ -30,7 +30,7 @@ CONVERGE_S = 10.0  # followers learn the commit point on the next push/heartbeat
 def free_base_port(n: int) -> int:
     """A base port with n consecutive free ports (checked by binding; random so parallel workers differ)."""
     for _ in range(200):
-        base = random.randrange(20_000, 40_000)
+        base = random.randrange(20_000, 32_000)  # below the ephemeral ports (32768+) that connections take
         ok = True
         for p in range(base, base + n):
             with socket.socket() as s:
@@ -235,3 +235,41 @@ def test_bench_failover_kills_the_leader_and_restarts_it_from_argv(cluster):
     assert pid_alive(after[changed[0]]) and not pid_alive(before[changed[0]])
     status = cli_json("status", "--cluster", d)
     assert all(s["role"] != "unreachable" for s in status)
+
+
+def test_groups_create_list_describe_write_grow_and_delete(cluster):
+    d, _ = cluster
+    made = [cli_json("group", "create", f"g{i}", "--cluster", d) for i in range(3)]
+    assert all(sorted(m["members"]) == ["n0", "n1", "n2"] and m["mode"] == "raft" for m in made)
+    assert len({m["leader"] for m in made}) == 3, made  # leaders spread: one new group led by each node
+    small = cli_json("group", "create", "two", "--replicas", "2", "--nodes", "n1,n2", "--cluster", d)
+    assert small["members"] == ["n1", "n2"] and small["leader"] in ("n1", "n2")
+    listed = {g["group"]: g for g in cli_json("group", "list", "--cluster", d)}
+    assert set(listed) == {"default", "g0", "g1", "g2", "two"}
+    # refused, each with its code, and nothing changes
+    for args, code in ((("create", "g0"), "GROUP_EXISTS"), (("create", "bad/name"), "BAD_REQUEST"),
+                       (("create", "g9", "--replicas", "4"), "BAD_REQUEST"),
+                       (("create", "g9", "--nodes", "n0,n7"), "UNKNOWN_MEMBER"),
+                       (("describe", "nope"), "UNKNOWN_GROUP"), (("delete", "nope"), "UNKNOWN_GROUP")):
+        r = cli("group", *args, "--cluster", d, check=False)
+        assert r.returncode == 1 and code in r.stderr, (args, r.stderr)
+    assert {g["group"] for g in cli_json("group", "list", "--cluster", d)} == set(listed)
+    # a group is written and read like `default`; a node not hosting it answers UNKNOWN_GROUP
+    assert [a["index"] for a in cli_json("append", "--cluster", d, "--group", "two", "a", "b")] == [0, 1]
+    r = cli("read", "--cluster", d, "--group", "two", "--from", "0", "--node", "n0", check=False)
+    assert r.returncode == 1 and "UNKNOWN_GROUP" in r.stderr
+    rows = cli_json("status", "--cluster", d, "--all-groups")
+    assert sorted((r["id"], r["group"]) for r in rows if r["group"] == "two") == [("n1", "two"), ("n2", "two")]
+    assert sum(1 for r in rows if r["group"] == "g0" and r["role"] == "leader") == 1
+    # grow it onto a new node, then shrink it off n1: the data follows, n1's copy is deleted
+    cli_json("cluster", "add-node", "--data-dir", d)
+    grown = cli_json("member", "add", "--cluster", d, "--group", "two", "--node", "n3")
+    assert sorted(grown["voters"]) == ["n1", "n2", "n3"]
+    cli_json("member", "remove", "--cluster", d, "--group", "two", "--node", "n1")
+    described = cli_json("group", "describe", "two", "--cluster", d)
+    assert described["members"] == ["n2", "n3"] and sorted(r["id"] for r in described["nodes"]) == ["n2", "n3"]
+    assert [e["body"] for e in cli_json("read", "--cluster", d, "--group", "two", "--from", "0", "--node", "n3")] \
+        == ["a", "b"]
+    assert cli_json("group", "delete", "g1", "--cluster", d)["deleted_on"] == ["n0", "n1", "n2"]
+    assert {g["group"] for g in cli_json("group", "list", "--cluster", d)} == {"default", "g0", "g2", "two"}
+    assert not any(os.path.exists(os.path.join(d, n, "groups", "g1")) for n in ("n0", "n1", "n2"))

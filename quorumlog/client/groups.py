@@ -1,0 +1,219 @@
+"""Groups across a cluster's nodes: create (placed on the least-loaded nodes, leaders spread with preferred
+leaders), list, describe, delete.
+
+Until the `_meta` group records placement, the nodes are the record: each keeps the definition of every group
+it hosts (data_dir/groups/NAME/group.json) and answers the node-level requests (GroupRequest, kinds 30/31) on a
+connection opened for the group NODE_LINK. A GroupAdmin asks the nodes it is given, so it sees every group
+placed on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..codes import ResponseCode
+from ..errors import GroupExists, NetworkError, QuorumLogError, UnknownGroup
+from ..peers import Address, format_peers
+from ..transport.handshake import NODE_LINK
+from ..wire.client import GroupRequest, StatusRequest
+from .pool import ConnectionPool
+
+LEADER_POLL_S = 0.05
+
+
+@dataclass(slots=True)
+class GroupPlacement:
+    """Where a group lives, as its members report it."""
+
+    group: str
+    members: list[str]  # the nodes that host it (its voters and learners once it has a leader)
+    leader: str | None
+    term: int = -1
+    committed_index: int = -1
+    rows: list[dict[str, Any]] = field(default_factory=list)  # each hosting node's status of the group
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "mode": "raft", "members": self.members, "leader": self.leader,
+                "term": self.term, "committed_index": self.committed_index}
+
+
+def place(loads: dict[str, int], replicas: int) -> list[str]:
+    """The `replicas` nodes hosting the fewest groups (ties by id, so a placement is reproducible)."""
+    if replicas < 1:
+        raise ValueError(f"replicas must be at least 1, not {replicas}")
+    if replicas > len(loads):
+        raise QuorumLogError.for_code(ResponseCode.BAD_REQUEST,
+                                      f"{replicas} replicas asked, {len(loads)} nodes reachable")
+    return sorted(sorted(loads), key=lambda n: loads[n])[:replicas]
+
+
+def spread_leader(members: list[str], leading: dict[str, int]) -> str:
+    """The member leading (or preferred for) the fewest groups: each new group moves leadership to the least
+    busy of its members, so N groups on N nodes end with one leader per node."""
+    return min(members, key=lambda n: (leading.get(n, 0), n))
+
+
+class GroupAdmin:
+    """Node-level requests to a cluster's nodes. `async with GroupAdmin(nodes) as admin:`."""
+
+    def __init__(self, nodes: dict[str, Address], *, timeout_ms: int = 10_000) -> None:
+        self.nodes = dict(nodes)
+        self.timeout_ms = timeout_ms
+        self._pool = ConnectionPool(self.nodes, group=NODE_LINK, client_name="group-admin")
+        self._request_id = 0
+
+    async def __aenter__(self) -> "GroupAdmin":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._pool.close()
+
+    async def call(self, node_id: str, op: str, body: dict | None = None) -> dict:
+        """One GroupRequest to node_id; its answer's body, or the coded error it refused with."""
+        self._request_id += 1
+        resp = await self._pool.call(node_id, GroupRequest(self._request_id, op, json.dumps(body or {}).encode()),
+                                     self.timeout_ms)
+        if resp.code != ResponseCode.SUCCESS:
+            raise QuorumLogError.for_code(resp.code, f"{node_id}: {resp.message}")
+        return json.loads(resp.body or b"{}")
+
+    async def node_status(self, node_id: str) -> dict:
+        """The node and every group it hosts (`status --all-groups`)."""
+        self._request_id += 1
+        resp = await self._pool.call(node_id, StatusRequest(self._request_id), self.timeout_ms)
+        if resp.code != ResponseCode.SUCCESS:
+            raise QuorumLogError.for_code(resp.code, f"{node_id}: status refused")
+        return json.loads(resp.status_json)
+
+    async def cluster_status(self) -> dict[str, dict | QuorumLogError]:
+        """Every node's status, or the error that kept it from answering."""
+        async def one(n: str) -> dict | QuorumLogError:
+            try:
+                return await self.node_status(n)
+            except QuorumLogError as e:
+                return e
+            except (OSError, asyncio.TimeoutError) as e:
+                return NetworkError(f"{n}: {e!r}")
+
+        results = await asyncio.gather(*(one(n) for n in self.nodes))
+        return dict(zip(self.nodes, results))
+
+    # -- groups --------------------------------------------------------------------------------------------
+    async def create(self, name: str, *, replicas: int = 3, nodes: list[str] | None = None,
+                     wait_leader: bool = True, segment_bytes: int | None = None,
+                     preallocate: bool | None = None) -> GroupPlacement:
+        """Create `name` on `nodes`, or on the `replicas` least-loaded reachable nodes; returns once it has a
+        leader (its preferred leader when that one wins within the timeout). Segments are 64 MiB and sparse
+        unless `segment_bytes` / `preallocate` say otherwise (server/node.py). A node that refuses undoes the
+        create on the nodes that had made it (never a group that was there before)."""
+        statuses = await self.cluster_status()
+        up = {n: s for n, s in statuses.items() if isinstance(s, dict)}
+        hosts = [n for n, s in up.items() if any(g["group"] == name for g in s["groups"])]
+        if hosts:
+            raise GroupExists(f"group {name!r} exists on {', '.join(hosts)}")
+        if nodes:
+            unknown = [n for n in nodes if n not in self.nodes]
+            if unknown:
+                raise QuorumLogError.for_code(ResponseCode.UNKNOWN_MEMBER, f"no such nodes: {', '.join(unknown)}")
+            down = [n for n in nodes if n not in up]
+            if down:
+                raise QuorumLogError.for_code(ResponseCode.NETWORK_ERROR,
+                                              f"nodes not answering: {', '.join(down)} ({statuses[down[0]]})")
+            members = list(dict.fromkeys(nodes))
+        else:
+            members = place({n: len(s["groups"]) for n, s in up.items()}, replicas)
+        leading: dict[str, int] = {}
+        for s in up.values():
+            for g in s["groups"]:
+                who = g.get("preferred_leader_id") or (g["id"] if g["role"] == "leader" else None)
+                if who:
+                    leading[who] = leading.get(who, 0) + 1
+        preferred = spread_leader(members, leading)
+        peers = {m: format_peers({m: self.nodes[m]}).split("=", 1)[1] for m in members}
+        definition: dict[str, Any] = {"group": name, "peers": peers, "preferred_leader_id": preferred}
+        if segment_bytes is not None:
+            definition["segment_bytes"] = segment_bytes
+        if preallocate is not None:
+            definition["preallocate"] = preallocate
+        created: list[str] = []
+        try:
+            for m in members:
+                if (await self.call(m, "create", definition)).get("created"):
+                    created.append(m)
+        except BaseException:
+            for m in created:
+                try:
+                    await self.call(m, "delete", {"group": name})
+                except (QuorumLogError, OSError):
+                    pass  # the node went away: `group delete` again removes what is left
+            raise
+        if not wait_leader:
+            return GroupPlacement(name, members, None)
+        return await self.wait_leader(name, members, preferred)
+
+    async def wait_leader(self, name: str, members: list[str], preferred: str | None = None) -> GroupPlacement:
+        """Poll the members until one leads: the preferred one, or any once half the timeout has passed."""
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        half = time.monotonic() + self.timeout_ms / 2000
+        while True:
+            placement = await self.describe(name, members)
+            if placement.leader is not None and (placement.leader == preferred or preferred is None
+                                                 or time.monotonic() > half):
+                return placement
+            if time.monotonic() > deadline:
+                raise QuorumLogError.for_code(ResponseCode.TIMEOUT, f"group {name}: no leader within "
+                                                                    f"{self.timeout_ms} ms")
+            await asyncio.sleep(LEADER_POLL_S)
+
+    async def describe(self, name: str, nodes: list[str] | None = None) -> GroupPlacement:
+        """The group as its hosting nodes report it (asks every node when `nodes` is not given)."""
+        statuses = await self.cluster_status() if nodes is None else \
+            {n: s for n, s in zip(nodes, await asyncio.gather(*(self._status_or_error(n) for n in nodes)))}
+        groups = _by_group(statuses)
+        if name not in groups:
+            raise UnknownGroup(f"group {name!r} is hosted on none of {', '.join(statuses)}")
+        return groups[name]
+
+    async def list(self) -> list[GroupPlacement]:
+        return sorted(_by_group(await self.cluster_status()).values(), key=lambda p: p.group)
+
+    async def delete(self, name: str) -> list[str]:
+        """Delete the group on every node that hosts it; returns those nodes."""
+        placement = await self.describe(name)
+        for row in placement.rows:
+            try:
+                await self.call(row["id"], "delete", {"group": name})
+            except UnknownGroup:
+                pass  # deleted by an earlier attempt
+        return [row["id"] for row in placement.rows]
+
+    async def _status_or_error(self, node_id: str) -> dict | QuorumLogError:
+        try:
+            return await self.node_status(node_id)
+        except QuorumLogError as e:
+            return e
+
+
+def _by_group(statuses: dict[str, dict | QuorumLogError]) -> dict[str, GroupPlacement]:
+    """Fold every node's rows into one placement per group: its leader is the newest term's."""
+    out: dict[str, GroupPlacement] = {}
+    for node_id, s in statuses.items():
+        if not isinstance(s, dict):
+            continue
+        for g in s["groups"]:
+            p = out.setdefault(g["group"], GroupPlacement(g["group"], [], None))
+            p.rows.append(g)
+            if g["role"] == "leader" and g["term"] >= p.term:
+                p.leader, p.term, p.committed_index = g["id"], g["term"], g["committed_index"]
+    for p in out.values():
+        hosts = sorted(r["id"] for r in p.rows)
+        lead = next((r for r in p.rows if r["id"] == p.leader), None)
+        p.members = sorted(set(lead["voters"]) | set(lead["learners"])) if lead else hosts
+    return out
+
+
+__all__ = ["GroupAdmin", "GroupPlacement", "place", "spread_leader"]
