@@ -40,7 +40,7 @@ _SUCCESS = ResponseCode.SUCCESS
 class EntryDispatcher:
     __slots__ = ("core", "peer", "state", "compare_index", "next_index", "match_index", "watermark",
                  "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered",
-                 "match_lo", "match_hi", "truncate_last", "resetting")
+                 "match_lo", "match_hi", "truncate_last", "resetting", "unacked_since_ms")
 
     def __init__(self, core: "RaftCore", peer: str) -> None:
         self.core = core
@@ -59,6 +59,7 @@ class EntryDispatcher:
         self.match_hi = 0
         self.truncate_last = -1
         self.resetting = False  # the TRUNCATE under way resets the follower's log to our begin index
+        self.unacked_since_ms: int | None = None
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
@@ -78,6 +79,7 @@ class EntryDispatcher:
         self.compare_index = max(min(index, end), self.match_lo)
         self.pending.clear()
         self.in_flight_ms = None
+        self.unacked_since_ms = None
 
     def _enter_append(self, next_index: int) -> None:
         self.state = _APPEND
@@ -288,6 +290,17 @@ class EntryDispatcher:
     def on_tick(self, now_ms: int) -> None:
         timeout = self.core.config.max_push_timeout_ms
         if self.state is _APPEND:
+            if not self.pending and self.watermark < self.match_index:
+                # Entries a COMPARE/TRUNCATE round matched are not in `pending`: if the follower's write of them
+                # failed after it answered (a full disk), no ack will ever come and nothing would resend them.
+                if self.unacked_since_ms is None:
+                    self.unacked_since_ms = now_ms
+                elif now_ms - self.unacked_since_ms >= timeout:
+                    log.debug("matched entries never acked peer=%s watermark=%d match=%d: compare", self.peer,
+                              self.watermark, self.match_index)
+                    self._enter_compare(self.core.log_end)
+                return
+            self.unacked_since_ms = None
             if self.pending:
                 oldest = next(iter(self.pending.values()))
                 if now_ms - oldest[1] >= timeout:
