@@ -95,6 +95,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "not depose a healthy leader.", "DLedger has no pre-vote (its term bump on rejoin causes an election)."),
     _k("check_quorum", True, "bool", "A leader that hears no majority for an election timeout steps down.",
        "DLedger's leader steps down after `maxHeartBeatLeak` missed acks; same idea."),
+    _k("quiesce", True, "bool", "A group with nothing to replicate goes quiet: no heartbeats, no timers; node "
+       "pairs keep one heartbeat each, and a dead leader's node is noticed within the election timeout.",
+       "Not in DLedger (one group per process); CockroachDB's quiesced ranges."),
     _k("preferred_leader_id", "", "str",
        "If set, leadership moves to this node once it has caught up (empty = none).",
        "DLedger `preferredLeaderIds` (one id here)."),
@@ -175,6 +178,7 @@ class NodeConfig:
     election_timeout_max_ms: int = raft_types.ELECTION_TIMEOUT_MAX_MS
     pre_vote: bool = True
     check_quorum: bool = True
+    quiesce: bool = True
     preferred_leader_id: str = ""
     max_pending_requests: int = 10_000
     max_wait_ack_ms: int = 2_500
@@ -223,7 +227,7 @@ class NodeConfig:
             max_push_timeout_ms=self.max_push_timeout_ms, max_push_batch_bytes=self.max_push_batch_bytes,
             max_pending_pushes=self.max_pending_pushes, peer_push_throttle_point=self.peer_push_throttle_point,
             peer_push_quota=self.peer_push_quota, learner_push_quota=self.learner_push_quota,
-            preferred_leader_id=self.preferred_leader_id or None,
+            preferred_leader_id=self.preferred_leader_id or None, quiesce=self.quiesce,
         )
 
     def store_config(self):

@@ -31,11 +31,12 @@ from .member_state import MemberState
 from .membership import Membership
 from .membership_change import MembershipChanger, membership_producer
 from .pending import PendingRequests
+from .quiescence import Quiescence
 from .quorum_ack_checker import check_quorum_ack
 from .transfer import LeadershipTransfer
 from .types import (EMPTY_READY, AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable,
-                    Event, HardState, NodeStatus, RaftConfig, Ready, Receive, Role, Stored, StoreFailed, Tick,
-                    TransferLeadership)
+                    Event, HardState, NodeStatus, PeerSilent, RaftConfig, Ready, Receive, Role, Stored, StoreFailed,
+                    Tick, TransferLeadership)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class RaftCore:
         self.handler = EntryHandler(self)
         self.transfer = LeadershipTransfer(self)
         self.membership_changer = MembershipChanger(self)
+        self.quiescence = Quiescence(self)
         # membership (raft/membership.py): the latest configuration in our log, in force as soon as it is there
         bootstrap = Membership(frozenset() if config.join else frozenset(config.peers))
         self.membership = bootstrap
@@ -106,6 +108,11 @@ class RaftCore:
     @property
     def role(self) -> Role:
         return self.member.role
+
+    @property
+    def quiet(self) -> bool:
+        """Quiescent (raft/quiescence.py): needs no ticks; the runtime ticks it once before any other event."""
+        return self.quiescence.quiet
 
     @property
     def term(self) -> int:
@@ -132,7 +139,8 @@ class RaftCore:
         m = self.membership
         return NodeStatus(self.config.node_id, self.member.role, self.member.term, self.member.leader_id,
                           self.log.begin_index, self.log.end_index, self.committed_index, watermarks,
-                          self.transfer.to, tuple(sorted(m.voters)), tuple(sorted(m.learners)), m.index)
+                          self.transfer.to, tuple(sorted(m.voters)), tuple(sorted(m.learners)), m.index,
+                          self.quiescence.quiet)
 
     # -- membership ----------------------------------------------------------------------------------
     def _membership_in_log(self) -> Membership:
@@ -262,6 +270,9 @@ class RaftCore:
             # whatever is written at those indexes next (issue 12, 0.1).
             del ends[bisect_right(ends, end):]
         t = type(event)
+        quiescence = self.quiescence
+        if quiescence.quiet and not quiescence.keeps_quiet(event):
+            quiescence.wake(event)
         if t is Receive:
             self._on_message(event.message)
         elif t is Durable:
@@ -278,6 +289,8 @@ class RaftCore:
             self.transfer.start(event.request_id, event.to)
         elif t is ChangeMembership:
             self.membership_changer.start(event)
+        elif t is PeerSilent:
+            pass  # wakes a quiet core that needs to hear it (above)
         else:
             raise TypeError(f"unknown event {event!r}")
         if self.member.role is _LEADER and t is not ClientAppend:
@@ -311,6 +324,7 @@ class RaftCore:
     def become_leader(self) -> None:
         member = self.member
         member.become_leader()
+        self.quiescence.awake()
         now = self.now_ms
         self.leader_since_ms = now
         self.last_heard_ms = {p: now for p in self.others}
@@ -350,6 +364,7 @@ class RaftCore:
         was_leader = member.role is _LEADER
         new_term = term > member.term
         member.become_follower(term, leader_id)
+        self.quiescence.awake()
         if was_leader:
             self.pending.fail_all(ResponseCode.TERM_CHANGED, leader_id, self._completions)
             self.dispatchers = {}
@@ -423,6 +438,8 @@ class RaftCore:
             if member.role is not _LEADER:
                 self.follower_commit(m.committed_index, self.handler.for_current_term().matched_end)
                 self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS))
+                if m.quiesce:
+                    self.quiescence.on_quiesce_heartbeat(m)
         elif t is HeartbeatResponse:
             if member.role is _LEADER and m.frm in self.dispatchers:
                 prev_heard_ms = self.last_heard_ms[m.frm]
@@ -455,6 +472,9 @@ class RaftCore:
     def _on_tick(self, now_ms: int) -> None:
         assert now_ms >= self.now_ms, f"time went back {self.now_ms} -> {now_ms}"
         self.now_ms = now_ms
+        if self.quiescence.quiet:
+            self.quiescence.on_quiet_tick()
+            return
         self.elector.on_tick()
         self.transfer.on_tick()
         if self.member.role is _LEADER:
@@ -468,15 +488,21 @@ class RaftCore:
             for d in self.dispatchers.values():
                 d.on_tick(now_ms)
             if now_ms >= self._next_heartbeat_ms:
-                self._send_heartbeats()
+                quiesce = self.quiescence.leader_may_quiesce()
+                self._send_heartbeats(quiesce)
+                if quiesce:
+                    self.quiescence.go_quiet()
         else:
             self.handler.for_current_term().on_tick(now_ms)
 
-    def _send_heartbeats(self) -> None:
+    def _send_heartbeats(self, quiesce: bool = False) -> None:
         self._next_heartbeat_ms = self.now_ms + self.config.heartbeat_interval_ms
         node, term, committed = self.config.node_id, self.member.term, self.committed_index
         for p in self.others:
-            self.send(HeartbeatRequest(node, p, term, committed))
+            self.send(HeartbeatRequest(node, p, term, committed, quiesce))
+
+    def schedule_heartbeat_now(self) -> None:
+        self._next_heartbeat_ms = self.now_ms
 
     # -- store reports ---------------------------------------------------------------------------------
     def _on_durable(self, index: int) -> None:

@@ -62,6 +62,11 @@ class RaftConfig:
     # learns its group's from the log the leader sends it once it was added as a learner. `peers` is then only
     # where to find the group.
     join: bool = False
+    # Quiescence (CockroachDB's, for many groups per node): a leader with nothing to replicate sends one last
+    # heartbeat marked quiesce and goes quiet; followers holding its whole log go quiet too. Quiet cores send
+    # no heartbeats and their election timers stand still; any proposal or message wakes them, and PeerSilent
+    # (the runtime's node-level liveness) wakes a quiet follower whose leader's node went silent.
+    quiesce: bool = False
     # Test-only: plant a known bug so the simulator can prove its checker fails. Names:
     # "commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
     # "change_before_term_commit", "promote_lagging_learner".
@@ -142,7 +147,16 @@ class ChangeMembership:
     address: str = ""  # where a new learner listens (host:port), recorded in the configuration
 
 
-Event = Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership
+@dataclass(frozen=True, slots=True)
+class PeerSilent:
+    """The runtime heard nothing from node_id (on any group) for an election timeout: a quiet follower whose
+    leader it is wakes and campaigns; a quiet leader wakes and counts its followers again (check-quorum)."""
+
+    node_id: str
+
+
+Event = (Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership
+         | PeerSilent)
 
 
 # -- actions ---------------------------------------------------------------------------------------
@@ -216,3 +230,4 @@ class NodeStatus:
     voters: tuple[str, ...] = ()
     learners: tuple[str, ...] = ()
     membership_index: int = -1  # the log index of the configuration in force (-1: the bootstrap one)
+    quiet: bool = False  # quiescent (raft/quiescence.py)

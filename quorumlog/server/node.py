@@ -26,7 +26,9 @@ from typing import Any, Callable
 from ..codes import ResponseCode
 from ..config import ConfigError, NodeConfig
 from ..peers import parse_address
+from ..raft.types import PeerSilent
 from ..transport.handshake import NODE_LINK
+from ..wire.messages import HeartbeatRequest
 from ..wire.client import (
     AppendRequest, AppendResponse, GroupRequest, GroupResponse, MemberChangeRequest, MemberChangeResponse,
     ReadRequest, ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
@@ -73,6 +75,11 @@ class Node:
         self.disk_full = False
         self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
         self._disk_full_reported_s = 0.0
+        # node-level liveness (_node_liveness): when we last heard each node, and those reported silent
+        self._now_ms = now_ms()
+        self._heard: dict[str, int] = {}
+        self._silent: set[str] = set()
+        self._next_node_heartbeat_ms = 0
         self._members_cache: frozenset[str] | None = None
         self._http = None
         self.started_at = time.time()
@@ -314,6 +321,13 @@ class Node:
     def _on_peer_message(self, group: str, msg: Any) -> None:
         if self._stopping.is_set():
             return
+        frm = msg.frm
+        self._heard[frm] = self._now_ms
+        if frm in self._silent:
+            self._silent.discard(frm)
+            log.info("node heard again node=%s peer=%s", self.config.node_id, frm)
+        if group == NODE_LINK:
+            return  # a node heartbeat: liveness only
         r = self.replicas.get(group)
         if r is not None:
             r.on_peer_message(msg)
@@ -370,14 +384,37 @@ class Node:
         last = now_ms()
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            t = now_ms()
+            t = self._now_ms = now_ms()
             if t - last > interval_ms + LOOP_STALL_WARN_MS:
                 # Peers see a stalled node as dead: a stall near the election timeout costs leadership.
                 self.metrics.loop_stalls.inc()
                 log.warning("event loop stalled node=%s stall_ms=%d", self.config.node_id, t - last - interval_ms)
+                self._heard = dict.fromkeys(self._heard, t)  # we heard nothing because we did not listen
             last = t
             for r in list(self.replicas.values()):
-                r.tick(t)
+                if not r.quiet:
+                    r.tick(t)
+            if self.config.quiesce:
+                self._node_liveness(t)
+
+    def _node_liveness(self, t: int) -> None:
+        """One heartbeat per linked node per heartbeat interval, whatever the number of groups; a node silent
+        for the minimum election timeout is reported (PeerSilent) to the quiet groups, which then wake
+        (raft/quiescence.py). Any message from a node counts as hearing it."""
+        cfg = self.config
+        peers = getattr(self._transport, "peer_ids", ())
+        if t >= self._next_node_heartbeat_ms:
+            self._next_node_heartbeat_ms = t + cfg.heartbeat_interval_ms
+            for p in peers:
+                self._transport.send(NODE_LINK, HeartbeatRequest(cfg.node_id, p, 0, -1))
+        for p in peers:
+            heard = self._heard.setdefault(p, t)
+            if t - heard > cfg.election_timeout_min_ms and p not in self._silent:
+                self._silent.add(p)
+                log.info("node silent node=%s peer=%s for_ms=%d", cfg.node_id, p, t - heard)
+                for r in list(self.replicas.values()):
+                    if r.quiet:
+                        r.step(PeerSilent(p))
 
     async def _periodic(self, interval_ms: int, fn: Callable[[], Any]) -> None:
         while True:

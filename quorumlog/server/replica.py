@@ -199,6 +199,12 @@ class Replica:
             while self._events and not self.failed:
                 event = self._events.popleft()
                 try:
+                    if type(event) is not Tick and getattr(self.core, "quiet", False):
+                        # A quiet core is not ticked (node.py): tell it the time first. Its timers stand still
+                        # while quiet, so this fires none of them.
+                        ready = self.core.step(Tick(now_ms()))
+                        if ready:
+                            self._execute(ready)
                     ready = self.core.step(event)
                 except Exception as e:  # a bug: the core may be half-stepped, so nothing it holds is trusted
                     log.exception("core.step raised node=%s group=%s event=%r", self.config.node_id, self.group,
@@ -452,6 +458,11 @@ class Replica:
         return rid
 
     # -- periodic work (the node calls these for every replica) ----------------------------------------------
+    @property
+    def quiet(self) -> bool:
+        """Quiescent (raft/quiescence.py): the node skips its ticks."""
+        return getattr(self.core, "quiet", False)
+
     def tick(self, t_ms: int) -> None:
         self.step(Tick(t_ms))
         self.observe_role()
@@ -515,6 +526,7 @@ class Replica:
             "learners": list(st.learners),
             "membership_index": st.membership_index,
             "preferred_leader_id": self.config.preferred_leader_id or None,
+            "quiet": st.quiet,
             "pending_requests": sum(1 for p in self._pending.values() if p.kind == "append"),
             "waiting_reads": self.notifier.waiting,
             "fsyncs": self.committer.fsyncs if self.committer else 0,

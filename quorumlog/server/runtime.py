@@ -75,9 +75,22 @@ def _dump_tasks(node=None) -> None:
         log.warning("task %s:\n%s", task.get_name(), out.getvalue())
 
 
+def raise_open_files_limit() -> None:
+    """Each group holds a few files open (its segments, index, checkpoint): take the hard limit on open files,
+    as Kafka's and BookKeeper's operators are told to, so a thousand groups fit under the default soft one."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open files limit from %d: %s", soft, e)
+
+
 def run_node(config: NodeConfig) -> int:
     """Blocking: run a node in the foreground until SIGTERM/SIGINT; returns the process exit code."""
     setup_logging(config)
+    raise_open_files_limit()
     try:
         import uvloop
     except ImportError:

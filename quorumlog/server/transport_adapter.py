@@ -110,6 +110,11 @@ class RealTransport:
                 out[peer] = None if task.cancelled() else task.exception()
         return out
 
+    @property
+    def peer_ids(self) -> tuple[str, ...]:
+        """The nodes linked now: those this node shares a group with."""
+        return self._links.peer_ids if self._links is not None else ()
+
     def set_peers(self, peers: dict[str, tuple[str, int]]) -> None:
         """The nodes this node shares a group with changed: link to each of them (and to no one else)."""
         if self._links is not None:

@@ -33,6 +33,7 @@ class SimClient:
         self.client_id = index + 1 if idempotent else 0
         self.max_in_flight = options.idempotent_max_in_flight if idempotent else options.client_max_in_flight
         self.think_max_ms = options.client_think_max_ms
+        self.idle_ratio = options.client_idle_ratio
         self.batch_max = options.client_batch_max
         self.timeout_ms = options.client_timeout_ms
         self.leader_hint: str | None = None
@@ -104,7 +105,10 @@ class SimClient:
             self.ops_open -= 1
             if self.healed_at_ms is not None and op.first_sent_ms >= self.healed_at_ms:
                 self.done = True
-            self.world.scheduler.after(self.rng.randint(0, self.think_max_ms), self._fill)
+            pause_ms = self.rng.randint(0, self.think_max_ms)
+            if self.idle_ratio and self.rng.random() < self.idle_ratio:
+                pause_ms = self.rng.randint(600, 2_500)  # long enough for the group to go quiet
+            self.world.scheduler.after(pause_ms, self._fill)
             return
         if code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD:
             self.failed += 1

@@ -82,6 +82,10 @@ class SimOptions:
     # (the leader too), at most `max_new_nodes` fresh nodes per run.
     membership_weight: int
     max_new_nodes: int
+    # Quiescence (raft/quiescence.py) with the runtime's node liveness (sim/liveness.py); idle clients pause
+    # this often for 0.6-2.5 s, so groups go quiet between bursts (and their leaders crash while quiet).
+    quiesce: bool
+    client_idle_ratio: float
     planted_bugs: frozenset[str] = frozenset()
 
     @classmethod
@@ -152,6 +156,8 @@ class SimOptions:
             read_every_ms=rng.choice((0, 50, 200)),
             membership_weight=rng.choice((0, 1, 2, 4)),
             max_new_nodes=rng.choice((1, 2, 4)),
+            quiesce=rng.random() < 0.5,
+            client_idle_ratio=rng.choice((0.0, 0.05, 0.2)),
             planted_bugs=frozenset(planted_bugs),
         )
 

@@ -30,6 +30,7 @@ from ..wire.messages import Message
 from .checker import Checker, Op, Violation
 from .clients import SimClient
 from .faults import FaultInjector
+from .liveness import NodeLiveness
 from .network import Network
 from .node import CoreFactory, SimNode
 from .options import SimOptions, world_seed
@@ -91,7 +92,7 @@ class World:
                             max_push_batch_bytes=options.max_push_batch_bytes,
                             max_pending_pushes=options.max_pending_pushes,
                             max_wait_ack_ms=options.max_wait_ack_ms,
-                            planted_bugs=options.planted_bugs)
+                            planted_bugs=options.planted_bugs, quiesce=options.quiesce)
         self.nodes: dict[str, SimNode] = {}
         for node_id in self.node_ids:
             self.nodes[node_id] = SimNode(self, node_id, RaftConfig(node_id=node_id, **self._config), factory)
@@ -101,6 +102,7 @@ class World:
         self.clients = [SimClient(self, i, i < options.idempotent_clients, options)
                         for i in range(options.client_count)]
         self.faults = FaultInjector(self)
+        self.liveness = NodeLiveness(self) if options.quiesce else None
         self._next_request_id = 0
         self.request_owner: dict[int, tuple[SimClient, Op]] = {}
         self.request_target: dict[int, str] = {}
@@ -126,6 +128,8 @@ class World:
         """Run to the end of the liveness phase; raises Violation on the first broken invariant."""
         for node_id in self.node_ids:
             self.scheduler.after(self.rng.randrange(self.options.tick_ms), self._tick, node_id)
+            if self.liveness is not None:
+                self.liveness.start(node_id)
         for client in self.clients:
             client.start()
         self.faults.start()
@@ -147,6 +151,8 @@ class World:
         node = self.nodes[node_id]
         if node.alive:
             node.step(Tick(self.scheduler.now_ms))
+            if self.liveness is not None and node.alive:
+                self.liveness.check(node_id)
         self.scheduler.after(self.options.tick_ms, self._tick, node_id)
 
     def deliver_message(self, message: Message) -> None:
@@ -154,6 +160,8 @@ class World:
         if not node.alive:
             return
         self.trace_line(lambda: describe(message))
+        if self.liveness is not None:
+            self.liveness.heard_from(message.to, message.frm)
         node.step(Receive(message))
 
     def new_request_id(self, client: SimClient, op: Op) -> int:
@@ -210,6 +218,8 @@ class World:
         self.trace_line(lambda: f"FAULT restart {node.node_id} (end={node.store.end_index} "
                                 f"term={node.hard_state.term} voted_for={node.hard_state.voted_for})")
         node.restart()
+        if self.liveness is not None:
+            self.liveness.restarted(node.node_id)
 
     def fail_stop(self, node: SimNode, reason: str) -> None:
         """A node that saw EIO exits once its core handled it (server/node.py); restarted after a while."""
@@ -319,6 +329,8 @@ class World:
         config = RaftConfig(node_id=node_id, join=True, **self._config)
         self.nodes[node_id] = SimNode(self, node_id, config, self._factory)
         self.scheduler.after(self.rng.randrange(self.options.tick_ms), self._tick, node_id)
+        if self.liveness is not None:
+            self.liveness.start(node_id)
         self.trace_line(lambda: f"new node {node_id}")
         return node_id
 

@@ -344,9 +344,11 @@ def _dec_hb_req(p: memoryview) -> HeartbeatRequest:
     term, committed = _HB_REQ.unpack_from(p)
     r = _Reader(p, _HB_REQ.size)
     frm, to = r.short_str(), r.short_str()
-    quiesce = r.pos < len(p) and r.take(1)[0] == 1
+    quiesce = r.pos < len(p)
+    if quiesce and r.take(1)[0] != 1:
+        raise ProtocolError("heartbeat: the optional quiesce byte must be 1")
     r.end()
-    return HeartbeatRequest(frm, to, term, committed, bool(quiesce))
+    return HeartbeatRequest(frm, to, term, committed, quiesce)
 
 
 def _dec_hb_resp(p: memoryview) -> HeartbeatResponse:

@@ -1,0 +1,63 @@
+"""The runtime's node-level liveness, simulated (server/node.py does the same with real links): every node
+sends one heartbeat per heartbeat interval to every other node, over the simulated network (so partitions,
+drops and delays apply); any message from a node counts as hearing it. A node silent for an election timeout
+is reported once to the local core as PeerSilent, which wakes quiet groups (raft/quiescence.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..raft.types import HEARTBEAT_INTERVAL_MS, PeerSilent
+
+if TYPE_CHECKING:
+    from .world import World
+
+
+class NodeLiveness:
+    def __init__(self, world: "World") -> None:
+        self.world = world
+        self.heard: dict[tuple[str, str], int] = {}  # (listener, speaker) -> last heard, ms
+        self.silent: set[tuple[str, str]] = set()
+
+    def start(self, node_id: str) -> None:
+        self.restarted(node_id)
+        self.world.scheduler.after(HEARTBEAT_INTERVAL_MS, self._beat, node_id)
+
+    def restarted(self, node_id: str) -> None:
+        """A (re)started runtime has heard from nobody yet: it gives everyone an election timeout."""
+        now = self.world.scheduler.now_ms
+        for p in self.world.nodes:
+            self.heard[(node_id, p)] = now
+            self.silent.discard((node_id, p))
+
+    def heard_from(self, listener: str, speaker: str) -> None:
+        self.heard[(listener, speaker)] = self.world.scheduler.now_ms
+        self.silent.discard((listener, speaker))
+
+    def _beat(self, node_id: str) -> None:
+        world = self.world
+        if world.nodes[node_id].alive:
+            for p in world.nodes:
+                if p != node_id:
+                    world.network.send(node_id, p, None, lambda _, to=p: self._arrive(to, node_id))
+        world.scheduler.after(HEARTBEAT_INTERVAL_MS, self._beat, node_id)
+
+    def _arrive(self, listener: str, speaker: str) -> None:
+        if self.world.nodes[listener].alive:
+            self.heard_from(listener, speaker)
+
+    def check(self, node_id: str) -> None:
+        """At a tick of node_id: report each node silent for the minimum election timeout, once per silence."""
+        world = self.world
+        now = world.scheduler.now_ms
+        limit = world.options.election_timeout_min_ms
+        node = world.nodes[node_id]
+        for p in world.nodes:
+            key = (node_id, p)
+            if p != node_id and key not in self.silent and now - self.heard.get(key, now) > limit:
+                self.silent.add(key)
+                world.trace_line(lambda: f"{node_id}: node {p} silent")
+                if getattr(node.core, "quiet", False):  # as server/node.py: told to the quiet groups only
+                    node.step(PeerSilent(p))
+                    if not node.alive:
+                        return
