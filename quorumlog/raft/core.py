@@ -290,7 +290,7 @@ class RaftCore:
         elif t is ChangeMembership:
             self.membership_changer.start(event)
         elif t is PeerSilent:
-            pass  # wakes a quiet core that needs to hear it (above)
+            quiescence.on_peer_silent(event.node_id)  # (and it woke a quiet core that needs to hear it, above)
         else:
             raise TypeError(f"unknown event {event!r}")
         if self.member.role is _LEADER and t is not ClientAppend:
@@ -396,6 +396,7 @@ class RaftCore:
             return
         member = self.member
         t = type(m)
+        self.quiescence.heard_from(m.frm)
         if m.term > member.term:
             if t is VoteRequest:
                 if m.pre_vote:

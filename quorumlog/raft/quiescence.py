@@ -3,7 +3,9 @@ thousand idle groups is not sending twenty thousand heartbeats a second.
 
 - A leader whose log is wholly committed, durable and matched by every member, with no client waiting, no
   transfer and no configuration change under way, and that heard from every member within two heartbeats,
-  sends its next heartbeat marked `quiesce` and goes quiet: no more heartbeats, no check-quorum.
+  sends its next heartbeat marked `quiesce` and goes quiet: no more heartbeats, no check-quorum. Members
+  the runtime reported silent (PeerSilent, not heard from since) are left out, as long as a majority is
+  live: a node down does not keep every group it belongs to awake (CockroachDB quiesces past dead nodes).
 - A follower that gets that heartbeat and holds exactly the leader's committed log goes quiet too: its
   election timer stands still (every tick re-arms it), and it keeps rejecting disruptive candidates as if it
   heard its leader a moment ago.
@@ -31,13 +33,14 @@ if TYPE_CHECKING:
 
 
 class Quiescence:
-    __slots__ = ("core", "quiet", "quiesced", "awake_since_ms")
+    __slots__ = ("core", "quiet", "quiesced", "awake_since_ms", "silent")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
         self.quiet = False
         self.quiesced = 0  # how many times this core went quiet (status, tests)
         self.awake_since_ms = core.now_ms
+        self.silent: set[str] = set()  # nodes reported silent and not heard from since
 
     def awake(self) -> None:
         """A role change or a wake: quiet again only once every member answered us after this moment."""
@@ -56,12 +59,24 @@ class Quiescence:
         if core.membership.index > core.committed_index:
             return False
         horizon = max(core.now_ms - 2 * cfg.heartbeat_interval_ms, self.awake_since_ms + 1)
+        live = 0
         for p, d in core.dispatchers.items():
+            if p in self.silent:
+                continue  # a dead member does not keep the group awake; back, it campaigns and wakes us
             if d.match_index != end or d.watermark != end or d.pending or d.in_flight_ms is not None:
                 return False
             if core.last_heard_ms.get(p, -(1 << 62)) < horizon:
                 return False
-        return True
+            if p in core.membership.voters:
+                live += 1
+        return live + 1 >= core.quorum  # never quiet without a live majority: check-quorum must run then
+
+    def on_peer_silent(self, node_id: str) -> None:
+        self.silent.add(node_id)
+
+    def heard_from(self, node_id: str) -> None:
+        if self.silent:
+            self.silent.discard(node_id)
 
     def go_quiet(self) -> None:
         self.quiet = True

@@ -399,8 +399,8 @@ class Node:
 
     def _node_liveness(self, t: int) -> None:
         """One heartbeat per linked node per heartbeat interval, whatever the number of groups; a node silent
-        for the minimum election timeout is reported (PeerSilent) to the quiet groups, which then wake
-        (raft/quiescence.py). Any message from a node counts as hearing it."""
+        for the minimum election timeout is reported (PeerSilent) to every group: quiet ones that need to know
+        wake, leaders may go quiet past it (raft/quiescence.py). Any message from a node counts as hearing it."""
         cfg = self.config
         peers = getattr(self._transport, "peer_ids", ())
         if t >= self._next_node_heartbeat_ms:
@@ -413,8 +413,7 @@ class Node:
                 self._silent.add(p)
                 log.info("node silent node=%s peer=%s for_ms=%d", cfg.node_id, p, t - heard)
                 for r in list(self.replicas.values()):
-                    if r.quiet:
-                        r.step(PeerSilent(p))
+                    r.step(PeerSilent(p))
 
     async def _periodic(self, interval_ms: int, fn: Callable[[], Any]) -> None:
         while True:
@@ -452,7 +451,7 @@ class Node:
                                    f"{self.config.disk_full_ratio}")
 
     async def _checkpoint(self) -> None:
-        for r in list(self.replicas.values()):
+        for r in [r for r in self.replicas.values() if r.checkpoint_due()]:
             await r.checkpoint()
 
     # -- status and metrics --------------------------------------------------------------------------------

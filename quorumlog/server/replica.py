@@ -79,6 +79,7 @@ class Replica:
         self.notifier = CommitNotifier()
         self._events: collections.deque = collections.deque()
         self._stepping = False
+        self.quiet = False  # quiescent (raft/quiescence.py): the node skips its ticks
         self._pending: dict[int, _Pending] = {}
         self._next_request_id = 1
         # The largest client batch: its records must fit one push frame beside the push's own header.
@@ -215,6 +216,8 @@ class Replica:
                     self._execute(ready)
         finally:
             self._stepping = False
+            # Read once per step, not per tick: the node's tick loop looks at a thousand of these.
+            self.quiet = getattr(self.core, "quiet", False)
         # Everything this step decided goes out now, one write per socket, answers to clients first: not one
         # loop turn later through call_soon and the peer links' writer tasks.
         m = getattr(self.core, "membership", None)  # (test doubles of the core have none)
@@ -458,11 +461,6 @@ class Replica:
         return rid
 
     # -- periodic work (the node calls these for every replica) ----------------------------------------------
-    @property
-    def quiet(self) -> bool:
-        """Quiescent (raft/quiescence.py): the node skips its ticks."""
-        return getattr(self.core, "quiet", False)
-
     def tick(self, t_ms: int) -> None:
         self.step(Tick(t_ms))
         self.observe_role()
@@ -481,6 +479,11 @@ class Replica:
         """The node's disk guard found the disk full: appends are refused before they reach the core, so no write
         would tell it; a full leader must hear it to hand leadership to a follower that can still store."""
         self.step(StoreFailed(ResponseCode.DISK_FULL, reason))
+
+    def checkpoint_due(self) -> bool:
+        """(end, committed, durable) moved since the last checkpoint: a quiet group's never does."""
+        return not self.failed and (self.store.end_index, self.store.committed_index,
+                                    self.committer.durable_index) != self._checkpointed
 
     async def checkpoint(self) -> None:
         """Persist (end, committed) when either moved; the store also checkpoints from flush() under load."""

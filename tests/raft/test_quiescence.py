@@ -102,3 +102,33 @@ def test_a_restarted_follower_wakes_the_quiet_leader_and_catches_up():
     c.run_until(lambda: c.core(f1).member.leader_id == leader and c.core(f1).committed_index == 1, max_ms=10_000)
     assert c.leader() == leader
     c.run_until(lambda: all(c.core(nid).quiet for nid in c.ids), max_ms=3_000)
+
+
+def test_a_dead_follower_does_not_keep_the_group_awake_and_catches_up_when_back():
+    c, leader = _quiet_cluster()
+    f1, f2 = [nid for nid in c.ids if nid != leader]
+    c.crash(f2)
+    for nid in (leader, f1):
+        c.step(nid, PeerSilent(f2))
+    rid = c.append(leader, [b"c"])
+    c.run_until(lambda: rid in c.completions, max_ms=1_000)
+    c.run_until(lambda: c.core(leader).quiet and c.core(f1).quiet, max_ms=2_000)  # with f2 behind
+    sent = len(c.sent)
+    c.run(10_000)
+    assert len(c.sent) == sent
+    c.restart(f2)  # it campaigns; its pre-vote wakes the leader, which brings it up to date
+    c.run_until(lambda: c.core(f2).committed_index == c.core(leader).committed_index, max_ms=10_000)
+    assert c.leader() == leader and c.bodies(f2) == [b"a", b"b", b"c"]
+    c.run_until(lambda: all(c.core(nid).quiet for nid in c.ids), max_ms=3_000)
+
+
+def test_no_quiet_without_a_live_majority():
+    c, leader = _quiet_cluster()
+    f1, f2 = [nid for nid in c.ids if nid != leader]
+    rid = c.append(leader, [b"c"])
+    c.run_until(lambda: rid in c.completions, max_ms=1_000)
+    for f in (f1, f2):
+        c.step(leader, PeerSilent(f))
+    c.isolate(leader)
+    c.run(3_000)
+    assert c.core(leader).role is not Role.LEADER  # stayed awake, so check-quorum deposed it
