@@ -37,6 +37,8 @@ bench: system-deps install
 	$(BIN)/python bench/core.py
 	$(BIN)/python bench/spark.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/membership.py
+	$(BIN)/python bench/groups.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -102,11 +102,12 @@ def describe(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, c
 
 @group_app.command("delete")
 def delete(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+           force: bool = typer.Option(False, "--force", help="Delete on the nodes that answer even if some do not"),
            timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
-    """Delete a group and its data on every node that hosts it."""
+    """Delete a group and its data on every node that hosts it (refused while a node does not answer)."""
     async def go():
         async with _admin(peers, cluster, timeout_ms) as admin:
-            return await admin.delete(name)
+            return await admin.delete(name, force=force)
 
     deleted_on = run(go())
     if json_out:

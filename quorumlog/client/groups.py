@@ -181,9 +181,19 @@ class GroupAdmin:
     async def list(self) -> list[GroupPlacement]:
         return sorted(_by_group(await self.cluster_status()).values(), key=lambda p: p.group)
 
-    async def delete(self, name: str) -> list[str]:
-        """Delete the group on every node that hosts it; returns those nodes."""
-        placement = await self.describe(name)
+    async def delete(self, name: str, *, force: bool = False) -> list[str]:
+        """Delete the group on every node that hosts it; returns those nodes. Refused (NETWORK_ERROR) while a
+        node does not answer, unless `force`: a copy left on it would campaign for a group that is gone."""
+        statuses = await self.cluster_status()
+        down = [n for n, s in statuses.items() if not isinstance(s, dict)]
+        if down and not force:
+            raise QuorumLogError.for_code(ResponseCode.NETWORK_ERROR,
+                                          f"nodes not answering: {', '.join(down)}: they may host {name!r} "
+                                          f"(--force deletes it on the others)")
+        groups = _by_group(statuses)
+        if name not in groups:
+            raise UnknownGroup(f"group {name!r} is hosted on none of {', '.join(statuses)}")
+        placement = groups[name]
         for row in placement.rows:
             try:
                 await self.call(row["id"], "delete", {"group": name})

@@ -273,3 +273,10 @@ def test_groups_create_list_describe_write_grow_and_delete(cluster):
     assert cli_json("group", "delete", "g1", "--cluster", d)["deleted_on"] == ["n0", "n1", "n2"]
     assert {g["group"] for g in cli_json("group", "list", "--cluster", d)} == {"default", "g0", "g2", "two"}
     assert not any(os.path.exists(os.path.join(d, n, "groups", "g1")) for n in ("n0", "n1", "n2"))
+    # a node down: delete is refused (the node may host a copy), --force deletes on the others
+    with open(os.path.join(d, "cluster.json")) as f:
+        pids = {n["id"]: n["pid"] for n in json.load(f)["nodes"]}
+    os.kill(pids["n0"], signal.SIGKILL)
+    r = cli("group", "delete", "g2", "--cluster", d, check=False)
+    assert r.returncode == 1 and "NETWORK_ERROR" in r.stderr, r.stderr
+    assert cli_json("group", "delete", "g2", "--cluster", d, "--force")["deleted_on"] == ["n1", "n2"]
