@@ -162,6 +162,17 @@ class Cluster:
         node.start()
         return node
 
+    def spare_port(self, i: int) -> int:
+        """The port reserved for the i-th node (spares: i ≥ n)."""
+        return self._ports[i]
+
+    def spare_node(self, i: int, peers: str, *extra: str) -> NodeProc:
+        """Spare i as a node process (not started) with the given peers and arguments (add_node's general
+        form, for callers that route links themselves)."""
+        nid = f"n{i}"
+        node = self.nodes[nid] = self._node(i, nid, peers, *extra)
+        return node
+
     def start(self) -> "Cluster":
         for node in self.nodes.values():
             node.start()

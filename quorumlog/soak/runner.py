@@ -45,10 +45,16 @@ BASE_KINDS = ("partition_minority", "isolate_leader", "one_way_leader_out", "kil
 # disk_full needs root for its tmpfs mounts: in FAULT_KINDS (and so in CI's short soak) when we are root,
 # else opt-in only (and refused without root).
 ROOT_KINDS = ("disk_full",)
+# Membership changes under load (opt-in with --kinds): replace a kill -9'd follower by a fresh node (remove it,
+# add the next spare as a learner, promote it once caught up), and remove the leader while clients write (it
+# hands over), then add a spare in its place. Spares never existed before (ids are never reused); their links
+# are direct, not through the fault proxies, so later network faults cut only the original nodes' links.
+MEMBERSHIP_KINDS = ("replace_follower", "remove_leader")
 IS_ROOT = os.geteuid() == 0
 FAULT_KINDS = BASE_KINDS + (ROOT_KINDS if IS_ROOT else ())
-EXTRA_KINDS = () if IS_ROOT else ROOT_KINDS
-ALL_KINDS = BASE_KINDS + ROOT_KINDS
+EXTRA_KINDS = (() if IS_ROOT else ROOT_KINDS) + MEMBERSHIP_KINDS
+ALL_KINDS = BASE_KINDS + ROOT_KINDS + MEMBERSHIP_KINDS
+SLOTS = ("n0", "n1", "n2")  # a schedule names slots; a slot's node changes when a membership cycle replaces it
 LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_leader", "disk_full",
                 "failing_disk_leader")
 
@@ -157,6 +163,8 @@ class SoakResult:
                                    "acks_during_hold": c.acks_during_hold, "unavailable_s": c.unavailable_s,
                                    "note": c.note} for c in self.cycles
                                   if c.kind in ("failing_disk_leader", "disk_full")],
+            "membership_cycles": [{"cycle": c.cycle, "kind": c.kind, "note": c.note, "unavailable_s": c.unavailable_s}
+                                  for c in self.cycles if c.kind in MEMBERSHIP_KINDS],
             "committed_entries": max((len(v) for v in self.logs.values()), default=0),
             "mechanisms": {k: sorted({c.note for c in self.cycles if c.kind == k}) for k in
                            ("packet_loss", "reorder_duplicate") if any(c.kind == k for c in self.cycles)},
@@ -177,7 +185,7 @@ def schedule(seed: int, cycles: int, kinds: tuple[str, ...] = FAULT_KINDS) -> li
     out = []
     for i in range(cycles):
         kind = first[i] if i < len(first) else rng.choice(kinds)
-        targets = sorted(rng.sample(["n0", "n1", "n2"], 2 if kind == "kill9_majority" else 1))
+        targets = sorted(rng.sample(list(SLOTS), 2 if kind == "kill9_majority" else 1))
         out.append(CycleRecord(i, kind, targets, round(rng.uniform(1.0, 2.5), 2)))
     return out
 
@@ -242,30 +250,39 @@ class Soak:
         self.plan = schedule(seed, cycles, kinds)
         self.writers = writers
         self.recover_timeout_s = recover_timeout_s
+        spares = sum(1 for c in self.plan if c.kind in MEMBERSHIP_KINDS)
+        all_ids = [f"n{i}" for i in range(3 + spares)]  # the members and the spares that will replace them
         # disk_full: every node's data dir is a small tmpfs that a filler file really fills (ENOSPC)
-        self.disks = {f"n{i}": os.path.join(base_dir, f"disk-n{i}") for i in range(3)} if "disk_full" in kinds else {}
+        self.disks = {nid: os.path.join(base_dir, f"disk-{nid}") for nid in all_ids} if "disk_full" in kinds else {}
         self._mounted: list[str] = []
-        self.cluster = Cluster(base_dir, n=3, data_dirs=dict(self.disks))
-        self.members = list(self.cluster.nodes)
+        self.cluster = Cluster(base_dir, n=3, data_dirs=dict(self.disks), spares=spares)
+        self.members = list(self.cluster.nodes)  # in slot order: a replacement takes its predecessor's slot
+        self.original = list(self.members)
         # failing_disk_leader: every node runs with the failing-disk shim; touching its trigger file makes
         # every write and fsync under its data dir return EIO
         self.disk_triggers: dict[str, str] = {}
+        self._shim = shim
         if shim is not None:
-            for nid, node in self.cluster.nodes.items():
-                self.disk_triggers[nid] = os.path.join(base_dir, f"failing-disk-{nid}")
-                # a copy: the Cluster gives every node the same env dict
-                node.env = {**node.env, **faildisk.failing_disk_env(node.data_dir, self.disk_triggers[nid], shim)}
+            for node in self.cluster.nodes.values():
+                self._arm_failing_disk(node)
         self.net = Net(seed)
         if network == "auto":
             network = "netns" if netns.available() else "proxy"
         assert network in ("proxy", "netns"), network
-        self.links = netns.NetnsLinks(self.members, os.getpid() + seed) if network == "netns" else None
+        self.links = netns.NetnsLinks(all_ids, os.getpid() + seed) if network == "netns" else None
         self.mechanism = ("network namespaces + veth link down (partitions), asyncio per-link TCP proxy (one-way "
                           "cut, delay, rate, resets)" if self.links else "asyncio per-link TCP proxy (no namespaces)")
-        host = self.links.host if self.links else {m: "127.0.0.1" for m in self.members}
+        host = self.links.host if self.links else {m: "127.0.0.1" for m in all_ids}
         proxy_host = self.links.bridge_host if self.links else "127.0.0.1"
         real = {nid: node.port for nid, node in self.cluster.nodes.items()}
         self.cluster.peers = ",".join(f"{m}={host[m]}:{real[m]}" for m in self.members)  # clients go direct
+        # spares get their namespace, tmpfs and failing-disk shim like the others; links to them are direct (a
+        # configuration names one address per member), so partitions reach them through namespaces only
+        self.host = host
+        self.direct = {m: f"{host[m]}:{real[m]}" for m in self.members}
+        for i in range(3, 3 + spares):
+            self.direct[f"n{i}"] = f"{host[f'n{i}']}:{self.cluster.spare_port(i)}"
+        self.client_peers = ",".join(f"{m}={a}" for m, a in self.direct.items())
         ports = iter(free_ports(len(real) * (len(real) - 1)))
         for src in self.members:
             parts = []
@@ -288,7 +305,7 @@ class Soak:
 
     # -- workload ------------------------------------------------------------------------------------
     async def _writer(self, name: str, stop: asyncio.Event) -> None:
-        client = self.cluster.client(timeout_ms=4_000)
+        client = Client(self.client_peers, timeout_ms=4_000)
         attempts: list = []
         _record_attempts(client, attempts)
         i = 0
@@ -329,10 +346,19 @@ class Soak:
 
     async def _cycle(self, c: CycleRecord, admin: Client) -> None:
         nodes = self.cluster.nodes
-        leader = await self._leader(admin) if c.kind in LEADER_KINDS else None
-        if leader is not None:
+        c.targets = [self.members[SLOTS.index(x)] if x in SLOTS else x for x in c.targets]
+        leader = await self._leader(admin) if c.kind in LEADER_KINDS + MEMBERSHIP_KINDS else None
+        if leader is not None and c.kind in LEADER_KINDS:
             c.targets = [leader]
         t = c.targets
+        spare = next((x for x in t if x not in self.original), None)
+        if spare is not None and (c.kind in ("one_way_leader_out", "slow_leader") or (
+                not self.links and c.kind in ("partition_minority", "isolate_leader"))):
+            # links to a spare are direct (not proxied): a proxy fault on it would act on nothing
+            c.note = f"skipped: {spare} is a spare (links not proxied)"
+            c.t_fault = c.t_heal = c.t_end = time.monotonic()
+            c.recovered = True
+            return
         others = lambda x: [m for m in self.members if m != x]  # noqa: E731
         c.t_fault = time.monotonic()
         if c.kind in ("partition_minority", "isolate_leader"):
@@ -372,6 +398,8 @@ class Soak:
             else:
                 self.net.loss(0.05, 0.005)
                 c.note = "proxy, TCP-level: per chunk 5% stall of one RTO, 0.5% connection reset"
+        elif c.kind in MEMBERSHIP_KINDS:
+            await self._change_members(c, admin, leader)
         elif c.kind == "reorder_duplicate":
             c.targets = list(self.members)
             if self.links and self.links.packet_faults() == "netem":
@@ -383,7 +411,9 @@ class Soak:
         else:
             raise ValueError(c.kind)
         log.info("cycle %d: %s %s %s", c.cycle, c.kind, c.targets, c.note)
-        if c.kind == "reset_connections":
+        if c.kind in MEMBERSHIP_KINDS:
+            pass  # the change itself was the fault
+        elif c.kind == "reset_connections":
             end = time.monotonic() + c.hold_s
             while time.monotonic() < end:
                 self.net.reset()
@@ -432,6 +462,74 @@ class Soak:
         held = [c.t_fault, *(x for x in acks if x <= c.t_heal), c.t_heal]
         c.hold_unavailable_s = round(max(b - a for a, b in zip(held, held[1:])), 3)
 
+    async def _change_members(self, c: CycleRecord, admin: Client, leader: str | None) -> None:
+        """replace_follower: kill -9 a follower, remove it, add a fresh node in its slot. remove_leader: remove
+        the leader under load (it hands over and steps down), stop it, add a fresh node in its slot."""
+        if c.kind == "replace_follower":
+            followers = [m for m in self.members if m != leader]
+            old = c.targets[0] if c.targets[0] in followers else self.rng.choice(followers)
+            self.cluster.nodes[old].kill9()
+        else:
+            if leader is None:
+                c.note = "no leader to remove"
+                return
+            old = leader
+        deadline = time.monotonic() + 30
+        await self._member_change(admin, "remove", old, deadline)
+        if c.kind == "remove_leader":
+            await self.cluster.wait_leader(admin, timeout_s=15, exclude=(old,))
+            self.cluster.nodes[old].terminate()
+        new = self._start_spare()
+        self.members[self.members.index(old)] = new
+        await self._member_change(admin, "add_learner", new, deadline, self.direct[new])
+        await self._member_change(admin, "promote", new, deadline)
+        c.targets = [old, new]
+        c.note = f"{old} removed, {new} added"
+
+    async def _member_change(self, admin: Client, change: str, node_id: str, deadline: float,
+                             address: str = "") -> None:
+        """One change, retried through elections, a change still in flight and a learner catching up; an
+        answer that it is done already (our own earlier attempt went through) counts as done."""
+        while True:
+            try:
+                await admin.change_member(change, node_id, address)
+                return
+            except quorumlog.QuorumLogError as e:
+                name = e.code.name
+                if name == "MEMBER_EXISTS" and change != "remove":
+                    return
+                if name == "UNKNOWN_MEMBER" and change == "remove":
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{change} {node_id}: {e!r}") from e
+                await asyncio.sleep(0.1)
+
+    def _start_spare(self) -> str:
+        """The next spare: a fresh node that knows the current members (directly) and waits to be added."""
+        i = len(self.cluster.nodes)
+        nid = f"n{i}"
+        peers = ",".join(f"{m}={self.direct[m]}" for m in [*self.members, nid])
+        node = self.cluster.spare_node(i, peers, "--join", "true", "--bind-host", self.host[nid])
+        if self.links:
+            node.argv = [*self.links.exec_prefix(nid), *node.argv]
+        if self._shim is not None:
+            self._arm_failing_disk(node)
+        node.start()
+        return nid
+
+    def _arm_failing_disk(self, node) -> None:
+        self.disk_triggers[node.node_id] = os.path.join(self.base_dir, f"failing-disk-{node.node_id}")
+        # a copy: the Cluster gives every node the same env dict
+        node.env = {**node.env, **faildisk.failing_disk_env(node.data_dir, self.disk_triggers[node.node_id],
+                                                            self._shim)}
+
+    def _configuration_check(self, statuses: dict) -> list[checker.Violation]:
+        """The group ends with one configuration that every member agrees on, naming exactly the members."""
+        seen = {m: tuple(sorted(statuses[m].raw.get("voters", []))) for m in self.members}
+        if len(set(seen.values())) != 1 or set(next(iter(seen.values()))) != set(self.members):
+            return [checker.Violation("configuration", f"members {self.members} disagree: {seen}")]
+        return []
+
     async def _hold_watching_target(self, c: CycleRecord, admin: Client) -> None:
         """Hold a disk fault on the leader while watching it: after a grace of one second it must not lead
         (it cannot store anything: it hands over), and some other member must lead and acknowledge writes."""
@@ -464,7 +562,7 @@ class Soak:
         stop = asyncio.Event()
         tasks: list[asyncio.Task] = []
         try:
-            async with self.cluster.client(timeout_ms=10_000) as admin:
+            async with Client(self.client_peers, timeout_ms=10_000) as admin:
                 await self.cluster.wait_leader(admin, timeout_s=30)
                 tasks = [asyncio.create_task(self._writer(f"w{i}", stop)) for i in range(self.writers)]
                 await asyncio.sleep(0.5)
@@ -472,11 +570,12 @@ class Soak:
                     await self._cycle(c, admin)
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
-                dead = [nid for nid, n in self.cluster.nodes.items() if not n.alive]
+                dead = [nid for nid in self.members if not self.cluster.nodes[nid].alive]
                 if dead:  # a node that did not survive its restart (e.g. refused its torn tail)
                     raise RuntimeError(f"nodes {dead} exited after healing:\n{self.cluster.logs()}")
                 members = tuple(self.members)
-                await self.cluster.wait_converged(admin, timeout_s=60, members=members)
+                statuses = await self.cluster.wait_converged(admin, timeout_s=60, members=members)
+                config_violations = self._configuration_check(statuses)
                 logs = {nid: [(e.index, e.body) for e in entries]
                         for nid, entries in (await self.cluster.committed_logs(admin, members)).items()}
         finally:
@@ -485,7 +584,7 @@ class Soak:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.net.close()
-        return logs, checker.check(self.history, logs)
+        return logs, config_violations + checker.check(self.history, logs)
 
     def run(self, report_root: str | None = None) -> SoakResult:
         t0 = time.monotonic()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from quorumlog.soak.runner import FAULT_KINDS, run_soak
+from quorumlog.soak.runner import FAULT_KINDS, MEMBERSHIP_KINDS, run_soak
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -32,3 +32,18 @@ def test_short_soak_every_fault_kind(tmp_path):
     # The faults bit: with its leader cut off or stopped, the group cannot ack before an election timeout.
     for kind in ("isolate_leader", "pause_leader"):
         assert figures["unavailability_s"][kind]["max"] >= 0.3, (kind, figures["unavailability_s"][kind])
+
+
+def test_short_soak_membership_changes_among_faults(tmp_path):
+    """Replace a kill -9'd follower, remove the leader under load, between kills and partitions: nothing
+    acknowledged is lost or duplicated, and the members end with one configuration naming exactly them."""
+    kinds = (*MEMBERSHIP_KINDS, "kill9_node", "isolate_leader")
+    result = run_soak(seed=20261125, cycles=5, kinds=kinds, base_dir=str(tmp_path / "run"),
+                      report_root=str(tmp_path))
+    figures = result.figures()
+    print("\nSOAK membership", figures["membership_cycles"], figures["ops"])
+    assert result.violations == [], f"{result.violations} (report {result.report_dir})"
+    assert result.not_recovered == [], figures["not_recovered"]
+    changes = [c for c in figures["membership_cycles"] if " added" in c["note"]]
+    assert len(changes) >= 2 and {c["kind"] for c in changes} == set(MEMBERSHIP_KINDS), figures["membership_cycles"]
+    assert all(c["unavailable_s"] <= 2.0 for c in changes), changes
