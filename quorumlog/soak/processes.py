@@ -114,6 +114,12 @@ class NodeProc:
         return 0
 
 
+def _member_of(node_id: str, leader: Any) -> bool:
+    """Whether node_id is in the configuration `leader` reports (a removed node no longer hears its leader)."""
+    members = set(leader.raw.get("voters", [])) | set(leader.raw.get("learners", []))
+    return not members or node_id in members
+
+
 @dataclass
 class Cluster:
     base_dir: str
@@ -213,7 +219,8 @@ class Cluster:
         while True:
             st = await self.statuses(client)
             leaders = [s for nid, s in st.items() if s.role == "leader" and nid not in exclude and s.term >= min_term
-                       and all(o.leader_id == s.id for o in st.values() if o.role == "follower" and o.term == s.term)]
+                       and all(o.leader_id == s.id for o in st.values() if o.role == "follower" and o.term == s.term
+                               and _member_of(o.id, s))]
             if len(leaders) == 1:
                 return leaders[0].id
             if time.monotonic() > deadline:

@@ -73,7 +73,11 @@ def run_crashes(tmp_path, iterations: int, seed: int) -> None:
     path = str(tmp_path / "crash")
     rnd = random.Random(seed)
     kills_with_progress = 0
-    for it in range(iterations):
+    it = 0
+    # A kill may land before the writer got the CPU (a loaded machine): such kills prove little, so the run goes
+    # on until at least half the planned number landed mid-work (bounded: 3 × iterations).
+    while it < iterations or (kills_with_progress < iterations // 2 and it < 3 * iterations):
+        it += 1
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_writer, args=(path, rnd.randrange(2 ** 32), child))
         proc.start()
@@ -95,9 +99,9 @@ def run_crashes(tmp_path, iterations: int, seed: int) -> None:
             flushed = max(flushed, msg)
             reports += 1
         parent.close()
-        end = check_log(path, flushed)
+        check_log(path, flushed)
         kills_with_progress += reports > 0
-    assert kills_with_progress >= iterations // 2  # the kills did land mid-work
+    assert kills_with_progress >= iterations // 2, (kills_with_progress, it)  # the kills did land mid-work
 
 
 def test_kill_9_writer_30_times(tmp_path):
