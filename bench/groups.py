@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 
 from quorumlog.client import Client  # noqa: E402
 from quorumlog.client.groups import GroupAdmin  # noqa: E402
-from quorumlog.peers import format_peers, parse_peers  # noqa: E402
+from quorumlog.peers import format_address, parse_peers  # noqa: E402
 from quorumlog.soak.processes import Cluster  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -65,7 +65,7 @@ async def wait_up(admin: GroupAdmin, timeout_s: float = 30) -> None:
 async def create_groups(admin: GroupAdmin, names: list[str]) -> None:
     """Every group on all 3 nodes, preferred leaders round robin: placed as `group create` would on 3 nodes."""
     nodes = sorted(admin.nodes)
-    peers = {n: format_peers({n: admin.nodes[n]}).split("=", 1)[1] for n in nodes}
+    peers = {n: format_address(admin.nodes[n]) for n in nodes}
     sem = asyncio.Semaphore(32)
 
     async def one(i: int, g: str) -> None:

@@ -58,6 +58,12 @@ def parse_address(address: str, *, what: str = "address") -> Address:
     return host, port
 
 
+def format_address(address: Address) -> str:
+    """`host:port` (an IPv6 host in brackets), which parse_address reads back."""
+    h, p = address
+    return f"{f'[{h}]' if ':' in h else h}:{p}"
+
+
 def format_peers(peers: dict[str, Address]) -> str:
     """The canonical form (`id=host:port,...`), which parse_peers reads back."""
-    return ",".join(f"{nid}={f'[{h}]' if ':' in h else h}:{p}" for nid, (h, p) in peers.items())
+    return ",".join(f"{nid}={format_address(a)}" for nid, a in peers.items())

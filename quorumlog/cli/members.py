@@ -18,7 +18,7 @@ from ..client import Client
 from ..client.groups import GroupAdmin
 from ..errors import (BadRequest, GroupExists, LearnerNotCaughtUp, MemberExists, NetworkError, Timeout,
                       UnknownGroup)
-from ..peers import format_peers, parse_address
+from ..peers import format_address, parse_address
 from .common import ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, die, out_console, print_json, resolve_target, run
 
 member_app = typer.Typer(help="Add or remove a member of a group", no_args_is_help=True)
@@ -47,7 +47,7 @@ async def _host_joining(t: Target, node_id: str, address: str, timeout_s: float)
         placement = await admin.describe(t.group, [n for n in nodes if n != node_id])
         if node_id in placement.members:
             return
-        members = {m: format_peers({m: nodes[m]}).split("=", 1)[1] for m in placement.members if m in nodes}
+        members = {m: format_address(nodes[m]) for m in placement.members if m in nodes}
         try:
             await admin.call(node_id, "create", {"group": t.group, "peers": {**members, node_id: address},
                                                  "join": True})
@@ -113,7 +113,7 @@ def _address_of(t: Target, node_id: str, address: Optional[str]) -> str:
     if address:
         return address
     if node_id in t.peers:
-        return format_peers({node_id: t.peers[node_id]}).split("=", 1)[1]
+        return format_address(t.peers[node_id])
     die(f"--node {node_id}: no address known (not in the cluster's peers): give --address HOST:PORT", 2)
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codes import ResponseCode
-from ..errors import GroupExists, NetworkError, QuorumLogError, UnknownGroup
-from ..peers import Address, format_peers
+from ..errors import GroupExists, QuorumLogError, UnknownGroup
+from ..peers import Address, format_address
 from ..transport.handshake import NODE_LINK
 from ..wire.client import GroupRequest, StatusRequest
 from .pool import ConnectionPool
@@ -89,18 +89,10 @@ class GroupAdmin:
             raise QuorumLogError.for_code(resp.code, f"{node_id}: status refused")
         return json.loads(resp.status_json)
 
-    async def cluster_status(self) -> dict[str, dict | QuorumLogError]:
-        """Every node's status, or the error that kept it from answering."""
-        async def one(n: str) -> dict | QuorumLogError:
-            try:
-                return await self.node_status(n)
-            except QuorumLogError as e:
-                return e
-            except (OSError, asyncio.TimeoutError) as e:
-                return NetworkError(f"{n}: {e!r}")
-
-        results = await asyncio.gather(*(one(n) for n in self.nodes))
-        return dict(zip(self.nodes, results))
+    async def cluster_status(self, nodes: list[str] | None = None) -> dict[str, dict | QuorumLogError]:
+        """Every node's status (or those of `nodes`), or the error that kept it from answering."""
+        nodes = list(self.nodes) if nodes is None else nodes
+        return dict(zip(nodes, await asyncio.gather(*(self._status_or_error(n) for n in nodes))))
 
     # -- groups --------------------------------------------------------------------------------------------
     async def create(self, name: str, *, replicas: int = 3, nodes: list[str] | None = None,
@@ -133,7 +125,7 @@ class GroupAdmin:
                 if who:
                     leading[who] = leading.get(who, 0) + 1
         preferred = spread_leader(members, leading)
-        peers = {m: format_peers({m: self.nodes[m]}).split("=", 1)[1] for m in members}
+        peers = {m: format_address(self.nodes[m]) for m in members}
         definition: dict[str, Any] = {"group": name, "peers": peers, "preferred_leader_id": preferred}
         if segment_bytes is not None:
             definition["segment_bytes"] = segment_bytes
@@ -171,12 +163,7 @@ class GroupAdmin:
 
     async def describe(self, name: str, nodes: list[str] | None = None) -> GroupPlacement:
         """The group as its hosting nodes report it (asks every node when `nodes` is not given)."""
-        statuses = await self.cluster_status() if nodes is None else \
-            {n: s for n, s in zip(nodes, await asyncio.gather(*(self._status_or_error(n) for n in nodes)))}
-        groups = _by_group(statuses)
-        if name not in groups:
-            raise UnknownGroup(f"group {name!r} is hosted on none of {', '.join(statuses)}")
-        return groups[name]
+        return _placement(name, await self.cluster_status(nodes))
 
     async def list(self) -> list[GroupPlacement]:
         return sorted(_by_group(await self.cluster_status()).values(), key=lambda p: p.group)
@@ -190,10 +177,7 @@ class GroupAdmin:
             raise QuorumLogError.for_code(ResponseCode.NETWORK_ERROR,
                                           f"nodes not answering: {', '.join(down)}: they may host {name!r} "
                                           f"(--force deletes it on the others)")
-        groups = _by_group(statuses)
-        if name not in groups:
-            raise UnknownGroup(f"group {name!r} is hosted on none of {', '.join(statuses)}")
-        placement = groups[name]
+        placement = _placement(name, statuses)
         for row in placement.rows:
             try:
                 await self.call(row["id"], "delete", {"group": name})
@@ -206,6 +190,13 @@ class GroupAdmin:
             return await self.node_status(node_id)
         except QuorumLogError as e:
             return e
+
+
+def _placement(name: str, statuses: dict[str, dict | QuorumLogError]) -> GroupPlacement:
+    groups = _by_group(statuses)
+    if name not in groups:
+        raise UnknownGroup(f"group {name!r} is hosted on none of {', '.join(statuses)}")
+    return groups[name]
 
 
 def _by_group(statuses: dict[str, dict | QuorumLogError]) -> dict[str, GroupPlacement]:

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from ..codes import ResponseCode
 from ..config import ConfigError, NodeConfig
 from ..peers import parse_address
+from ..raft.peer_liveness import PeerLiveness
 from ..raft.types import PeerSilent
 from ..transport.handshake import NODE_LINK
 from ..wire.messages import HeartbeatRequest
@@ -77,8 +78,7 @@ class Node:
         self._disk_full_reported_s = 0.0
         # node-level liveness (_node_liveness): when we last heard each node, and those reported silent
         self._now_ms = now_ms()
-        self._heard: dict[str, int] = {}
-        self._silent: set[str] = set()
+        self._liveness = PeerLiveness(config.election_timeout_min_ms)
         self._next_node_heartbeat_ms = 0
         self._members_cache: frozenset[str] | None = None
         self._http = None
@@ -134,27 +134,6 @@ class Node:
             return self._members_cache
         r = self.replicas.get(group)
         return None if r is None else r.members
-
-    # -- compatibility: the node's own group -------------------------------------------------------------
-    @property
-    def _core(self) -> Any:
-        return self.default.core
-
-    @property
-    def _store(self) -> Any:
-        return self.default.store
-
-    @property
-    def max_batch_stored_bytes(self) -> int:
-        return self.default.max_batch_stored_bytes
-
-    @property
-    def notifier(self) -> Any:
-        return self.default.notifier
-
-    async def _retention(self) -> None:
-        for r in list(self.replicas.values()):
-            await r.retention()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -322,9 +301,7 @@ class Node:
         if self._stopping.is_set():
             return
         frm = msg.frm
-        self._heard[frm] = self._now_ms
-        if frm in self._silent:
-            self._silent.discard(frm)
+        if self._liveness.heard(frm, self._now_ms):
             log.info("node heard again node=%s peer=%s", self.config.node_id, frm)
         if group == NODE_LINK:
             return  # a node heartbeat: liveness only
@@ -389,7 +366,7 @@ class Node:
                 # Peers see a stalled node as dead: a stall near the election timeout costs leadership.
                 self.metrics.loop_stalls.inc()
                 log.warning("event loop stalled node=%s stall_ms=%d", self.config.node_id, t - last - interval_ms)
-                self._heard = dict.fromkeys(self._heard, t)  # we heard nothing because we did not listen
+                self._liveness.restart(t)  # we heard nothing because we did not listen
             last = t
             for r in list(self.replicas.values()):
                 if not r.quiet:
@@ -407,13 +384,10 @@ class Node:
             self._next_node_heartbeat_ms = t + cfg.heartbeat_interval_ms
             for p in peers:
                 self._transport.send(NODE_LINK, HeartbeatRequest(cfg.node_id, p, 0, -1))
-        for p in peers:
-            heard = self._heard.setdefault(p, t)
-            if t - heard > cfg.election_timeout_min_ms and p not in self._silent:
-                self._silent.add(p)
-                log.info("node silent node=%s peer=%s for_ms=%d", cfg.node_id, p, t - heard)
-                for r in list(self.replicas.values()):
-                    r.step(PeerSilent(p))
+        for p in self._liveness.newly_silent(peers, t):
+            log.info("node silent node=%s peer=%s", cfg.node_id, p)
+            for r in list(self.replicas.values()):
+                r.step(PeerSilent(p))
 
     async def _periodic(self, interval_ms: int, fn: Callable[[], Any]) -> None:
         while True:
@@ -453,6 +427,10 @@ class Node:
     async def _checkpoint(self) -> None:
         for r in [r for r in self.replicas.values() if r.checkpoint_due()]:
             await r.checkpoint()
+
+    async def _retention(self) -> None:
+        for r in list(self.replicas.values()):
+            await r.retention()
 
     # -- status and metrics --------------------------------------------------------------------------------
     def _node_fields(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..raft.peer_liveness import PeerLiveness
 from ..raft.types import HEARTBEAT_INTERVAL_MS, PeerSilent
 
 if TYPE_CHECKING:
@@ -16,23 +17,18 @@ if TYPE_CHECKING:
 class NodeLiveness:
     def __init__(self, world: "World") -> None:
         self.world = world
-        self.heard: dict[tuple[str, str], int] = {}  # (listener, speaker) -> last heard, ms
-        self.silent: set[tuple[str, str]] = set()
+        self.of: dict[str, PeerLiveness] = {}  # each node's runtime's view of the others
 
     def start(self, node_id: str) -> None:
-        self.restarted(node_id)
+        self.of[node_id] = PeerLiveness(self.world.options.election_timeout_min_ms)
         self.world.scheduler.after(HEARTBEAT_INTERVAL_MS, self._beat, node_id)
 
     def restarted(self, node_id: str) -> None:
-        """A (re)started runtime has heard from nobody yet: it gives everyone an election timeout."""
-        now = self.world.scheduler.now_ms
-        for p in self.world.nodes:
-            self.heard[(node_id, p)] = now
-            self.silent.discard((node_id, p))
+        """A restarted runtime has heard from nobody yet: it gives everyone an election timeout."""
+        self.of[node_id].restart(self.world.scheduler.now_ms)
 
     def heard_from(self, listener: str, speaker: str) -> None:
-        self.heard[(listener, speaker)] = self.world.scheduler.now_ms
-        self.silent.discard((listener, speaker))
+        self.of[listener].heard(speaker, self.world.scheduler.now_ms)
 
     def _beat(self, node_id: str) -> None:
         world = self.world
@@ -49,15 +45,11 @@ class NodeLiveness:
     def check(self, node_id: str) -> None:
         """At a tick of node_id: report each node silent for the minimum election timeout, once per silence."""
         world = self.world
-        now = world.scheduler.now_ms
-        limit = world.options.election_timeout_min_ms
         node = world.nodes[node_id]
-        for p in world.nodes:
-            key = (node_id, p)
-            if p != node_id and key not in self.silent and now - self.heard.get(key, now) > limit:
-                self.silent.add(key)
-                world.trace_line(lambda: f"{node_id}: node {p} silent")
-                if hasattr(node.core, "quiescence"):  # (not the tests' stand-in core)
-                    node.step(PeerSilent(p))
-                    if not node.alive:
-                        return
+        others = [p for p in world.nodes if p != node_id]
+        for p in self.of[node_id].newly_silent(others, world.scheduler.now_ms):
+            world.trace_line(lambda: f"{node_id}: node {p} silent")
+            if hasattr(node.core, "quiescence"):  # (not the tests' stand-in core)
+                node.step(PeerSilent(p))
+                if not node.alive:
+                    return

@@ -45,7 +45,7 @@ async def _started(tmp_path, **kw):
 def test_append_is_answered_after_durable_and_readable(tmp_path, flush):
     async def main():
         node, transport, store = await _started(tmp_path, flush=flush)
-        core = node._core
+        core = node.default.core
         s = FakeSession()
         transport.on_client_request(s, AppendRequest(41, (b"a", b"b")))
         transport.on_client_request(s, AppendRequest(42, (b"c",)))
@@ -83,7 +83,7 @@ def test_bad_input_is_refused_before_the_core(tmp_path):
         transport.on_client_request(s, AppendRequest(1, ()))
         transport.on_client_request(s, AppendRequest(2, (b"x" * 1001,)))
         assert [r.code for r in s.responses] == [ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.ENTRY_TOO_LARGE]
-        assert not any(isinstance(e, ClientAppend) for e in node._core.events)
+        assert not any(isinstance(e, ClientAppend) for e in node.default.core.events)
         transport.on_client_request(s, AppendRequest(3, (b"x" * 1000,)))  # exactly the limit is fine
         await _until(lambda: len(s.responses) == 3)
         assert s.responses[-1].code == ResponseCode.SUCCESS
@@ -99,11 +99,11 @@ def test_a_batch_that_no_push_frame_could_carry_is_refused(tmp_path):
         node, transport, _ = await _started(tmp_path, max_frame_bytes=str(2 << 20), max_push_batch_bytes=str(1 << 20))
         s = FakeSession()
         per_entry = 16 + 56  # body + record header
-        fits = (node.max_batch_stored_bytes - 20) // per_entry
+        fits = (node.default.max_batch_stored_bytes - 20) // per_entry
         transport.on_client_request(s, AppendRequest(1, (b"y" * 16,) * (fits + 1)))
         assert [r.code for r in s.responses] == [ResponseCode.ENTRY_TOO_LARGE]
         assert "split it" in s.responses[0].message
-        assert not any(isinstance(e, ClientAppend) for e in node._core.events)
+        assert not any(isinstance(e, ClientAppend) for e in node.default.core.events)
         transport.on_client_request(s, AppendRequest(2, (b"y" * 16,) * fits))
         await _until(lambda: len(s.responses) == 2)
         assert s.responses[-1].code == ResponseCode.SUCCESS
@@ -151,7 +151,7 @@ def test_store_write_failure_becomes_store_failed(tmp_path):
         transport.on_client_request(s, AppendRequest(1, (b"a",)))
         await _until(lambda: s.responses)
         assert s.responses[0].code == ResponseCode.DISK_FULL
-        assert not any(isinstance(e, (Stored, Durable)) for e in node._core.events)
+        assert not any(isinstance(e, (Stored, Durable)) for e in node.default.core.events)
         await node.stop()
     asyncio.run(main())
 
@@ -231,9 +231,9 @@ def test_retention_uses_the_lowest_watermark_on_a_leader(tmp_path):
         calls = []
         store.delete_expired = lambda now_ms, safe: calls.append((now_ms, safe)) or 0
         from quorumlog.raft.types import NodeStatus, Role
-        node._core.status = lambda: NodeStatus("n0", Role.LEADER, 1, "n0", 0, 10, 9, {"n0": 10, "n1": 4})
+        node.default.core.status = lambda: NodeStatus("n0", Role.LEADER, 1, "n0", 0, 10, 9, {"n0": 10, "n1": 4})
         await node._retention()
-        node._core.status = lambda: NodeStatus("n0", Role.FOLLOWER, 1, "n1", 0, 10, 9, {})
+        node.default.core.status = lambda: NodeStatus("n0", Role.FOLLOWER, 1, "n1", 0, 10, 9, {})
         await node._retention()
         assert [safe for _, safe in calls] == [4, 9]
         assert all(now_ms > 1_600_000_000_000 for now_ms, _ in calls)  # wall-clock ms, like segment mtimes
@@ -260,7 +260,7 @@ def test_an_exception_from_the_core_fail_stops_the_node(tmp_path, monkeypatch):
     """A core that raised may be half-stepped (issue 12): the node stops instead of stepping it again."""
     async def main():
         node, transport, store = await _started(tmp_path)
-        core = node._core
+        core = node.default.core
         real_step = core.step
 
         def step(event):
