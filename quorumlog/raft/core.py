@@ -33,8 +33,9 @@ from .membership_change import MembershipChanger, membership_producer
 from .pending import PendingRequests
 from .quiescence import Quiescence
 from .quorum_ack_checker import check_quorum_ack
+from .read_index import ReadIndex
 from .transfer import LeadershipTransfer
-from .types import (EMPTY_READY, AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable,
+from .types import (EMPTY_READY, AppendBatch, AppendRecords, ChangeMembership, ClientAppend, ClientRead, Completion, Durable,
                     Event, HardState, NodeStatus, PeerSilent, RaftConfig, Ready, Receive, Role, Stored, StoreFailed,
                     Tick, TransferLeadership)
 
@@ -94,6 +95,7 @@ class RaftCore:
         self.transfer = LeadershipTransfer(self)
         self.membership_changer = MembershipChanger(self)
         self.quiescence = Quiescence(self)
+        self.read_index = ReadIndex(self)
         # membership (raft/membership.py): the latest configuration in our log, in force as soon as it is there
         bootstrap = Membership(frozenset() if config.join else frozenset(config.peers))
         self.membership = bootstrap
@@ -289,6 +291,8 @@ class RaftCore:
             self.transfer.start(event.request_id, event.to)
         elif t is ChangeMembership:
             self.membership_changer.start(event)
+        elif t is ClientRead:
+            self.read_index.start(event.request_id)
         elif t is PeerSilent:
             quiescence.on_peer_silent(event.node_id)  # (and it woke a quiet core that needs to hear it, above)
         else:
@@ -335,7 +339,7 @@ class RaftCore:
         self._disk_full_until_ms = -(1 << 62)
         self._batch_ends = []
         self._inherited_end = self.end_index
-        self._send_heartbeats()
+        self.send_heartbeats()
         if self.end_index > self.committed_index:
             self._append_batch((NOOP_BODY,), None, noop=True)
 
@@ -367,6 +371,7 @@ class RaftCore:
         self.quiescence.awake()
         if was_leader:
             self.pending.fail_all(ResponseCode.TERM_CHANGED, leader_id, self._completions)
+            self.read_index.reset()
             self.dispatchers = {}
         if new_term or was_leader:
             self.handler.reset()
@@ -438,7 +443,7 @@ class RaftCore:
             self._follow(m)
             if member.role is not _LEADER:
                 self.follower_commit(m.committed_index, self.handler.for_current_term().matched_end)
-                self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS))
+                self.send(HeartbeatResponse(member.node_id, m.frm, member.term, _SUCCESS, m.read_seq))
                 if m.quiesce:
                     self.quiescence.on_quiesce_heartbeat(m)
         elif t is HeartbeatResponse:
@@ -446,6 +451,8 @@ class RaftCore:
                 prev_heard_ms = self.last_heard_ms[m.frm]
                 self.last_heard_ms[m.frm] = self.now_ms
                 self.dispatchers[m.frm].on_heartbeat_response(prev_heard_ms)
+                if m.read_seq and m.code == _SUCCESS:
+                    self.read_index.on_heartbeat_response(m.frm, m.read_seq)
         elif t is VoteRequest:
             if m.pre_vote:
                 self.elector.on_pre_vote_request(m)
@@ -480,6 +487,7 @@ class RaftCore:
         self.transfer.on_tick()
         if self.member.role is _LEADER:
             self.pending.expire(now_ms, self._completions)
+            self.read_index.expire(now_ms)
             if (self.end_index > self.committed_index and now_ms >= self._disk_full_until_ms
                     and not self.transfer.active and self.end_index == self.log.end_index
                     and self.log.end_term != self.member.term):
@@ -490,17 +498,18 @@ class RaftCore:
                 d.on_tick(now_ms)
             if now_ms >= self._next_heartbeat_ms:
                 quiesce = self.quiescence.leader_may_quiesce()
-                self._send_heartbeats(quiesce)
+                self.send_heartbeats(quiesce)
                 if quiesce:
                     self.quiescence.go_quiet()
         else:
             self.handler.for_current_term().on_tick(now_ms)
 
-    def _send_heartbeats(self, quiesce: bool = False) -> None:
+    def send_heartbeats(self, quiesce: bool = False) -> None:
         self._next_heartbeat_ms = self.now_ms + self.config.heartbeat_interval_ms
         node, term, committed = self.config.node_id, self.member.term, self.committed_index
+        read_seq = self.read_index.round_to_send()
         for p in self.others:
-            self.send(HeartbeatRequest(node, p, term, committed, quiesce))
+            self.send(HeartbeatRequest(node, p, term, committed, quiesce, read_seq))
 
     def schedule_heartbeat_now(self) -> None:
         self._next_heartbeat_ms = self.now_ms
@@ -675,3 +684,4 @@ class RaftCore:
         for d in self.dispatchers.values():
             d.pump()
         self.transfer.pump()
+        self.read_index.after_leader_step()

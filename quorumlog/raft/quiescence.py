@@ -51,7 +51,8 @@ class Quiescence:
     def leader_may_quiesce(self) -> bool:
         core = self.core
         cfg = core.config
-        if not cfg.quiesce or core.member.role is not Role.LEADER or core.transfer.active or len(core.pending):
+        if not cfg.quiesce or core.member.role is not Role.LEADER or core.transfer.active or len(core.pending) \
+                or len(core.read_index):
             return False
         end = core.end_index
         if not (core.committed_index == end == core.durable_index == core.log.end_index):

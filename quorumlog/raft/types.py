@@ -155,7 +155,15 @@ class PeerSilent:
     node_id: str
 
 
-Event = (Tick | Receive | ClientAppend | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership
+@dataclass(frozen=True, slots=True)
+class ClientRead:
+    """A linearizable read (raft/read_index.py): completed with SUCCESS and first_index = the read index once
+    the leader confirmed its leadership with a quorum; the runtime answers once it applied that index."""
+
+    request_id: int
+
+
+Event = (Tick | Receive | ClientAppend | ClientRead | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership
          | PeerSilent)
 
 

@@ -39,6 +39,7 @@ AnyMessage = Message | ClientRequest | ClientResponse
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
 _NONE_STR = 0xFFFF
 MAX_SHORT_STR_BYTES = 0xFFFE
 MAX_APPEND_BODIES = 1 << 20  # a sanity bound on one request's entry count (the runtime enforces its own)
@@ -46,7 +47,8 @@ MAX_APPEND_BODIES = 1 << 20  # a sanity bound on one request's entry count (the 
 _VOTE_REQ = struct.Struct(">qqqB")  # term, last_index, last_term, flags(pre_vote, leadership_transfer)
 _VOTE_RESP = struct.Struct(">qBB")  # term, result, pre_vote
 _HB_REQ = struct.Struct(">qq")  # term, committed_index
-_HB_RESP = struct.Struct(">qi")  # term, code
+_HB_RESP = struct.Struct(">qi")  # term, code; optional read round u64
+_HB_QUIESCE, _HB_READ_SEQ = 0x01, 0x02  # a heartbeat's optional flags byte
 # term, push_type, committed_index, prev_index, prev_term, first_index, last_index,
 # flags, records.first_index, records.last_index, records.size_bytes
 _PUSH_REQ = struct.Struct(">qBqqqqqBqqQ")
@@ -165,13 +167,17 @@ def _enc_vote_resp(m: VoteResponse) -> list[Buffer]:
 
 
 def _enc_hb_req(m: HeartbeatRequest) -> list[Buffer]:
-    # quiesce is one trailing byte, present only when set: a plain heartbeat is what protocol 1 sent
+    # Optional trailing fields, absent when unset so a plain heartbeat is what protocol 1 sent: a flags byte
+    # (quiesce, read round present) and the read round (u64) if flagged.
+    flags = (_HB_QUIESCE if m.quiesce else 0) | (_HB_READ_SEQ if m.read_seq else 0)
+    tail = b"" if not flags else bytes((flags,)) + (_U64.pack(m.read_seq) if m.read_seq else b"")
     return _frame(Kind.HEARTBEAT_REQUEST, _HB_REQ.pack(m.term, m.committed_index) + _short(m.frm) + _short(m.to)
-                  + (b"\x01" if m.quiesce else b""))
+                  + tail)
 
 
 def _enc_hb_resp(m: HeartbeatResponse) -> list[Buffer]:
-    return _frame(Kind.HEARTBEAT_RESPONSE, _HB_RESP.pack(m.term, m.code) + _short(m.frm) + _short(m.to))
+    return _frame(Kind.HEARTBEAT_RESPONSE, _HB_RESP.pack(m.term, m.code) + _short(m.frm) + _short(m.to)
+                  + (_U64.pack(m.read_seq) if m.read_seq else b""))
 
 
 def _enc_push_req(m: PushRequest) -> list[Buffer]:
@@ -344,19 +350,31 @@ def _dec_hb_req(p: memoryview) -> HeartbeatRequest:
     term, committed = _HB_REQ.unpack_from(p)
     r = _Reader(p, _HB_REQ.size)
     frm, to = r.short_str(), r.short_str()
-    quiesce = r.pos < len(p)
-    if quiesce and r.take(1)[0] != 1:
-        raise ProtocolError("heartbeat: the optional quiesce byte must be 1")
+    flags, read_seq = 0, 0
+    if r.pos < len(p):
+        flags = r.take(1)[0]
+        if not flags or flags & ~(_HB_QUIESCE | _HB_READ_SEQ):
+            raise ProtocolError(f"heartbeat: bad flags {flags:#x}")
+        if flags & _HB_READ_SEQ:
+            (read_seq,) = _U64.unpack(r.take(_U64.size))
+            if not read_seq:
+                raise ProtocolError("heartbeat: read round 0 is sent as no round")
     r.end()
-    return HeartbeatRequest(frm, to, term, committed, quiesce)
+    quiesce = bool(flags & _HB_QUIESCE)
+    return HeartbeatRequest(frm, to, term, committed, quiesce, read_seq)
 
 
 def _dec_hb_resp(p: memoryview) -> HeartbeatResponse:
     term, code = _HB_RESP.unpack_from(p)
     r = _Reader(p, _HB_RESP.size)
     frm, to = r.short_str(), r.short_str()
+    read_seq = 0
+    if r.pos < len(p):
+        (read_seq,) = _U64.unpack(r.take(_U64.size))
+        if not read_seq:
+            raise ProtocolError("heartbeat answer: read round 0 is sent as no round")
     r.end()
-    return HeartbeatResponse(frm, to, term, ResponseCode.of(code))
+    return HeartbeatResponse(frm, to, term, ResponseCode.of(code), read_seq)
 
 
 def _dec_push_req(p: memoryview) -> PushRequest:

@@ -70,6 +70,7 @@ class HeartbeatRequest:
     term: int
     committed_index: int
     quiesce: bool = False  # the leader goes quiet after this one (raft/quiescence.py)
+    read_seq: int = 0  # the leader's latest read round (raft/read_index.py), echoed in the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class HeartbeatResponse:
     to: str
     term: int
     code: ResponseCode
+    read_seq: int = 0  # the request's, echoed
 
 
 @dataclass(frozen=True, slots=True)

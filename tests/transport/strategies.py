@@ -39,8 +39,8 @@ opt_records = st.none() | records()
 peer_messages = st.one_of(
     st.builds(VoteRequest, ids, ids, i64, i64, i64, st.booleans(), st.booleans()),
     st.builds(VoteResponse, ids, ids, i64, st.sampled_from(list(VoteResult)), st.booleans()),
-    st.builds(HeartbeatRequest, ids, ids, i64, i64, st.booleans()),
-    st.builds(HeartbeatResponse, ids, ids, i64, codes),
+    st.builds(HeartbeatRequest, ids, ids, i64, i64, st.booleans(), u64),
+    st.builds(HeartbeatResponse, ids, ids, i64, codes, u64),
     st.builds(PushRequest, ids, ids, i64, st.sampled_from(list(PushType)), i64, i64, i64, i64, i64, opt_records),
     st.builds(PushResponse, ids, ids, i64, st.sampled_from(list(PushType)), codes, i64, i64, i64),
     st.builds(TakeLeadershipRequest, ids, ids, i64),
