@@ -56,7 +56,8 @@ class RaftCore:
         self.now_ms = now_ms
         bugs = config.planted_bugs
         unknown = bugs - {"commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
-                          "change_before_term_commit", "promote_lagging_learner"}
+                          "change_before_term_commit", "promote_lagging_learner", "read_without_quorum",
+                          "read_before_term_commit"}
         assert not unknown, f"unknown planted bugs {unknown}"
         self._bug_commit_by_count = "commit_previous_term_by_count" in bugs
         self._bug_ack_before_quorum = "ack_before_quorum" in bugs

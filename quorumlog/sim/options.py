@@ -23,7 +23,7 @@ TICK_MAX_MS = 25
 assert TICK_MAX_MS * 4 <= 100  # several ticks per heartbeat interval (types.HEARTBEAT_INTERVAL_MS)
 
 PLANTED_BUGS = ("commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
-                "change_before_term_commit", "promote_lagging_learner")
+                "change_before_term_commit", "promote_lagging_learner", "read_before_term_commit")
 
 
 def world_seed(seed: int) -> int:
@@ -86,6 +86,8 @@ class SimOptions:
     # this often for 0.6-2.5 s, so groups go quiet between bursts (and their leaders crash while quiet).
     quiesce: bool
     client_idle_ratio: float
+    linear_read_every_ms: int  # 0: off; else a reader asks a (possibly deposed) leader for a ReadIndex read
+    check_quorum: bool  # off (etcd's default) a deposed leader lingers until it hears a newer term
     planted_bugs: frozenset[str] = frozenset()
 
     @classmethod
@@ -158,6 +160,8 @@ class SimOptions:
             max_new_nodes=rng.choice((1, 2, 4)),
             quiesce=rng.random() < 0.5,
             client_idle_ratio=rng.choice((0.0, 0.05, 0.2)),
+            linear_read_every_ms=rng.choice((0, 20, 100)),
+            check_quorum=rng.random() < 0.75,
             planted_bugs=frozenset(planted_bugs),
         )
 

@@ -26,6 +26,7 @@ EXPECTED_KINDS = {
                                   "commit_without_quorum", "promotion_lagging", "log_matching", "ack_mismatch",
                                   "duplicate"},
     "promote_lagging_learner": {"promotion_lagging"},
+    "read_before_term_commit": {"stale_read"},
 }
 
 

@@ -29,6 +29,7 @@ from ..raft.types import (ChangeMembership, ClientAppend, Completion, RaftConfig
 from ..wire.messages import Message
 from .checker import Checker, Op, Violation
 from .clients import SimClient
+from .readers import LinearReader
 from .faults import FaultInjector
 from .liveness import NodeLiveness
 from .network import Network
@@ -92,7 +93,8 @@ class World:
                             max_push_batch_bytes=options.max_push_batch_bytes,
                             max_pending_pushes=options.max_pending_pushes,
                             max_wait_ack_ms=options.max_wait_ack_ms,
-                            planted_bugs=options.planted_bugs, quiesce=options.quiesce)
+                            planted_bugs=options.planted_bugs, quiesce=options.quiesce,
+                            check_quorum=options.check_quorum)
         self.nodes: dict[str, SimNode] = {}
         for node_id in self.node_ids:
             self.nodes[node_id] = SimNode(self, node_id, RaftConfig(node_id=node_id, **self._config), factory)
@@ -106,6 +108,8 @@ class World:
         self._next_request_id = 0
         self.request_owner: dict[int, tuple[SimClient, Op]] = {}
         self.request_target: dict[int, str] = {}
+        self.read_requests: dict[int, LinearReader] = {}
+        self.reader = LinearReader(self, options.linear_read_every_ms) if options.linear_read_every_ms else None
         self.transfer_requests: dict[int, str] = {}
         self.healed_at_ms = -1
         self.stable_leader_ms = -1
@@ -137,6 +141,8 @@ class World:
             self.scheduler.after(self.options.retention_every_ms, self._retention)
         if self.options.read_every_ms:
             self.scheduler.after(self.options.read_every_ms, self._read)
+        if self.reader is not None:
+            self.reader.start()
         self.scheduler.at(self.options.fault_phase_ms, self._heal)
         while not self.finished:
             handler, args = self.scheduler.pop()
@@ -169,6 +175,11 @@ class World:
         self.request_owner[self._next_request_id] = (client, op)
         return self._next_request_id
 
+    def new_read_id(self, reader: LinearReader) -> int:
+        self._next_request_id += 1
+        self.read_requests[self._next_request_id] = reader
+        return self._next_request_id
+
     def deliver_client_request(self, payload: tuple[str, ClientAppend]) -> None:
         target, event = payload
         self.request_target[event.request_id] = target
@@ -198,6 +209,9 @@ class World:
         if rid in self.transfer_requests:
             self.trace_line(lambda: f"{node.node_id} transfer req={rid} to {self.transfer_requests[rid]}: "
                                     f"{completion.code.name}")
+            return
+        if rid in self.read_requests:
+            self.read_requests.pop(rid).on_completion(node.node_id, completion)
             return
         owner = self.request_owner.get(rid)
         if owner is None:
