@@ -141,6 +141,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        minimum=0),
     _k("retention_interval_ms", 60_000, "int", "How often retention runs.",
        "DLedger checks every `cleanSpaceIntervalMs`-like period in its flush service.", minimum=10),
+    _k("snapshot_every", 10_000, "int", "A group running a state machine (the `_meta` group's key/value store) "
+       "snapshots it every this many applied entries; retention deletes only what the newest snapshot covers.",
+       "DLedger 0.3's state machine snapshots by `snapshotThreshold` (1000 entries).", minimum=1),
     # -- transport ------------------------------------------------------------------------------------------
     _k("max_frame_bytes", 64 * MIB + 64 * 1024, "int", "Largest frame on the wire; an absurd length prefix closes the connection.",
        "Not in DLedger (Netty's frame decoder limit); must exceed max_entry_bytes and max_push_batch_bytes; equal to the transport's and the client's default.",
@@ -195,6 +198,7 @@ class NodeConfig:
     disk_full_ratio: float = 0.85
     file_reserved_hours: float = 72.0
     retention_interval_ms: int = 60_000
+    snapshot_every: int = 10_000
     max_frame_bytes: int = 64 * MIB + 64 * 1024  # the transport's MAX_FRAME_BYTES
     max_connections: int = 1024
     handshake_timeout_ms: int = 5_000

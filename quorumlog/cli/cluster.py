@@ -20,6 +20,9 @@ import typer
 from rich.table import Table
 
 from ..client import Client
+from ..client.groups import META_MAX_REPLICAS, GroupAdmin
+from ..client.kv import META_GROUP
+from ..errors import QuorumLogError
 from ..codes import ResponseCode
 from ..config import ConfigError, load_config
 from ..peers import format_peers
@@ -239,7 +242,8 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         _write_json_atomic(existing, doc)
         try:
             elected = run(wait_for_leader(peers, group, procs, timeout_s))
-        except (RuntimeError, TimeoutError) as e:
+            run(bootstrap_meta(peers, group, timeout_s))
+        except (RuntimeError, TimeoutError, QuorumLogError) as e:
             logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
             sys.stderr.write(logs + "\n")
             raise _StartFailed(str(e)) from None
@@ -261,6 +265,16 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             table.add_row(n["id"], n["address"], str(n["pid"]), str(n["http_port"] or "-"), n["log_file"])
         out_console.print(table)
         out_console.print(f"peers: {peers_text}", highlight=False)
+
+
+async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_s: float) -> None:
+    """Create the `_meta` group (its key/value store, on the first up to 5 nodes) and record the nodes and the
+    first group in it."""
+    ids = list(peers)
+    async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
+        await admin.create(META_GROUP, nodes=ids[:META_MAX_REPLICAS], state_machine="kv")
+        await admin.record_nodes({nid: peers[nid] for nid in ids})
+        await admin.record_group(group, ids)  # the nodes' own group: every node hosts it
 
 
 def _remove(path: str) -> None:

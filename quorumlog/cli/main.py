@@ -11,6 +11,7 @@ from .cluster import cluster_app
 from .common import EXIT_USAGE
 from .data import append, read, status, transfer_leader
 from .groups import group_app
+from .kv import kv_app
 from .members import member_app
 from .node import node_command
 from .soak import soak
@@ -20,6 +21,7 @@ app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DL
 app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")(node_command())
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")
+app.add_typer(kv_app, name="kv")
 app.add_typer(member_app, name="member")
 app.command("status")(status)
 app.command("append")(append)

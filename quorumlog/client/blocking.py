@@ -98,6 +98,18 @@ class BlockingClient:
     def transfer_leader(self, to: str) -> str:
         return self._run(self._client.transfer_leader(to))
 
+    def kv_get(self, key: str):
+        return self._run(self._client.kv_get(key))
+
+    def kv_put(self, key: str, value: bytes, expected_version: int | None = None) -> int:
+        return self._run(self._client.kv_put(key, value, expected_version))
+
+    def kv_list(self, prefix: str = ""):
+        return self._run(self._client.kv_list(prefix))
+
+    def kv_delete(self, key: str, expected_version: int | None = None) -> int:
+        return self._run(self._client.kv_delete(key, expected_version))
+
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Flush pending appends, close connections, stop the private loop. Idempotent."""

@@ -23,7 +23,9 @@ from ..format.log_entry import decode_records
 from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
                            StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest,
                            MemberChangeResponse)
+from ..meta.kv import Change, KeyValue
 from .accumulator import Accumulator, PendingAppend
+from .kv import META_GROUP, KvCalls
 from .pool import DEFAULT_MAX_FRAME_BYTES, ConnectionPool
 from .retry import Deadline, backoff_ms, is_leader_search, is_retriable, timeout_error
 from .types import AppendResult, Entry, NodeStatus
@@ -91,6 +93,7 @@ class Client:
         self._leader_id: str | None = None
         self._discovery: asyncio.Future | None = None
         self._accumulator: Accumulator | None = None
+        self._kv_calls: KvCalls | None = None
         self._closed = False
         self._close_done = False
         self.frames_sent = 0  # AppendRequest frames sent (first tries and retries), for tests and bench
@@ -110,6 +113,8 @@ class Client:
         self._close_done = True
         if self._accumulator is not None:
             await self._accumulator.close(self.timeout_ms)
+        if self._kv_calls is not None and self._kv_calls.client is not self:
+            await self._kv_calls.client.close()
         await self._pool.close()
 
     def __del__(self) -> None:
@@ -419,6 +424,38 @@ class Client:
         self._leader_id = resp.leader_id if resp.leader_id in self.peers else to
         return self._leader_id
 
+
+    # -- the metadata store (`_meta` group; client/kv.py) -------------------------------------------
+    def _kv(self) -> KvCalls:
+        if self._kv_calls is None:
+            meta = self if self.group == META_GROUP else Client(
+                self.peers, group=META_GROUP, timeout_ms=self.timeout_ms, request_timeout_ms=self.request_timeout_ms,
+                max_retries=self.max_retries)
+            self._kv_calls = KvCalls(meta)
+        return self._kv_calls
+
+    async def kv_get(self, key: str) -> tuple[bytes, int] | None:
+        """(value, version) of `key`, or None; linearizable (the leader confirms with a quorum first)."""
+        return await self._kv().get(key)
+
+    async def kv_put(self, key: str, value: bytes, expected_version: int | None = None) -> int:
+        """Store `value` under `key`; returns its new version. `expected_version` makes it a compare-and-set
+        (0: create only); a mismatch raises MetadataVersionConflict and changes nothing."""
+        return await self._kv().put(key, value, expected_version)
+
+    async def kv_list(self, prefix: str = "") -> list[KeyValue]:
+        """Every key under `prefix`, in key order (KeyValue: key, value, version, create/mod revision)."""
+        return (await self._kv().list(prefix))[0]
+
+    async def kv_delete(self, key: str, expected_version: int | None = None) -> int:
+        """Delete `key` (compare-and-set with `expected_version`); returns the store's revision after it."""
+        return await self._kv().delete(key, expected_version)
+
+    def kv_watch(self, prefix: str = "", revision: int | None = None) -> AsyncIterator[Change]:
+        """Changes under `prefix` after `revision` (default: from now), in order, forever: `async for change in
+        client.kv_watch("nodes/")`. A change has revision, key, value (None: deleted) and version. Raises
+        WatchCompacted when the store no longer keeps changes that old (list again, watch from its revision)."""
+        return self._kv().watch(prefix, revision)
 
     async def change_member(self, change: str, node_id: str, address: str = "") -> int:
         """One membership change of the group (quorumlog/raft/membership.py): "add_learner" (with the

@@ -1,16 +1,19 @@
 """Groups across a cluster's nodes: create (placed on the least-loaded nodes, leaders spread with preferred
 leaders), list, describe, delete.
 
-Until the `_meta` group records placement, the nodes are the record: each keeps the definition of every group
-it hosts (data_dir/groups/NAME/group.json) and answers the node-level requests (GroupRequest, kinds 30/31) on a
+The nodes are the authority on what they host: each keeps the definition of every group it hosts
+(data_dir/groups/NAME/group.json) and answers the node-level requests (GroupRequest, kinds 30/31) on a
 connection opened for the group NODE_LINK. A GroupAdmin asks the nodes it is given, so it sees every group
-placed on them.
+placed on them. It also records the placement in the `_meta` group's key/value store (`nodes/ID`,
+`groups/NAME`, JSON values) for the capabilities that read it from there; a cluster without `_meta` (made
+before it existed) skips that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,9 +23,13 @@ from ..errors import GroupExists, QuorumLogError, UnknownGroup
 from ..peers import Address, format_address
 from ..transport.handshake import NODE_LINK
 from ..wire.client import GroupRequest, StatusRequest
+from .kv import META_GROUP
 from .pool import ConnectionPool
 
+log = logging.getLogger(__name__)
+
 LEADER_POLL_S = 0.05
+META_MAX_REPLICAS = 5  # the `_meta` group lives on the first up to 5 nodes (INTERFACES.md)
 
 
 @dataclass(slots=True)
@@ -65,12 +72,40 @@ class GroupAdmin:
         self.timeout_ms = timeout_ms
         self._pool = ConnectionPool(self.nodes, group=NODE_LINK, client_name="group-admin")
         self._request_id = 0
+        self._meta: Any = None
 
     async def __aenter__(self) -> "GroupAdmin":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        if self._meta is not None:
+            await self._meta.close()
         await self._pool.close()
+
+    # -- the record in `_meta` -------------------------------------------------------------------------
+    def _meta_client(self) -> Any:
+        if self._meta is None:
+            from .client import Client
+            self._meta = Client(self.nodes, group=META_GROUP, timeout_ms=self.timeout_ms)
+        return self._meta
+
+    async def record_nodes(self, nodes: dict[str, Address]) -> None:
+        for nid, address in nodes.items():
+            await self._meta_client().kv_put(f"nodes/{nid}", json.dumps({"address": format_address(address)},
+                                                                        sort_keys=True).encode())
+
+    async def record_group(self, name: str, members: list[str], mode: str = "raft") -> None:
+        await self._meta_client().kv_put(f"groups/{name}", json.dumps({"members": sorted(members), "mode": mode},
+                                                                      sort_keys=True).encode())
+
+    async def _record_quietly(self, coro: Any) -> None:
+        """Best effort: the nodes hold the truth; a cluster without `_meta` has no record to keep."""
+        try:
+            await coro
+        except UnknownGroup:
+            pass
+        except (QuorumLogError, OSError) as e:
+            log.warning("could not update the `_meta` record: %s", e)
 
     async def call(self, node_id: str, op: str, body: dict | None = None) -> dict:
         """One GroupRequest to node_id; its answer's body, or the coded error it refused with."""
@@ -97,7 +132,7 @@ class GroupAdmin:
     # -- groups --------------------------------------------------------------------------------------------
     async def create(self, name: str, *, replicas: int = 3, nodes: list[str] | None = None,
                      wait_leader: bool = True, segment_bytes: int | None = None,
-                     preallocate: bool | None = None) -> GroupPlacement:
+                     preallocate: bool | None = None, state_machine: str | None = None) -> GroupPlacement:
         """Create `name` on `nodes`, or on the `replicas` least-loaded reachable nodes; returns once it has a
         leader (its preferred leader when that one wins within the timeout). Segments are 64 MiB and sparse
         unless `segment_bytes` / `preallocate` say otherwise (server/node.py). A node that refuses undoes the
@@ -131,6 +166,8 @@ class GroupAdmin:
             definition["segment_bytes"] = segment_bytes
         if preallocate is not None:
             definition["preallocate"] = preallocate
+        if state_machine is not None:
+            definition["state_machine"] = state_machine
         created: list[str] = []
         try:
             for m in members:
@@ -145,7 +182,10 @@ class GroupAdmin:
             raise
         if not wait_leader:
             return GroupPlacement(name, members, None)
-        return await self.wait_leader(name, members, preferred)
+        placement = await self.wait_leader(name, members, preferred)
+        if name != META_GROUP:
+            await self._record_quietly(self.record_group(name, members))
+        return placement
 
     async def wait_leader(self, name: str, members: list[str], preferred: str | None = None) -> GroupPlacement:
         """Poll the members until one leads: the preferred one, or any once half the timeout has passed."""
@@ -183,6 +223,7 @@ class GroupAdmin:
                 await self.call(row["id"], "delete", {"group": name})
             except UnknownGroup:
                 pass  # deleted by an earlier attempt
+        await self._record_quietly(self._meta_client().kv_delete(f"groups/{name}"))
         return [row["id"] for row in placement.rows]
 
     async def _status_or_error(self, node_id: str) -> dict | QuorumLogError:

@@ -126,9 +126,9 @@ class KVStore:
         self._kv: dict[str, KeyValue] = {}
         self._sorted: list[str] = []  # keys in order, for prefix lists
         self.applied_index = -1
-        self.revision = 0  # the index of the last applied mutation (0: none yet)
+        self.revision = -1  # the index of the last applied mutation (-1: none yet; a log's first entry is 0)
         self._history: deque[Change] = deque(maxlen=history_limit)
-        self._compacted_through = 0  # changes at or below this revision are not in the history
+        self._compacted_through = -1  # changes at or below this revision are not in the history
 
     # -- applying committed entries --------------------------------------------------------------------
     def apply(self, index: int, body: bytes) -> Result:

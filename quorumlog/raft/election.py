@@ -121,7 +121,13 @@ class LeaderElector:
 
     # -- voting ------------------------------------------------------------------------------------
     def _log_result(self, m: VoteRequest) -> VoteResult:
-        log_view = self.core.log
+        core = self.core
+        m_cfg = core.membership
+        if m.frm in m_cfg.retired and m_cfg.index <= core.committed_index:
+            # We know its removal is committed: the voters it left can elect among themselves (a retired node
+            # campaigns only while its removal may not have committed: see RaftCore.may_campaign).
+            return VoteResult.REJECT_UNEXPECTED_LEADER
+        log_view = core.log
         my_term, my_index = log_view.end_term, log_view.end_index
         if m.last_term < my_term:
             return VoteResult.REJECT_EXPIRED_LEDGER_TERM

@@ -150,7 +150,8 @@ class Node:
         self.default.open()
         self.replicas[self.default.group] = self.default
         for name, definition in self._stored_groups():
-            replica = Replica(self, self._group_config(name, definition))
+            replica = Replica(self, self._group_config(name, definition),
+                              state_machine=definition.get("state_machine"))
             replica.open()
             self.replicas[name] = replica
         self.fsync_worker = FsyncWorker()
@@ -259,11 +260,11 @@ class Node:
             raise _Refused(ResponseCode.GROUP_EXISTS, f"group {name!r} exists on {self.config.node_id}")
         try:
             config = self._group_config(name, definition)
+            replica = Replica(self, config, state_machine=definition.get("state_machine"))
         except (ValueError, KeyError, TypeError, ConfigError) as e:
             raise _Refused(ResponseCode.BAD_REQUEST, f"bad group definition: {e}") from None
         os.makedirs(config.data_dir)
         _write_durably(os.path.join(config.data_dir, GROUP_FILE), _canonical(definition))
-        replica = Replica(self, config)
         replica.open()
         self.replicas[name] = replica
         replica.start()
@@ -479,7 +480,8 @@ class _Refused(Exception):
 
 
 def _canonical(definition: dict) -> dict:
-    keys = ("group", "peers", "preferred_leader_id", "join", "segment_bytes", "index_segment_bytes", "preallocate")
+    keys = ("group", "peers", "preferred_leader_id", "join", "segment_bytes", "index_segment_bytes", "preallocate",
+            "state_machine")
     return {k: definition[k] for k in keys if k in definition}
 
 

@@ -27,13 +27,14 @@ from ..errors import QuorumLogError
 from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
 from ..peers import parse_address
 from ..raft.types import (
-    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Durable, Ready, Receive, Role, StoreFailed, Stored,
-    Tick, TransferLeadership,
+    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Durable, Ready, Receive, Role,
+    StoreFailed, Stored, Tick, TransferLeadership,
 )
 from ..wire.client import (
-    AppendRequest, AppendResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse,
-    StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+    AppendRequest, AppendResponse, KvRequest, KvResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest,
+    ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
+from . import kv_service
 from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
 from .hard_state import load_hard_state, save_hard_state
@@ -56,10 +57,11 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer" | "member"
+    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write"
     received_s: float
     count: int = 0
     size_bytes: int = 0
+    request: Any = None  # the KvRequest of a kv kind
 
 
 class Replica:
@@ -67,8 +69,13 @@ class Replica:
     `store` and `core_factory` are injectable for tests."""
 
     def __init__(self, host: Any, config: NodeConfig, *, store: Any = None,
-                 core_factory: Callable[..., Any] | None = None) -> None:
+                 core_factory: Callable[..., Any] | None = None, state_machine: str | None = None) -> None:
+        if state_machine not in (None, "kv"):
+            raise ValueError(f"unknown state machine {state_machine!r} (known: kv)")
         self.host = host
+        self.state_machine = state_machine
+        self.sm: Any = None  # StateMachineHost (state_machine_host.py) when the group runs one
+        self.kv = kv_service.KvService(self)
         self.config = config
         self.group = config.group
         self.store = store
@@ -112,6 +119,10 @@ class Replica:
                  " (async: acks before fsync, like DLedger's default; a power loss can lose acked entries)"
                  if not self.sync_flush else "")
         self.notifier.advance(self.store.committed_index)
+        if self.state_machine == "kv":
+            from .state_machine_host import StateMachineHost
+            self.sm = StateMachineHost(cfg.data_dir, self.store, snapshot_every=cfg.snapshot_every)
+            self.sm.on_commit(self.store.committed_index)  # replay what the newest snapshot does not hold
         self._links_from_peers()
 
     def start(self) -> None:
@@ -179,6 +190,7 @@ class Replica:
             self._answer_pending(p, ResponseCode.TERM_CHANGED if p.kind == "append" else ResponseCode.TIMEOUT,
                                  message="node shutting down")
         self._pending.clear()
+        self.kv.close()
         if self.store is not None:
             self.store.close()
 
@@ -266,6 +278,8 @@ class Replica:
             committed = min(ready.committed_index, store.end_index)
             store.set_committed_index(committed)
             self.notifier.advance(committed)
+            if self.sm is not None:
+                self.kv.on_commit(committed)
 
     def _write(self, appends) -> int | None:
         """Write the Ready's appends to the store (page cache); None if the store refused."""
@@ -358,6 +372,8 @@ class Replica:
                                                  c.last_index, c.term))
         elif p.kind == "member":
             self._send(p.session, MemberChangeResponse(p.client_request_id, c.code, c.leader_id, c.first_index))
+        elif p.kind in ("kv_read", "kv_write"):
+            self.kv.completed(p, c)
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
 
@@ -366,6 +382,8 @@ class Replica:
             self._send(p.session, AppendResponse(p.client_request_id, code, message=message))
         elif p.kind == "member":
             self._send(p.session, MemberChangeResponse(p.client_request_id, code, message=message))
+        elif p.kind in ("kv_read", "kv_write"):
+            self._send(p.session, KvResponse(p.client_request_id, code, message=message))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
 
@@ -387,6 +405,8 @@ class Replica:
             self._client_append(session, request)
         elif isinstance(request, ReadRequest):
             return self._client_read(session, request)  # the transport tracks it (and cancels it on close)
+        elif isinstance(request, KvRequest):
+            return self.kv.on_request(session, request)
         elif isinstance(request, StatusRequest):
             self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                                json.dumps(self.host.status(self)).encode()))
@@ -503,6 +523,8 @@ class Replica:
         safe = st.committed_index
         if st.role == Role.LEADER and st.watermarks:
             safe = min(safe, *st.watermarks.values())
+        if self.sm is not None:
+            safe = self.sm.retention_limit(safe)  # a member that needs what was deleted gets the snapshot
         async with self.committer.io_lock:
             removed = await asyncio.to_thread(delete_expired, int(time.time() * 1000), safe)
         if removed:
@@ -534,6 +556,7 @@ class Replica:
             "waiting_reads": self.notifier.waiting,
             "fsyncs": self.committer.fsyncs if self.committer else 0,
             "store_bytes": self.dir_bytes(),
+            **({"state_machine": self.kv.status()} if self.sm is not None else {}),
         }
 
     def dir_bytes(self) -> int:

@@ -25,7 +25,7 @@ from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse,
+    GroupResponse, KvItem, KvRequest, KvResponse,
 )
 from ..wire.messages import (
     HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
@@ -67,6 +67,11 @@ _TRANSFER_RESP = struct.Struct(">Qi")
 _MEMBER_REQ = struct.Struct(">Q")
 _MEMBER_RESP = struct.Struct(">Qiq")
 _GROUP_REQ = struct.Struct(">QI")  # request_id, body size; then op (short), body
+# request_id, expected_version, revision, wait_ms, client_id, seq, value size; then op, key, value
+_KV_REQ = struct.Struct(">QqqqQqI")
+# request_id, code, version, revision, item count, data size; leader_id, message, items, data
+_KV_RESP = struct.Struct(">QiqqII")
+_KV_ITEM = struct.Struct(">qqqBI")  # version, create_revision, mod_revision, has_value, value size; key, value
 _GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, message (text)
 
 _FLAG_PRE_VOTE = 1
@@ -263,6 +268,23 @@ def _enc_group_resp(m: GroupResponse) -> list[Buffer]:
                   + _text(m.message))
 
 
+def _enc_kv_req(m: KvRequest) -> list[Buffer]:
+    return _frame(Kind.KV_REQUEST, _KV_REQ.pack(m.request_id, m.expected_version, m.revision, m.wait_ms,
+                                                m.client_id, m.seq, len(m.value))
+                  + _short(m.op) + _text(m.key) + bytes(m.value))
+
+
+def _enc_kv_resp(m: KvResponse) -> list[Buffer]:
+    parts = [_KV_RESP.pack(m.request_id, m.code, m.version, m.revision, len(m.items), len(m.data)),
+             _short(m.leader_id), _text(m.message)]
+    for it in m.items:
+        value = it.value if it.value is not None else b""
+        parts += [_KV_ITEM.pack(it.version, it.create_revision, it.mod_revision, it.value is not None, len(value)),
+                  _text(it.key), bytes(value)]
+    parts.append(bytes(m.data))
+    return _frame(Kind.KV_RESPONSE, b"".join(parts))
+
+
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     VoteRequest: _enc_vote_req,
     VoteResponse: _enc_vote_resp,
@@ -283,6 +305,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     MemberChangeResponse: _enc_member_resp,
     GroupRequest: _enc_group_req,
     GroupResponse: _enc_group_resp,
+    KvRequest: _enc_kv_req,
+    KvResponse: _enc_kv_resp,
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -296,6 +320,7 @@ KIND_OF: dict[type, Kind] = {
     TransferLeaderRequest: Kind.TRANSFER_LEADER_REQUEST, TransferLeaderResponse: Kind.TRANSFER_LEADER_RESPONSE,
     MemberChangeRequest: Kind.MEMBER_CHANGE_REQUEST, MemberChangeResponse: Kind.MEMBER_CHANGE_RESPONSE,
     GroupRequest: Kind.GROUP_REQUEST, GroupResponse: Kind.GROUP_RESPONSE,
+    KvRequest: Kind.KV_REQUEST, KvResponse: Kind.KV_RESPONSE,
 }
 
 
@@ -525,6 +550,34 @@ def _dec_group_resp(p: memoryview) -> GroupResponse:
     return GroupResponse(request_id, ResponseCode.of(code), body, message)
 
 
+def _dec_kv_req(p: memoryview) -> KvRequest:
+    request_id, expected, revision, wait_ms, client_id, seq, n = _KV_REQ.unpack_from(p)
+    r = _Reader(p, _KV_REQ.size)
+    op = r.short_str()
+    key = r.text()
+    value = bytes(r.take(n))
+    r.end()
+    return KvRequest(request_id, op, key, value, expected, revision, wait_ms, client_id, seq)
+
+
+def _dec_kv_resp(p: memoryview) -> KvResponse:
+    request_id, code, version, revision, count, n = _KV_RESP.unpack_from(p)
+    r = _Reader(p, _KV_RESP.size)
+    leader_id = r.short()
+    message = r.text()
+    items = []
+    for _ in range(count):
+        (ver, create, mod, has_value, size) = _KV_ITEM.unpack_from(r.take(_KV_ITEM.size))
+        if has_value > 1 or (not has_value and size):
+            raise ProtocolError("kv item: bad value flag")
+        key = r.text()
+        value = bytes(r.take(size))
+        items.append(KvItem(key, value if has_value else None, ver, create, mod))
+    data = bytes(r.take(n))
+    r.end()
+    return KvResponse(request_id, ResponseCode.of(code), leader_id, version, revision, tuple(items), data, message)
+
+
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.VOTE_REQUEST: _dec_vote_req,
     Kind.VOTE_RESPONSE: _dec_vote_resp,
@@ -545,6 +598,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.MEMBER_CHANGE_RESPONSE: _dec_member_resp,
     Kind.GROUP_REQUEST: _dec_group_req,
     Kind.GROUP_RESPONSE: _dec_group_resp,
+    Kind.KV_REQUEST: _dec_kv_req,
+    Kind.KV_RESPONSE: _dec_kv_resp,
 }
 
 

@@ -33,11 +33,14 @@ class Kind(IntEnum):
     MEMBER_CHANGE_RESPONSE = 29
     GROUP_REQUEST = 30
     GROUP_RESPONSE = 31
+    KV_REQUEST = 32
+    KV_RESPONSE = 33
 
 
 PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.TAKE_LEADERSHIP_REQUEST + 1))
 CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
-                                  Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST})
+                                  Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST,
+                                  Kind.KV_REQUEST})
 CLIENT_RESPONSE_KINDS = frozenset({Kind.APPEND_RESPONSE, Kind.READ_RESPONSE, Kind.STATUS_RESPONSE,
                                    Kind.TRANSFER_LEADER_RESPONSE, Kind.MEMBER_CHANGE_RESPONSE,
-                                   Kind.GROUP_RESPONSE})
+                                   Kind.GROUP_RESPONSE, Kind.KV_RESPONSE})

@@ -121,7 +121,49 @@ class GroupResponse:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class KvItem:
+    """A key as a list or get answers it, or one change as a watch does (value None: deleted)."""
+
+    key: str
+    value: bytes | None
+    version: int
+    create_revision: int
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class KvRequest:
+    """The metadata store (meta/kv.py) of the group the connection named, normally `_meta`. op "get" (key),
+    "list" (key = prefix), "put" (key, value, expected_version), "delete" (key, expected_version), "watch"
+    (key = prefix; changes after `revision`, held up to wait_ms while there are none) and "snapshot" (the
+    state machine's snapshot, for a member whose log was reset past what it applied). expected_version -1:
+    unconditional; 0: the key must not exist."""
+
+    request_id: int
+    op: str
+    key: str = ""
+    value: bytes = b""
+    expected_version: int = -1
+    revision: int = 0
+    wait_ms: int = 0
+    client_id: int = 0  # put/delete: the client's producer id and sequence, so a retry is applied once
+    seq: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class KvResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None
+    version: int = 0  # put/delete: the key's version after it (or as found, on METADATA_VERSION_CONFLICT)
+    revision: int = 0  # the store's revision the answer reflects (watch: resume after it)
+    items: tuple[KvItem, ...] = ()
+    data: bytes = b""  # snapshot
+    message: str = ""
+
+
 ClientRequest = (AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
-                 | GroupRequest)
+                 | GroupRequest | KvRequest)
 ClientResponse = (AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse
-                  | GroupResponse)
+                  | GroupResponse | KvResponse)

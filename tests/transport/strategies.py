@@ -11,7 +11,7 @@ from quorumlog.format.log_entry import Records
 from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse,
+    GroupResponse, KvItem, KvRequest, KvResponse,
 )
 from quorumlog.wire.messages import (
     HeartbeatRequest, HeartbeatResponse, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
@@ -59,6 +59,10 @@ client_messages = st.one_of(
     st.builds(MemberChangeResponse, u64, codes, st.none() | ids, small, texts),
     st.builds(GroupRequest, u64, ids, st.binary(max_size=300)),
     st.builds(GroupResponse, u64, codes, st.binary(max_size=300), texts),
+    st.builds(KvRequest, u64, ids, texts, st.binary(max_size=300), i64, i64, i64, u64, i64),
+    st.builds(KvResponse, u64, codes, st.none() | ids, i64, i64,
+              st.lists(st.builds(KvItem, texts, st.none() | st.binary(max_size=50), i64, i64, i64),
+                       max_size=4).map(tuple), st.binary(max_size=100), texts),
 )
 
 messages = st.one_of(peer_messages, client_messages)

@@ -1,0 +1,193 @@
+"""The key/value requests of a group that runs the KV state machine (the `_meta` group), on one replica.
+
+- get, list: linearizable. The core confirms a ReadIndex (raft/read_index.py); the answer waits until this
+  replica applied that index, then reads the state machine.
+- put, delete: one log entry each (meta/kv.py's command), with the client's producer id and sequence so a
+  retry is deduplicated by the core; answered with the result that entry produced once applied.
+- watch: changes after a revision under a prefix, held while there are none (long poll); served by the
+  member asked, in log order, so a client resuming from its last revision misses nothing.
+- snapshot: this member's state, for a member that must install one (state_machine_host.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..codes import ResponseCode
+from ..errors import BadRequest, QuorumLogError, WatchCompacted
+from ..meta.kv import encode_delete, encode_put
+from ..raft.types import ClientAppend, ClientRead, Completion
+from ..transport.client_connection import ClientConnection
+from ..wire.client import KvItem, KvRequest, KvResponse
+
+if TYPE_CHECKING:
+    from .replica import Replica, _Pending
+
+log = logging.getLogger(__name__)
+
+MAX_WATCH_WAIT_MS = 60_000
+SNAPSHOT_FETCH_TIMEOUT_MS = 10_000
+SNAPSHOT_RETRY_S = 0.2
+
+
+class KvService:
+    def __init__(self, replica: "Replica") -> None:
+        self.replica = replica
+        self._tasks: set[asyncio.Task] = set()
+        self._installing = False
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- requests ------------------------------------------------------------------------------------------
+    def on_request(self, session: Any, req: KvRequest) -> Any:
+        r = self.replica
+        sm = r.sm
+
+        def answer(code: ResponseCode, message: str = "", **fields: Any) -> None:
+            r._send(session, KvResponse(req.request_id, code, message=message, **fields))
+
+        if sm is None:
+            return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} runs no key/value store (the `_meta` "
+                                                    f"group does)")
+        if r.stopping:
+            return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
+        op = req.op
+        if op == "snapshot":
+            index, data = sm.runner.take_snapshot()
+            return answer(ResponseCode.SUCCESS, revision=index, data=data)
+        if op == "watch":
+            return self._watch(session, req)
+        if op in ("get", "list"):
+            if op == "get" and not req.key:
+                return answer(ResponseCode.BAD_REQUEST, "get: empty key")
+            rid = r._new_request_id()
+            r._pending[rid] = _pending(r, session, req, "kv_read")
+            r.step(ClientRead(rid))
+            return None
+        if op in ("put", "delete"):
+            expected = None if req.expected_version == -1 else req.expected_version
+            try:
+                body = (encode_put(req.key, req.value, expected) if op == "put"
+                        else encode_delete(req.key, expected))
+            except BadRequest as e:
+                return answer(ResponseCode.BAD_REQUEST, f"{op}: {e}")
+            rid = r._new_request_id()
+            r._pending[rid] = _pending(r, session, req, "kv_write")
+            r.step(ClientAppend(rid, (body,), req.client_id, req.seq))
+            return None
+        return answer(ResponseCode.BAD_REQUEST, f"unknown kv op {op!r} (get, list, put, delete, watch)")
+
+    async def _watch(self, session: Any, req: KvRequest) -> None:
+        sm = self.replica.sm
+        wait_s = min(max(req.wait_ms, 0), MAX_WATCH_WAIT_MS) / 1000
+        try:
+            changes = await sm.wait_change(req.revision, req.key, wait_s)
+        except WatchCompacted as e:
+            self.replica._send(session, KvResponse(req.request_id, ResponseCode.WATCH_COMPACTED,
+                                                   revision=sm.kv.revision, message=str(e)))
+            return
+        items = tuple(KvItem(c.key, c.value, c.version, 0, c.revision) for c in changes)
+        revision = changes[-1].revision if changes else max(req.revision, sm.kv.revision)
+        self.replica._send(session, KvResponse(req.request_id, ResponseCode.SUCCESS, revision=revision,
+                                               items=items))
+
+    def completed(self, p: "_Pending", c: Completion) -> None:
+        if c.code != ResponseCode.SUCCESS:
+            self.replica._send(p.session, KvResponse(p.client_request_id, c.code, c.leader_id))
+            return
+        self._spawn(self._answer_applied(p, c.last_index))
+
+    async def _answer_applied(self, p: "_Pending", index: int) -> None:
+        r = self.replica
+        sm = r.sm
+        await sm.wait_applied(index)
+        req: KvRequest = p.request
+        kv = sm.kv
+        if p.kind == "kv_read":
+            found = [kv.get(req.key)] if req.op == "get" else kv.list(req.key)
+            items = tuple(KvItem(x.key, x.value, x.version, x.create_revision, x.mod_revision)
+                          for x in found if x is not None)
+            r._send(p.session, KvResponse(p.client_request_id, ResponseCode.SUCCESS, revision=kv.revision,
+                                          items=items))
+            return
+        result = sm.result_of(index)
+        if result is None:
+            # a retry of a write applied long ago (deduplicated by the core): its result is no longer kept
+            current = kv.get(req.key)
+            r._send(p.session, KvResponse(p.client_request_id, ResponseCode.SUCCESS,
+                                          version=current.version if current else 0, revision=kv.revision))
+            return
+        r.metrics.count_request(result.code.name)
+        r._send(p.session, KvResponse(p.client_request_id, result.code, version=result.version,
+                                      revision=result.revision,
+                                      message="" if result.code == ResponseCode.SUCCESS else
+                                      f"{req.op} {req.key!r}: version is {result.version}"))
+
+    # -- applying, snapshots -------------------------------------------------------------------------------
+    def on_commit(self, committed: int) -> None:
+        sm = self.replica.sm
+        if sm.on_commit(committed):
+            self._spawn(sm.save_snapshot())
+        if sm.needs_snapshot and not self._installing:
+            self._installing = True
+            self._spawn(self._install_snapshot())
+
+    async def _install_snapshot(self) -> None:
+        """Fetch the leader's snapshot until one covers what our log lacks, then apply on from it."""
+        r = self.replica
+        try:
+            while r.sm.needs_snapshot and not r.stopping:
+                leader = r.core.leader_id
+                address = r.links.get(leader) if leader else None
+                if address is None:
+                    await asyncio.sleep(SNAPSHOT_RETRY_S)
+                    continue
+                try:
+                    conn = await ClientConnection.open(*address, group=r.group,
+                                                       client_name=f"{r.config.node_id}-snapshot")
+                    try:
+                        resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot"),
+                                               SNAPSHOT_FETCH_TIMEOUT_MS)
+                    finally:
+                        await conn.close()
+                    if resp.code != ResponseCode.SUCCESS:
+                        raise QuorumLogError.for_code(resp.code, resp.message)
+                    started = time.perf_counter()
+                    await r.sm.install(resp.data)
+                    log.warning("snapshot installed node=%s group=%s from=%s applied=%d bytes=%d in %.3f s",
+                                r.config.node_id, r.group, leader, r.sm.applied_index, len(resp.data),
+                                time.perf_counter() - started)
+                except (QuorumLogError, OSError) as e:
+                    log.warning("snapshot fetch from %s failed node=%s group=%s: %s", leader, r.config.node_id,
+                                r.group, e)
+                    await asyncio.sleep(SNAPSHOT_RETRY_S)
+                    continue
+                if r.sm.needs_snapshot:  # the leader's was older than our gap: ask again shortly
+                    await asyncio.sleep(SNAPSHOT_RETRY_S)
+        finally:
+            self._installing = False
+        if not r.stopping:
+            self.on_commit(r.store.committed_index)
+
+    def status(self) -> dict[str, Any]:
+        sm = self.replica.sm
+        return {"kind": "kv", "applied_index": sm.applied_index, "snapshot_index": sm.runner.snapshot_index,
+                "revision": sm.kv.revision, "keys": len(sm.kv.list()), "snapshots_installed": sm.installs,
+                "needs_snapshot": sm.needs_snapshot}
+
+    def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        if self.replica.sm is not None:
+            self.replica.sm.close()
+
+
+def _pending(r: "Replica", session: Any, req: KvRequest, kind: str) -> "_Pending":
+    from .replica import _Pending
+    return _Pending(session, req.request_id, kind, time.perf_counter(), request=req)
