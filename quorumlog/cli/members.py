@@ -48,9 +48,12 @@ async def _host_joining(t: Target, node_id: str, address: str, timeout_s: float)
         if node_id in placement.members:
             return
         members = {m: format_address(nodes[m]) for m in placement.members if m in nodes}
+        definition = {"group": t.group, "peers": {**members, node_id: address}, "join": True}
+        machine = next((r["state_machine"]["kind"] for r in placement.rows if r.get("state_machine")), None)
+        if machine:
+            definition["state_machine"] = machine  # (the `_meta` group's copy runs its key/value store too)
         try:
-            await admin.call(node_id, "create", {"group": t.group, "peers": {**members, node_id: address},
-                                                 "join": True})
+            await admin.call(node_id, "create", definition)
         except GroupExists:
             pass
 
