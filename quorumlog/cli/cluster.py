@@ -20,8 +20,7 @@ import typer
 from rich.table import Table
 
 from ..client import Client
-from ..client.groups import META_MAX_REPLICAS, GroupAdmin
-from ..client.kv import META_GROUP
+from ..client.groups import GroupAdmin
 from ..errors import QuorumLogError
 from ..codes import ResponseCode
 from ..config import ConfigError, load_config
@@ -270,11 +269,9 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
 async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_s: float) -> None:
     """Create the `_meta` group (its key/value store, on the first up to 5 nodes) and record the nodes and the
     first group in it."""
-    ids = list(peers)
     async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
-        await admin.create(META_GROUP, nodes=ids[:META_MAX_REPLICAS], state_machine="kv")
-        await admin.record_nodes({nid: peers[nid] for nid in ids})
-        await admin.record_group(group, ids)  # the nodes' own group: every node hosts it
+        await admin.create_meta()
+        await admin.record_group(group, list(peers))  # the nodes' own group: every node hosts it
 
 
 def _remove(path: str) -> None:

@@ -8,6 +8,7 @@ and coalescing of concurrent `append()` calls into few AppendRequest frames, man
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import secrets
@@ -16,8 +17,8 @@ from typing import AsyncIterator, Iterable, Sequence
 
 from ..codes import ResponseCode
 from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexOutOfRange, NetworkError, NotLeader,
-                      QuorumLogError)
-from ..peers import Address, parse_peers
+                      QuorumLogError, UnknownGroup)
+from ..peers import Address, parse_address, parse_peers
 from ..format.log_entry import Records
 from ..format.log_entry import decode_records
 from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
@@ -94,6 +95,7 @@ class Client:
         self._discovery: asyncio.Future | None = None
         self._accumulator: Accumulator | None = None
         self._kv_calls: KvCalls | None = None
+        self._located = False  # the `_meta` lookup of the group's members was tried (_locate_group)
         self._closed = False
         self._close_done = False
         self.frames_sent = 0  # AppendRequest frames sent (first tries and retries), for tests and bench
@@ -302,8 +304,34 @@ class Client:
             for t in tasks:
                 t.cancel()
         if best is None and fatal is not None:
+            if isinstance(fatal, UnknownGroup) and not self._located and await self._locate_group():
+                return await self._discover_leader()
             raise fatal
         return best[1] if best else None
+
+    async def _locate_group(self) -> bool:
+        """None of our peers hosts the group: look its members up in the `_meta` group's record (`groups/NAME`,
+        `nodes/ID`, kept by `group create`) and add them to our peers. Once per client."""
+        self._located = True
+        if self.group == META_GROUP:
+            return False
+        try:
+            kv = self._kv()
+            record = await kv.get(f"groups/{self.group}")
+            if record is None:
+                return False
+            added = False
+            for nid in json.loads(record[0])["members"]:
+                node = await kv.get(f"nodes/{nid}") if nid not in self.peers else None
+                if node is not None:
+                    self.peers[nid] = parse_address(json.loads(node[0])["address"], what=f"node {nid!r}")
+                    added = True
+            if added:
+                log.info("group %s located through _meta: members %s", self.group, sorted(self.peers))
+            return added
+        except (QuorumLogError, ValueError, KeyError, TypeError) as e:
+            log.debug("cannot locate group %s through _meta: %s", self.group, e)
+            return False
 
     # -- reads -------------------------------------------------------------------------------------
     async def read_records(self, start: int, *, end: int = -1, max_bytes: int = DEFAULT_READ_MAX_BYTES,

@@ -89,6 +89,13 @@ class GroupAdmin:
             self._meta = Client(self.nodes, group=META_GROUP, timeout_ms=self.timeout_ms)
         return self._meta
 
+    async def create_meta(self, *, segment_bytes: int | None = None) -> GroupPlacement:
+        """Create the `_meta` group (its key/value store) on the first up to 5 nodes and record every node."""
+        placement = await self.create(META_GROUP, nodes=list(self.nodes)[:META_MAX_REPLICAS], state_machine="kv",
+                                      segment_bytes=segment_bytes)
+        await self.record_nodes(self.nodes)
+        return placement
+
     async def record_nodes(self, nodes: dict[str, Address]) -> None:
         for nid, address in nodes.items():
             await self._meta_client().kv_put(f"nodes/{nid}", json.dumps({"address": format_address(address)},

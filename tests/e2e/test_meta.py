@@ -1,5 +1,6 @@
-"""Issue 13, the `_meta` group with real processes: its key/value store answers linearizable reads and
-compare-and-set through a kill -9 of its leader, a watch sees every change once and in order across the
+"""Issue 13, the `_meta` group with real processes: a client that knows one node finds a group that node does
+not host through `_meta`'s record; the key/value store answers linearizable reads and compare-and-set
+through a kill -9 of its leader, a watch sees every change once and in order across the
 failover; with snapshots and real retention, a member added after the log was deleted installs the leader's
 snapshot and ends with the same state."""
 
@@ -15,7 +16,7 @@ from quorumlog.cli.members import add_member
 from quorumlog.client import Client
 from quorumlog.client.groups import GroupAdmin
 from quorumlog.errors import MetadataVersionConflict
-from quorumlog.peers import parse_peers
+from quorumlog.peers import format_address, parse_peers
 from quorumlog.soak.processes import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -31,7 +32,7 @@ async def _create_meta(cluster: Cluster, segment_bytes: int | None = None) -> di
         while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
             assert time.monotonic() < deadline, "nodes never answered"
             await asyncio.sleep(0.1)
-        await admin.create("_meta", nodes=list(nodes), state_machine="kv", segment_bytes=segment_bytes)
+        await admin.create_meta(segment_bytes=segment_bytes)  # as `cluster up` does
 
 
 async def _meta_rows(cluster: Cluster, nodes: list[str]) -> dict[str, dict]:
@@ -47,6 +48,13 @@ def test_kv_is_linearizable_through_a_kill_9_of_its_leader_and_watch_misses_noth
 
     async def main() -> None:
         await _create_meta(cluster)
+        nodes = parse_peers(cluster.peers)
+        async with GroupAdmin(nodes, timeout_ms=20_000) as admin:
+            await admin.create("elsewhere", nodes=["n1", "n2"])  # recorded in _meta as groups/elsewhere
+        # a client that knows only n0, which does not host the group, finds its members through _meta
+        async with Client(f"n0={format_address(nodes['n0'])}", group="elsewhere", timeout_ms=15_000) as c:
+            assert (await c.append(b"found")).index >= 0
+            assert set(c.peers) == {"n0", "n1", "n2"}
         async with Client(cluster.peers, timeout_ms=15_000, request_timeout_ms=1_000) as client:
             assert await client.kv_put("w/0", b"v0", expected_version=0) == 1
             with pytest.raises(MetadataVersionConflict):
@@ -135,7 +143,7 @@ def test_a_member_added_after_retention_installs_the_leaders_snapshot(tmp_path):
                 await asyncio.sleep(0.2)
             assert rows[new.node_id]["state_machine"]["snapshots_installed"] >= 1
             assert rows[new.node_id]["begin_index"] > 0  # it never had the deleted log
-            assert sm[new.node_id][1] == 101
+            assert sm[new.node_id][1] == 100 + 1 + 3  # k/000..099, k/last and the nodes/ records
             assert (await client.kv_get("k/099"))[0].startswith(b"399:")
         assert "installed a snapshot" in new.log_text()
 
