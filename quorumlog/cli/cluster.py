@@ -24,8 +24,9 @@ from ..client.groups import GroupAdmin
 from ..errors import QuorumLogError
 from ..codes import ResponseCode
 from ..config import ConfigError, load_config
-from ..peers import format_peers
-from .common import CLUSTER_FILE, JsonOpt, die, out_console, print_json, run, setup_logging, usage
+from ..peers import format_address, format_peers
+from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, run, setup_logging,
+                     usage)
 
 cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_is_help=True)
 
@@ -387,6 +388,7 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     nodes.append(node_doc)
     doc["peers"] = peers_text
     _write_json_atomic(path, doc)
+    run(_record(peers, lambda admin: admin.record_nodes({node_id: (host, port)})))
     result = {"id": node_id, "address": node_doc["address"], "pid": proc.pid}
     if json_out:
         print_json(result)
@@ -399,9 +401,14 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
 def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory given to `cluster up`"),
                 node_id: str = typer.Option(..., "--id", help="The node to stop and forget"),
                 grace_s: float = typer.Option(STOP_GRACE_S, "--grace-s", min=0, help="SIGKILL after this long"),
+                drain: bool = typer.Option(False, "--drain", help="First move each of its replicas to the "
+                                           "least-loaded node not hosting that group (member add there, then "
+                                           "member remove here)"),
+                timeout_s: float = typer.Option(120.0, "--timeout-s", min=1, help="Per group moved (--drain)"),
                 json_out: bool = JsonOpt) -> None:
     """Stop a node that no group has as a member any more and drop it from cluster.json (its id is retired).
-    Refused with NODE_IN_USE while it is a voter or learner: `quorumlog member remove --node ID` first."""
+    Refused with NODE_IN_USE while it is a voter or learner of any group: `quorumlog member remove --group G
+    --node ID` first, or --drain."""
     setup_logging()
     data_dir = os.path.abspath(data_dir)
     path, doc = _read_doc(data_dir)
@@ -413,28 +420,74 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
     peers = parse_peers(doc["peers"])
 
     async def members() -> dict:
-        others = {k: v for k, v in peers.items() if k != node_id} or peers
-        async with Client(others, group=doc["group"], request_timeout_ms=1_000, timeout_ms=5_000) as c:
+        # every node is asked (the one leaving may be the leader; a dead one just does not answer)
+        async with Client(peers, group=doc["group"], request_timeout_ms=1_000, timeout_ms=5_000) as c:
             return await _membership(c)
 
     m = run(members())
     if m["leader"] is None:
         die(f"{ResponseCode.NOT_LEADER.name}: group {doc['group']} has no leader: cannot tell whether {node_id} "
             f"is still a member")
+    in_use = run(_groups_using(peers, node_id))
     if node_id in m["voters"] or node_id in m["learners"]:
-        die(f"{ResponseCode.NODE_IN_USE.name}: {node_id} is a member of group {doc['group']}; run `quorumlog "
-            f"member remove --cluster {data_dir} --node {node_id}` first")
+        in_use = sorted({doc["group"], *in_use})
+    moved: dict[str, str] = {}
+    if in_use and drain:
+        moved = run(_drain(peers, node_id, in_use, timeout_s))
+        in_use = run(_groups_using(peers, node_id))
+    if in_use:
+        die(f"{ResponseCode.NODE_IN_USE.name}: {node_id} is a member of group {', '.join(in_use)}; run `quorumlog "
+            f"member remove --cluster {data_dir} --group G --node {node_id}` for each first")
     stopped, killed = _stop_pids([node], grace_s)
     doc["nodes"] = [n for n in doc["nodes"] if n["id"] != node_id]
     doc["retired"] = sorted(set(doc.get("retired", [])) | {node_id})
     peers.pop(node_id, None)
     doc["peers"] = format_peers(peers)
     _write_json_atomic(path, doc)
-    result = {"id": node_id, "stopped": bool(stopped), "killed": bool(killed)}
+    run(_record(peers, lambda admin: admin.forget_node(node_id)))
+    result = {"id": node_id, "stopped": bool(stopped), "killed": bool(killed), "moved": moved}
     if json_out:
         print_json(result)
     else:
         out_console.print(f"{node_id}: {'killed' if killed else 'stopped'}, removed from {path}", highlight=False)
+
+
+async def _groups_using(peers: dict, node_id: str) -> list[str]:
+    """The groups whose leader has node_id as a voter or learner."""
+    async with GroupAdmin(peers, timeout_ms=5_000) as admin:
+        statuses = await admin.cluster_status()
+    return sorted({g["group"] for s in statuses.values() if isinstance(s, dict) for g in s["groups"]
+                   if g["role"] == "leader" and (node_id in g["voters"] or node_id in g["learners"])})
+
+
+async def _drain(peers: dict, node_id: str, groups: list[str], timeout_s: float) -> dict[str, str]:
+    """Move node_id's replica of each group to the least-loaded live node not hosting it; returns group -> node.
+    Refused (NODE_IN_USE) for a group no other node can take."""
+    from .members import add_member, record_members, remove_member
+    moved: dict[str, str] = {}
+    for group in groups:
+        async with GroupAdmin(peers, timeout_ms=10_000) as admin:
+            statuses = {n: s for n, s in (await admin.cluster_status()).items() if isinstance(s, dict)}
+        members = {m for s in statuses.values() for g in s["groups"] if g["group"] == group and g["role"] == "leader"
+                   for m in (*g["voters"], *g["learners"])}
+        candidates = sorted((n for n in statuses if n != node_id and n not in members),
+                            key=lambda n: (len(statuses[n]["groups"]), n))
+        if not candidates:
+            die(f"{ResponseCode.NODE_IN_USE.name}: no live node to move {node_id}'s replica of group {group} to "
+                f"(add one with `cluster add-node`)")
+        to = candidates[0]
+        target = Target(peers, group)
+        await record_members(target, await add_member(target, to, format_address(peers[to]), timeout_s))
+        await record_members(target, await remove_member(target, node_id, timeout_s))
+        moved[group] = to
+        err_console.print(f"{group}: replica moved {node_id} -> {to}", highlight=False)  # (stdout: the result)
+    return moved
+
+
+async def _record(peers: dict, update) -> None:
+    """Keep the `_meta` record of the nodes (best effort: the cluster.json and the nodes hold the truth)."""
+    async with GroupAdmin(peers, timeout_ms=10_000) as admin:
+        await admin.record_quietly(update(admin))
 
 
 __all__ = ["cluster_app", "pid_alive"]

@@ -16,7 +16,7 @@ import typer
 
 from ..client import Client
 from ..meta.kv import Change, KeyValue
-from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
+from .common import ClusterOpt, JsonOpt, die, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
 
 kv_app = typer.Typer(help="The cluster's metadata store (the _meta group): get, put, list, delete, watch",
                      no_args_is_help=True)
@@ -51,16 +51,14 @@ def _change_doc(c: Change) -> dict:
 @kv_app.command("get")
 def get(key: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
         timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
-    """Print a key's value; prints nothing (JSON: null) and exits 1 when the key is absent."""
+    """Print a key's value (with --json: key, value, version, revisions); exits 1 when the key is absent."""
     async def go():
         async with _client(peers, cluster, timeout_ms) as c:
             return await c._kv().get_entry(key)
 
     e = run(go())
     if e is None:
-        if json_out:
-            print_json(None)
-        raise typer.Exit(1)
+        die(f"kv get: no key {key!r}")
     if json_out:
         print_json(_kv_doc(e))
     else:

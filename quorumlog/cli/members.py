@@ -112,6 +112,12 @@ async def remove_member(t: Target, node_id: str, timeout_s: float) -> dict:
     return {"group": t.group, "node": node_id, "index": index, **m}
 
 
+async def record_members(t: Target, m: dict) -> None:
+    """The group's members in the `_meta` record (groups/NAME), best effort."""
+    async with GroupAdmin(t.peers, timeout_ms=10_000) as admin:
+        await admin.record_quietly(admin.record_group(t.group, [*m["voters"], *m["learners"]]))
+
+
 def _address_of(t: Target, node_id: str, address: Optional[str]) -> str:
     if address:
         return address
@@ -138,7 +144,9 @@ def add(node: str = typer.Option(..., "--node", help="The node id to add (a runn
         json_out: bool = JsonOpt) -> None:
     """Add NODE as a learner, wait until it caught up, promote it to voter."""
     t = resolve_target(peers, cluster, group)
-    _show(run(add_member(t, node, _address_of(t, node, address), timeout_s)), json_out, "added")
+    result = run(add_member(t, node, _address_of(t, node, address), timeout_s))
+    run(record_members(t, result))
+    _show(result, json_out, "added")
 
 
 @member_app.command("remove")
@@ -148,7 +156,9 @@ def remove(node: str = typer.Option(..., "--node", help="The member to remove (t
            json_out: bool = JsonOpt) -> None:
     """Remove NODE from the group (a removed leader hands over first). Its id is never used again."""
     t = resolve_target(peers, cluster, group)
-    _show(run(remove_member(t, node, timeout_s)), json_out, "removed")
+    result = run(remove_member(t, node, timeout_s))
+    run(record_members(t, result))
+    _show(result, json_out, "removed")
 
 
 __all__ = ["add_member", "member_app", "remove_member"]

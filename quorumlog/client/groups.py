@@ -101,11 +101,14 @@ class GroupAdmin:
             await self._meta_client().kv_put(f"nodes/{nid}", json.dumps({"address": format_address(address)},
                                                                         sort_keys=True).encode())
 
+    async def forget_node(self, node_id: str) -> None:
+        await self._meta_client().kv_delete(f"nodes/{node_id}")
+
     async def record_group(self, name: str, members: list[str], mode: str = "raft") -> None:
         await self._meta_client().kv_put(f"groups/{name}", json.dumps({"members": sorted(members), "mode": mode},
                                                                       sort_keys=True).encode())
 
-    async def _record_quietly(self, coro: Any) -> None:
+    async def record_quietly(self, coro: Any) -> None:
         """Best effort: the nodes hold the truth; a cluster without `_meta` has no record to keep."""
         try:
             await coro
@@ -191,7 +194,7 @@ class GroupAdmin:
             return GroupPlacement(name, members, None)
         placement = await self.wait_leader(name, members, preferred)
         if name != META_GROUP:
-            await self._record_quietly(self.record_group(name, members))
+            await self.record_quietly(self.record_group(name, members))
         return placement
 
     async def wait_leader(self, name: str, members: list[str], preferred: str | None = None) -> GroupPlacement:
@@ -230,7 +233,7 @@ class GroupAdmin:
                 await self.call(row["id"], "delete", {"group": name})
             except UnknownGroup:
                 pass  # deleted by an earlier attempt
-        await self._record_quietly(self._meta_client().kv_delete(f"groups/{name}"))
+        await self.record_quietly(self._meta_client().kv_delete(f"groups/{name}"))
         return [row["id"] for row in placement.rows]
 
     async def _status_or_error(self, node_id: str) -> dict | QuorumLogError:

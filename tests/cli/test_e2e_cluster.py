@@ -241,11 +241,13 @@ def test_groups_create_list_describe_write_grow_and_delete(cluster):
     d, _ = cluster
     made = [cli_json("group", "create", f"g{i}", "--cluster", d) for i in range(3)]
     assert all(sorted(m["members"]) == ["n0", "n1", "n2"] and m["mode"] == "raft" for m in made)
-    assert len({m["leader"] for m in made}) == 3, made  # leaders spread: one new group led by each node
+    leaders = [g["leader"] for g in cli_json("group", "list", "--cluster", d)]  # default, _meta, g0..g2
+    per_node = [leaders.count(n) for n in ("n0", "n1", "n2")]
+    assert max(per_node) - min(per_node) <= 1, leaders  # leaders spread: new groups go to the least busy
     small = cli_json("group", "create", "two", "--replicas", "2", "--nodes", "n1,n2", "--cluster", d)
     assert small["members"] == ["n1", "n2"] and small["leader"] in ("n1", "n2")
     listed = {g["group"]: g for g in cli_json("group", "list", "--cluster", d)}
-    assert set(listed) == {"default", "g0", "g1", "g2", "two"}
+    assert set(listed) == {"default", "_meta", "g0", "g1", "g2", "two"}
     # refused, each with its code, and nothing changes
     for args, code in ((("create", "g0"), "GROUP_EXISTS"), (("create", "bad/name"), "BAD_REQUEST"),
                        (("create", "g9", "--replicas", "4"), "BAD_REQUEST"),
@@ -271,7 +273,11 @@ def test_groups_create_list_describe_write_grow_and_delete(cluster):
     assert [e["body"] for e in cli_json("read", "--cluster", d, "--group", "two", "--from", "0", "--node", "n3")] \
         == ["a", "b"]
     assert cli_json("group", "delete", "g1", "--cluster", d)["deleted_on"] == ["n0", "n1", "n2"]
-    assert {g["group"] for g in cli_json("group", "list", "--cluster", d)} == {"default", "g0", "g2", "two"}
+    assert {g["group"] for g in cli_json("group", "list", "--cluster", d)} == {"default", "_meta", "g0", "g2", "two"}
+    # the `_meta` record follows: members of `two` after the changes, g1 gone, n3 known
+    record = {k["key"]: json.loads(k["value"]) for k in cli_json("kv", "list", "--cluster", d)["keys"]}
+    assert record["groups/two"]["members"] == ["n2", "n3"] and "groups/g1" not in record
+    assert record["nodes/n3"]["address"] and record["groups/default"]["members"] == ["n0", "n1", "n2"]
     assert not any(os.path.exists(os.path.join(d, n, "groups", "g1")) for n in ("n0", "n1", "n2"))
     # a node down: delete is refused (the node may host a copy), --force deletes on the others
     with open(os.path.join(d, "cluster.json")) as f:
@@ -280,3 +286,48 @@ def test_groups_create_list_describe_write_grow_and_delete(cluster):
     r = cli("group", "delete", "g2", "--cluster", d, check=False)
     assert r.returncode == 1 and "NETWORK_ERROR" in r.stderr, r.stderr
     assert cli_json("group", "delete", "g2", "--cluster", d, "--force")["deleted_on"] == ["n1", "n2"]
+
+
+def test_kv_commands_put_compare_and_set_get_list_delete_watch(cluster):
+    d, _ = cluster
+    assert cli_json("kv", "put", "--cluster", d, "cfg/a", "one", "--expected-version", "0")["version"] == 1
+    r = cli("kv", "put", "--cluster", d, "cfg/a", "two", "--expected-version", "0", "--json", check=False)
+    assert r.returncode == 1 and r.stdout == "" and "METADATA_VERSION_CONFLICT" in r.stderr  # nothing changed
+    got = cli_json("kv", "get", "--cluster", d, "cfg/a")
+    assert (got["value"], got["version"]) == ("one", 1)
+    assert cli("kv", "get", "--cluster", d, "cfg/a").stdout.strip() == "one"
+    r = cli("kv", "get", "--cluster", d, "cfg/missing", "--json", check=False)
+    assert r.returncode == 1 and r.stdout == "" and "no key" in r.stderr
+    since = cli_json("kv", "list", "--cluster", d, "cfg/")["revision"]  # the watch resumes after it
+    watcher = subprocess.Popen([*CLI, "kv", "watch", "--cluster", d, "cfg/", "--revision", str(since), "--count",
+                                "2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        cli_json("kv", "put", "--cluster", d, "cfg/b", "bee")
+        cli_json("kv", "delete", "--cluster", d, "cfg/a", "--expected-version", "1")
+        out, err = watcher.communicate(timeout=30)
+    finally:
+        watcher.kill()
+    changes = [json.loads(line) for line in out.splitlines()]
+    assert [(c["type"], c["key"]) for c in changes] == [("put", "cfg/b"), ("delete", "cfg/a")], err
+    assert changes[0]["revision"] < changes[1]["revision"]
+    listed = cli_json("kv", "list", "--cluster", d, "cfg/")
+    assert [k["key"] for k in listed["keys"]] == ["cfg/b"] and listed["revision"] == changes[1]["revision"]
+    nodes = [k["key"] for k in cli_json("kv", "list", "--cluster", d, "nodes/")["keys"]]
+    assert nodes == ["nodes/n0", "nodes/n1", "nodes/n2"]  # recorded by `cluster up`
+
+
+def test_remove_node_is_refused_while_in_use_and_drain_moves_every_replica_first(cluster):
+    d, _ = cluster
+    cli_json("group", "create", "g0", "--cluster", d)
+    cli_json("cluster", "add-node", "--data-dir", d)
+    r = cli("cluster", "remove-node", "--data-dir", d, "--id", "n1", "--json", check=False)
+    assert r.returncode == 1 and "NODE_IN_USE" in r.stderr and r.stdout == ""
+    assert all(g in r.stderr for g in ("default", "_meta", "g0")), r.stderr
+    out = cli_json("cluster", "remove-node", "--data-dir", d, "--id", "n1", "--drain", timeout_s=240)
+    assert out["moved"] == {"_meta": "n3", "default": "n3", "g0": "n3"} and out["stopped"]
+    for g in cli_json("group", "list", "--cluster", d):
+        assert sorted(g["members"]) == ["n0", "n2", "n3"], g
+    assert cli_json("append", "--cluster", d, "--group", "g0", "after")[0]["index"] >= 0
+    assert cli_json("kv", "put", "--cluster", d, "after/drain", "x")["version"] == 1  # _meta on its new members
+    keys = {k["key"] for k in cli_json("kv", "list", "--cluster", d)["keys"]}
+    assert "nodes/n1" not in keys and "nodes/n3" in keys
