@@ -243,7 +243,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         try:
             elected = run(wait_for_leader(peers, group, procs, timeout_s))
             run(bootstrap_meta(peers, group, timeout_s))
-        except (RuntimeError, TimeoutError, QuorumLogError) as e:
+        except (RuntimeError, TimeoutError) as e:
             logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
             sys.stderr.write(logs + "\n")
             raise _StartFailed(str(e)) from None
@@ -270,9 +270,18 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
 async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_s: float) -> None:
     """Create the `_meta` group (its key/value store, on the first up to 5 nodes) and record the nodes and the
     first group in it."""
-    async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
-        await admin.create_meta()
-        await admin.record_group(group, list(peers))  # the nodes' own group: every node hosts it
+    deadline = time.monotonic() + timeout_s
+    try:
+        async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
+            # a leader needs a majority: the others may still be starting, and `_meta` is placed on them too
+            while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not every node answered within {timeout_s:g} s")
+                await asyncio.sleep(POLL_INTERVAL_S)
+            await admin.create_meta()
+            await admin.record_group(group, list(peers))  # the nodes' own group: every node hosts it
+    except QuorumLogError as e:
+        raise RuntimeError(f"creating the _meta group: {type(e).__name__} ({e.code.name}): {e}") from None
 
 
 def _remove(path: str) -> None:

@@ -12,7 +12,7 @@ import random
 
 from quorumlog.codes import ResponseCode
 from quorumlog.raft.membership import Membership
-from quorumlog.raft.types import (AppendBatch, AppendRecords, ClientAppend, Completion, Durable, HardState,
+from quorumlog.raft.types import (AppendBatch, AppendRecords, ClientAppend, ClientRead, Completion, Durable, HardState,
                                   NodeStatus, RaftConfig, Ready, Receive, Role, Stored, Tick,
                                   TransferLeadership)
 from quorumlog.wire.messages import PushRequest, PushResponse, PushType
@@ -67,7 +67,7 @@ class StandInCore:
                 return self._advance()
             return Ready(messages=(PushResponse(self.node_id, LEADER, TERM, PushType.APPEND, ResponseCode.SUCCESS,
                                                 self.log.durable_index, self.log.end_index),))
-        if isinstance(event, TransferLeadership):
+        if isinstance(event, (TransferLeadership, ClientRead)):
             return Ready(completions=(Completion(event.request_id, ResponseCode.UNSUPPORTED),))
         assert isinstance(event, Receive)
         m = event.message
