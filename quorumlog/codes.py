@@ -62,6 +62,16 @@ class ResponseCode(IntEnum):
     NEW_QUORUM_NOT_ALIVE = 1204
     NODE_IN_USE = 1205
     GROUP_EXISTS = 1206
+    # Ledgers (INTERFACES.md "Ledgers"; BookKeeper's BKException names): a fenced ledger refuses its old
+    # writer; adds to a closed ledger; no such ledger / entry on a bookie; a bookie whose disk passed its
+    # threshold takes no new adds; too few bookies for an ensemble; a recovery that could not decide the end.
+    LEDGER_FENCED = 1300
+    LEDGER_CLOSED = 1301
+    NO_SUCH_LEDGER = 1302
+    NO_SUCH_ENTRY = 1303
+    BOOKIE_READ_ONLY = 1304
+    NOT_ENOUGH_BOOKIES = 1305
+    LEDGER_RECOVERY_FAILED = 1306
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

@@ -53,6 +53,13 @@ LastVoter = _error("LastVoter", ResponseCode.LAST_VOTER, False)
 NewQuorumNotAlive = _error("NewQuorumNotAlive", ResponseCode.NEW_QUORUM_NOT_ALIVE, False)
 NodeInUse = _error("NodeInUse", ResponseCode.NODE_IN_USE, False)
 GroupExists = _error("GroupExists", ResponseCode.GROUP_EXISTS, False)
+LedgerFenced = _error("LedgerFenced", ResponseCode.LEDGER_FENCED, False)
+LedgerClosed = _error("LedgerClosed", ResponseCode.LEDGER_CLOSED, False)
+NoSuchLedger = _error("NoSuchLedger", ResponseCode.NO_SUCH_LEDGER, False)
+NoSuchEntry = _error("NoSuchEntry", ResponseCode.NO_SUCH_ENTRY, False)
+BookieReadOnly = _error("BookieReadOnly", ResponseCode.BOOKIE_READ_ONLY, True)
+NotEnoughBookies = _error("NotEnoughBookies", ResponseCode.NOT_ENOUGH_BOOKIES, True)
+LedgerRecoveryFailed = _error("LedgerRecoveryFailed", ResponseCode.LEDGER_RECOVERY_FAILED, True)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls

@@ -1,0 +1,6 @@
+"""Bookies (INTERFACES.md "Ledgers"): every node is also a bookie that stores ledger entries. This package is
+its storage (journal, entry logs, RocksDB index); the ledger protocol builds on it."""
+
+from .storage import BookieConfig, BookieStorage
+
+__all__ = ["BookieConfig", "BookieStorage"]

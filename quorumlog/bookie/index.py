@@ -1,0 +1,135 @@
+"""A bookie's index in RocksDB (BookKeeper's DbLedgerStorage: the ledger index and the entry location index
+in RocksDB), through rocksdict:
+
+    b"E" ledger u64 entry u64  -> entry log id u64, offset u64      where each entry's record is
+    b"L" ledger u64            -> fenced u8, deleted u8, last add confirmed i64 (piggybacked or explicit)
+    b"M"                       -> journal mark (file u64, offset u64) the last checkpoint covers
+    b"I"                       -> this bookie's instance id (made once, with its first empty directory)
+
+Changes since the last checkpoint live in memory (readers see them at once) and reach RocksDB in one synced
+write batch with the journal mark at the checkpoint, so the index on disk always matches entry logs that
+were fsynced before it, and replay from the mark redoes the rest.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from .entry_log import Location
+
+_KEY = struct.Struct(">cQQ")
+_LEDGER_KEY = struct.Struct(">cQ")
+_LOC = struct.Struct(">QQ")
+_STATE = struct.Struct(">BBq")
+_MARK_KEY, _INSTANCE_KEY = b"M", b"I"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    fenced: bool = False
+    deleted: bool = False
+    explicit_lac: int = -1
+
+
+def _entry_key(ledger_id: int, entry_id: int) -> bytes:
+    return _KEY.pack(b"E", ledger_id, entry_id)
+
+
+class LedgerIndex:
+    def __init__(self, directory: str) -> None:
+        self.db = Rdict(directory, options=Options(raw_mode=True))
+        sync = WriteOptions()
+        sync.sync = True
+        self.db.set_write_options(sync)
+        self._entries: dict[tuple[int, int], Location] = {}
+        self._last: dict[int, int] = {}  # ledger -> its highest entry id among the in-memory ones
+        self._states: dict[int, LedgerState] = {}
+        instance = self.db.get(_INSTANCE_KEY)
+        if instance is None:
+            instance = uuid.uuid4().hex.encode()
+            self.db.put(_INSTANCE_KEY, instance)
+        self.instance_id = instance.decode()
+
+    # -- entries ------------------------------------------------------------------------------------------
+    def put(self, ledger_id: int, entry_id: int, location: Location) -> None:
+        self._entries[(ledger_id, entry_id)] = location
+        if entry_id > self._last.get(ledger_id, -1):
+            self._last[ledger_id] = entry_id
+
+    def get(self, ledger_id: int, entry_id: int) -> Location | None:
+        loc = self._entries.get((ledger_id, entry_id))
+        if loc is not None:
+            return loc
+        raw = self.db.get(_entry_key(ledger_id, entry_id))
+        return None if raw is None else _LOC.unpack(raw)
+
+    def last_entry(self, ledger_id: int) -> int:
+        """The highest entry id stored for the ledger, -1 if none."""
+        it = self.db.iter()
+        it.seek_for_prev(_entry_key(ledger_id, (1 << 64) - 1))
+        on_disk = -1
+        if it.valid():
+            kind, ledger, entry = _KEY.unpack(it.key())
+            if kind == b"E" and ledger == ledger_id:
+                on_disk = entry
+        return max(on_disk, self._last.get(ledger_id, -1))
+
+    def has_entries(self, ledger_id: int) -> bool:
+        return self.last_entry(ledger_id) >= 0
+
+    # -- ledgers ------------------------------------------------------------------------------------------
+    def state(self, ledger_id: int) -> LedgerState | None:
+        st = self._states.get(ledger_id)
+        if st is not None:
+            return st
+        raw = self.db.get(_LEDGER_KEY.pack(b"L", ledger_id))
+        if raw is None:
+            return None
+        fenced, deleted, lac = _STATE.unpack(raw)
+        return LedgerState(bool(fenced), bool(deleted), lac)
+
+    def set_state(self, ledger_id: int, state: LedgerState) -> None:
+        self._states[ledger_id] = state
+
+    def ledgers(self) -> list[int]:
+        """Every ledger this bookie holds state for (deleted ones until garbage collection drops them)."""
+        out = set(self._states)
+        for key in self.db.keys(from_key=b"L"):
+            if key[:1] != b"L":
+                break
+            out.add(_LEDGER_KEY.unpack(key)[1])
+        return sorted(out)
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        """Garbage collection: forget a deleted ledger's entries and state (durably, at once)."""
+        for key in [k for k in self._entries if k[0] == ledger_id]:
+            del self._entries[key]
+        self._last.pop(ledger_id, None)
+        self._states.pop(ledger_id, None)
+        self.db.delete_range(_entry_key(ledger_id, 0), _entry_key(ledger_id + 1, 0))
+        self.db.delete(_LEDGER_KEY.pack(b"L", ledger_id))
+
+    # -- checkpoints --------------------------------------------------------------------------------------
+    def mark(self) -> tuple[int, int]:
+        raw = self.db.get(_MARK_KEY)
+        return (0, 0) if raw is None else _LOC.unpack(raw)
+
+    def commit(self, mark: tuple[int, int]) -> None:
+        """Write what changed since the last checkpoint and the journal mark it covers, in one synced batch."""
+        wb = WriteBatch(raw_mode=True)
+        for (ledger, entry), loc in self._entries.items():
+            wb.put(_entry_key(ledger, entry), _LOC.pack(*loc))
+        for ledger, st in self._states.items():
+            wb.put(_LEDGER_KEY.pack(b"L", ledger), _STATE.pack(st.fenced, st.deleted, st.explicit_lac))
+        wb.put(_MARK_KEY, _LOC.pack(*mark))
+        self.db.write(wb)
+        self._entries.clear()
+        self._last.clear()
+        self._states.clear()
+
+    def close(self) -> None:
+        self.db.close()

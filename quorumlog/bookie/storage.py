@@ -1,0 +1,226 @@
+"""A bookie's storage (BookKeeper's Bookie + DbLedgerStorage): journal, entry logs and a RocksDB index.
+
+    storage = BookieStorage(directory, BookieConfig())
+    fut = storage.add_entry(ledger, entry, body)   # concurrent Future: done once the journal fsynced it
+    body = storage.read_entry(ledger, entry)       # NoSuchEntry / NoSuchLedger
+    storage.fence(ledger)                          # Future, like an add: persisted before it is answered
+
+- An add goes to the current entry log (page cache) and the in-memory index at once, and to the journal,
+  whose group commit fsyncs it before the Future completes: the add is acknowledged only then.
+- A fenced ledger refuses adds with LEDGER_FENCED, except recovery writes (BookKeeper: recovery adds write
+  back what recovery found, through the fence). Fence and explicit LAC are journaled like adds.
+- `checkpoint()` fsyncs the entry logs, writes the index changes and the journal mark in one synced RocksDB
+  batch, and deletes journal files below the mark. On open, the journal is replayed from the mark.
+- Read-only mode (`is_read_only`): past `disk_usage_threshold` (0.95) of the disk, new adds are refused with
+  BOOKIE_READ_ONLY; reads, fencing and recovery writes go on; below `disk_usage_lwm` (0.90) it is writable
+  again (BookKeeper's diskUsageThreshold / diskUsageLwmThreshold).
+- Deleting a ledger marks it; `gc()` drops deleted ledgers from the index, deletes entry logs with nothing
+  live, and compacts those whose live fraction fell below `compaction_threshold` (0.5) by copying the live
+  records into the current log (BookKeeper's GarbageCollectorThread, major compaction).
+
+Synchronous and single-threaded apart from the journal's writer: the node runtime calls it from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from ..errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger
+from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
+from .index import LedgerIndex, LedgerState
+from .journal import JOURNAL_FILE_BYTES, JOURNAL_MAX_GROUP_WAIT_MS, Journal
+
+log = logging.getLogger(__name__)
+
+_ADD, _FENCE, _LAC, _DELETE = 1, 2, 3, 4
+_REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC); the body follows an ADD
+
+
+@dataclass(frozen=True, slots=True)
+class BookieConfig:
+    journal_max_group_wait_ms: float = JOURNAL_MAX_GROUP_WAIT_MS  # BookKeeper journalMaxGroupWaitMSec
+    journal_file_bytes: int = JOURNAL_FILE_BYTES
+    entry_log_file_bytes: int = ENTRY_LOG_FILE_BYTES  # BookKeeper logSizeLimit
+    disk_usage_threshold: float = 0.95  # BookKeeper diskUsageThreshold
+    disk_usage_lwm: float = 0.90  # BookKeeper diskUsageLwmThreshold
+    compaction_threshold: float = 0.5  # BookKeeper majorCompactionThreshold
+
+
+class BookieStorage:
+    def __init__(self, directory: str, config: BookieConfig = BookieConfig()) -> None:
+        self.dir = directory
+        self.config = config
+        os.makedirs(directory, exist_ok=True)
+        self.index = LedgerIndex(os.path.join(directory, "index"))
+        self.entry_log = EntryLogger(os.path.join(directory, "entrylogs"), config.entry_log_file_bytes)
+        self.journal = Journal(os.path.join(directory, "journal"), max_group_wait_ms=config.journal_max_group_wait_ms,
+                               file_bytes=config.journal_file_bytes)
+        self.read_only = False
+        self.replayed = self._replay()
+        self.journal.start()
+        self.checkpoint()
+
+    @property
+    def instance_id(self) -> str:
+        """Made with the bookie's first empty directory: a wiped bookie comes back with another one, so the
+        metadata can tell it from the bookie that held the ledgers (it must answer "unknown", not "no such
+        entry", for those: BookKeeper #2612)."""
+        return self.index.instance_id
+
+    # -- replay -------------------------------------------------------------------------------------------
+    def _replay(self) -> int:
+        count = 0
+        for payload in self.journal.replay(self.index.mark()):
+            kind, ledger, entry, lac = _REC.unpack_from(payload)
+            if kind == _ADD:
+                self._apply_add(ledger, entry, payload[_REC.size:], lac)
+            elif kind == _FENCE:
+                self._update(ledger, fenced=True)
+            elif kind == _LAC:
+                self._update(ledger, explicit_lac=lac)
+            elif kind == _DELETE:
+                self._update(ledger, deleted=True)
+            count += 1
+        if count:
+            log.info("bookie replayed %d journal records dir=%s", count, self.dir)
+        return count
+
+    # -- writes -------------------------------------------------------------------------------------------
+    def _state(self, ledger_id: int) -> LedgerState:
+        return self.index.state(ledger_id) or LedgerState()
+
+    def _update(self, ledger_id: int, **changes) -> LedgerState:
+        st = self._state(ledger_id)
+        st = LedgerState(changes.get("fenced", st.fenced), changes.get("deleted", st.deleted),
+                         max(st.explicit_lac, changes.get("explicit_lac", st.explicit_lac)))
+        self.index.set_state(ledger_id, st)
+        return st
+
+    def _apply_add(self, ledger_id: int, entry_id: int, body: bytes, lac: int) -> None:
+        st = self.index.state(ledger_id)
+        if st is None or lac > st.explicit_lac:
+            self._update(ledger_id, explicit_lac=lac)  # (a new ledger: the bookie holds it from now on)
+        self.index.put(ledger_id, entry_id, self.entry_log.append(ledger_id, entry_id, body))
+
+    def add_entry(self, ledger_id: int, entry_id: int, body: bytes, *, lac: int = -1,
+                  recovery: bool = False) -> Future:
+        """Store an entry with the writer's last-add-confirmed piggybacked on it; the Future completes once it
+        is durable. Raises LedgerFenced (unless a recovery write), BookieReadOnly (unless a recovery write),
+        NoSuchLedger for a deleted ledger."""
+        if ledger_id < 0 or entry_id < 0:
+            raise ValueError(f"ledger {ledger_id} / entry {entry_id} must be >= 0")
+        st = self.index.state(ledger_id)
+        if st is not None and st.deleted:
+            raise NoSuchLedger(f"ledger {ledger_id} was deleted")
+        if not recovery:
+            if st is not None and st.fenced:
+                raise LedgerFenced(f"ledger {ledger_id} is fenced")
+            if self.read_only:
+                raise BookieReadOnly(f"bookie {self.dir} is read-only (disk above {self.config.disk_usage_threshold})")
+        body = bytes(body)
+        self._apply_add(ledger_id, entry_id, body, lac)
+        return self.journal.submit(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
+
+    def fence(self, ledger_id: int) -> Future:
+        """Fence the ledger (recovery's first step): from now on its writer's adds are refused. The Future
+        completes once the fence is durable, with the last add confirmed this bookie knows (BookKeeper's
+        ReadLac with the fence flag)."""
+        last = self._update(ledger_id, fenced=True).explicit_lac
+        inner = self.journal.submit(_REC.pack(_FENCE, ledger_id, 0, -1))
+        out: Future = Future()
+        inner.add_done_callback(lambda f: out.set_exception(f.exception()) if f.exception() else out.set_result(last))
+        return out
+
+    def set_explicit_lac(self, ledger_id: int, lac: int) -> Future:
+        self._update(ledger_id, explicit_lac=lac)
+        return self.journal.submit(_REC.pack(_LAC, ledger_id, 0, lac))
+
+    def delete_ledger(self, ledger_id: int) -> Future:
+        self._update(ledger_id, deleted=True)
+        return self.journal.submit(_REC.pack(_DELETE, ledger_id, 0, -1))
+
+    # -- reads --------------------------------------------------------------------------------------------
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        st = self.index.state(ledger_id)
+        if st is None or st.deleted:
+            raise NoSuchLedger(f"no ledger {ledger_id} on this bookie")
+        loc = self.index.get(ledger_id, entry_id)
+        if loc is None:
+            raise NoSuchEntry(f"no entry {entry_id} of ledger {ledger_id} on this bookie")
+        return self.entry_log.read(loc, ledger_id, entry_id)
+
+    def last_entry(self, ledger_id: int) -> int:
+        return self.index.last_entry(ledger_id)
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """The highest LAC a writer told this bookie (piggybacked on adds, or explicit)."""
+        return self._state(ledger_id).explicit_lac
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        return self.index.state(ledger_id)
+
+    def ledgers(self) -> list[int]:
+        return [lid for lid in self.index.ledgers() if not self._state(lid).deleted]
+
+    # -- checkpoints, disk, garbage -------------------------------------------------------------------------
+    def checkpoint(self) -> None:
+        mark = self.journal.durable
+        self.entry_log.flush()
+        self.index.commit(mark)
+        self.journal.delete_before(mark)
+
+    def check_disk(self) -> bool:
+        """Enter or leave read-only mode from the disk's usage; returns whether read-only."""
+        usage = shutil.disk_usage(self.dir)
+        ratio = usage.used / usage.total if usage.total else 0.0
+        if not self.read_only and ratio >= self.config.disk_usage_threshold:
+            self.read_only = True
+            log.warning("bookie read-only: disk %.1f%% used >= %.0f%% dir=%s", ratio * 100,
+                        self.config.disk_usage_threshold * 100, self.dir)
+        elif self.read_only and ratio < self.config.disk_usage_lwm:
+            self.read_only = False
+            log.warning("bookie writable again: disk %.1f%% used dir=%s", ratio * 100, self.dir)
+        return self.read_only
+
+    def gc(self) -> dict[str, int]:
+        """Drop deleted ledgers, delete dead entry logs, compact sparse ones. Returns what it did."""
+        self.checkpoint()  # the index on disk is complete, so liveness below is judged on it
+        dropped = [lid for lid in self.index.ledgers() if self._state(lid).deleted]
+        for lid in dropped:
+            self.index.drop_ledger(lid)
+        removed = compacted = 0
+        for log_id in self.entry_log.log_ids():
+            if log_id == self.entry_log.current_id:
+                continue
+            total = live = 0
+            live_records = []
+            for offset, ledger, entry, body in self.entry_log.scan(log_id):
+                total += 1
+                if self.index.get(ledger, entry) == (log_id, offset):
+                    live += 1
+                    live_records.append((ledger, entry, body))
+            if live == 0:
+                self.entry_log.remove(log_id)
+                removed += 1
+            elif live / total < self.config.compaction_threshold:
+                for ledger, entry, body in live_records:
+                    self.index.put(ledger, entry, self.entry_log.append(ledger, entry, body))
+                self.checkpoint()  # the copies are durable and indexed before the old log goes
+                self.entry_log.remove(log_id)
+                compacted += 1
+        return {"ledgers_dropped": len(dropped), "logs_removed": removed, "logs_compacted": compacted}
+
+    def close(self) -> None:
+        self.journal.close()
+        self.checkpoint_after_close()
+
+    def checkpoint_after_close(self) -> None:
+        self.entry_log.flush()
+        self.index.commit(self.journal.durable)
+        self.entry_log.close()
+        self.index.close()

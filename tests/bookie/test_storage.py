@@ -1,0 +1,196 @@
+"""A bookie's storage (quorumlog/bookie): adds are durable before they are acknowledged and grouped into few
+fsyncs; fence and LAC survive restarts; a kill -9 loses no acknowledged add (journal replay); deleted ledgers
+are garbage collected and sparse entry logs compacted; read-only mode past the disk threshold."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from quorumlog.bookie import BookieConfig, BookieStorage
+from quorumlog.errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger
+
+SMALL = BookieConfig(entry_log_file_bytes=64 * 1024, journal_file_bytes=128 * 1024)
+
+
+def body(ledger: int, entry: int) -> bytes:
+    return b"%d/%d:" % (ledger, entry) + bytes([entry % 251]) * ((entry * 37) % 900)
+
+
+def test_adds_are_acknowledged_after_the_journal_fsync_and_read_back(tmp_path):
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        futs = [s.add_entry(7, e, body(7, e), lac=e - 1) for e in range(300)]
+        assert all(f.result(10) for f in futs)
+        assert s.journal.fsyncs >= 1 and s.journal.fsyncs < 300 // 3  # group commit: few fsyncs for many adds
+        assert [s.read_entry(7, e) for e in range(300)] == [body(7, e) for e in range(300)]
+        assert s.last_entry(7) == 299 and s.last_add_confirmed(7) == 298 and s.ledgers() == [7]
+        with pytest.raises(NoSuchEntry):
+            s.read_entry(7, 300)
+        with pytest.raises(NoSuchLedger):
+            s.read_entry(8, 0)
+    finally:
+        s.close()
+
+
+def test_fence_refuses_the_writer_lets_recovery_write_and_survives_a_restart(tmp_path):
+    s = BookieStorage(str(tmp_path), SMALL)
+    for e in range(5):
+        s.add_entry(1, e, body(1, e), lac=e - 1).result(5)
+    assert s.fence(1).result(5) == 3  # the LAC the writer piggybacked last
+    with pytest.raises(LedgerFenced):
+        s.add_entry(1, 5, b"late")
+    s.add_entry(1, 5, b"written back by recovery", recovery=True).result(5)
+    s.set_explicit_lac(1, 5).result(5)
+    s.journal.close()  # a crash after the fence was acknowledged, before any checkpoint wrote it to the index
+    s.entry_log.close()
+    s.index.close()
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert s.ledger_state(1).fenced and s.last_add_confirmed(1) == 5
+        with pytest.raises(LedgerFenced):
+            s.add_entry(1, 6, b"still late")
+        assert s.read_entry(1, 5) == b"written back by recovery"
+    finally:
+        s.close()
+
+
+def _writer(path: str, seed: int, conn) -> None:
+    try:
+        s = BookieStorage(path, SMALL)
+        rnd = random.Random(seed)
+        conn.send("ready")
+        ledger = seed % 5
+        entry = s.last_entry(ledger) + 1
+        while True:
+            futs = []
+            for _ in range(rnd.randrange(1, 30)):
+                futs.append((ledger, entry, s.add_entry(ledger, entry, body(ledger, entry))))
+                entry += 1
+            for ledger_id, entry_id, f in futs:
+                f.result(10)
+                conn.send((ledger_id, entry_id))
+            if rnd.random() < 0.1:
+                s.checkpoint()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send(f"error: {e!r}")
+    finally:
+        os._exit(0)
+
+
+def test_kill_9_loses_no_acknowledged_add(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    path = str(tmp_path / "bookie")
+    rnd = random.Random(5)
+    acked: set[tuple[int, int]] = set()
+    for _ in range(12):
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_writer, args=(path, rnd.randrange(1 << 30), child))
+        proc.start()
+        child.close()
+        assert parent.poll(30) and parent.recv() == "ready"
+        assert parent.poll(30), "no add acknowledged"  # kill mid-work: after the first ack, at a random moment
+        time.sleep(rnd.uniform(0, 0.1))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+        while parent.poll(0):
+            try:
+                msg = parent.recv()
+            except EOFError:
+                break
+            assert not isinstance(msg, str), msg
+            acked.add(msg)
+        parent.close()
+        s = BookieStorage(path, SMALL)
+        try:
+            missing = [(lid, e) for lid, e in acked if s.read_entry(lid, e) != body(lid, e)]
+        finally:
+            s.close()
+        assert not missing, missing[:5]
+    assert len(acked) > 100
+
+
+def test_a_torn_journal_tail_is_ignored(tmp_path):
+    s = BookieStorage(str(tmp_path), SMALL)
+    s.add_entry(3, 0, b"kept").result(5)
+    s.journal.close()
+    s.entry_log.close()
+    s.index.close()
+    seq, path = s.journal.files()[-1]
+    with open(path, "ab") as f:
+        f.write(b"\x00\x00\x01\x00garbage")  # a record header promising 256 bytes, then a crash
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert s.read_entry(3, 0) == b"kept" and s.last_entry(3) == 0
+    finally:
+        s.close()
+
+
+def test_deleted_ledgers_are_collected_and_sparse_entry_logs_compacted(tmp_path):
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        for e in range(400):  # three ledgers interleaved over several 64 KiB entry logs
+            for lid in (10, 11, 12):
+                s.add_entry(lid, e, body(lid, e))
+        s.checkpoint()
+        before = s.entry_log.log_ids()
+        assert len(before) >= 4
+        s.delete_ledger(10).result(5)
+        s.delete_ledger(11).result(5)
+        with pytest.raises(NoSuchLedger):
+            s.read_entry(10, 0)
+        with pytest.raises(NoSuchLedger):
+            s.add_entry(11, 400, b"x")
+        done = s.gc()
+        assert done["ledgers_dropped"] == 2 and done["logs_compacted"] + done["logs_removed"] >= len(before) - 1
+        assert s.ledgers() == [12]
+        assert all(s.read_entry(12, e) == body(12, e) for e in range(400))
+        size = sum(s.entry_log.size_of(i) for i in s.entry_log.log_ids())
+        assert size < 0.5 * sum(len(body(12, e)) + 24 for e in range(400)) * 3
+    finally:
+        s.close()
+    s = BookieStorage(str(tmp_path), SMALL)  # and so it stays after a restart
+    try:
+        assert s.ledgers() == [12] and s.read_entry(12, 399) == body(12, 399)
+    finally:
+        s.close()
+
+
+def test_read_only_past_the_disk_threshold_and_writable_again_below_the_low_water_mark(tmp_path):
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        s.add_entry(1, 0, b"a").result(5)
+        s.config = dataclasses.replace(SMALL, disk_usage_threshold=0.0)  # any disk is "full"
+        assert s.check_disk()
+        with pytest.raises(BookieReadOnly):
+            s.add_entry(1, 1, b"b")
+        s.add_entry(1, 1, b"recovery write", recovery=True).result(5)  # recovery still writes
+        s.fence(1).result(5)  # and fences
+        assert s.read_entry(1, 0) == b"a"
+        s.config = dataclasses.replace(SMALL, disk_usage_threshold=1.0, disk_usage_lwm=1.0)  # space is back
+        assert not s.check_disk()
+        s.add_entry(2, 0, b"c").result(5)
+    finally:
+        s.close()
+
+
+def test_instance_id_is_kept_and_a_wiped_bookie_gets_a_new_one(tmp_path):
+    s = BookieStorage(str(tmp_path / "b"), SMALL)
+    first = s.instance_id
+    s.close()
+    s = BookieStorage(str(tmp_path / "b"), SMALL)
+    assert s.instance_id == first
+    s.close()
+    import shutil
+    shutil.rmtree(tmp_path / "b")
+    s = BookieStorage(str(tmp_path / "b"), SMALL)
+    try:
+        assert s.instance_id != first
+    finally:
+        s.close()
