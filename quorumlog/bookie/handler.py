@@ -1,0 +1,93 @@
+"""A bookie's answers to the ledger protocol (BookKeeper's BookieRequestProcessor), over its storage:
+add (LEDGER_FENCED, BOOKIE_READ_ONLY, NO_SUCH_LEDGER), read with or without the fence flag, ReadLac.
+
+A bookie that lost its data (a wiped disk comes back with a new instance id) must not say "no such entry"
+for a ledger it held: recovery would take that for absence and truncate acknowledged entries (BookKeeper
+#2612). `in_limbo(ledger)` — the runtime's answer from the metadata — makes it answer UNKNOWN instead.
+
+`handle(request)` returns a concurrent.futures.Future of the response: adds and fences complete once durable.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Callable
+
+from ..codes import ResponseCode
+from ..errors import QuorumLogError
+from ..wire.ledger import AddEntry, AddResponse, BookieRequest, BookieResponse, ReadEntry, ReadLac, ReadLacResponse, \
+    ReadResponse
+from .storage import BookieStorage
+
+
+def _done(response: BookieResponse) -> Future:
+    f: Future = Future()
+    f.set_result(response)
+    return f
+
+
+def _then(inner: Future, make: Callable[[object], BookieResponse], fail: Callable[[ResponseCode], BookieResponse]) \
+        -> Future:
+    out: Future = Future()
+
+    def finish(f: Future) -> None:
+        e = f.exception()
+        if e is None:
+            out.set_result(make(f.result()))
+        else:
+            out.set_result(fail(e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR))
+    inner.add_done_callback(finish)
+    return out
+
+
+class BookieHandler:
+    def __init__(self, bookie_id: str, storage: BookieStorage,
+                 in_limbo: Callable[[int], bool] = lambda ledger_id: False) -> None:
+        self.id = bookie_id
+        self.storage = storage
+        self.in_limbo = in_limbo
+
+    def handle(self, req: BookieRequest) -> Future:
+        if isinstance(req, AddEntry):
+            return self._add(req)
+        if isinstance(req, ReadEntry):
+            return self._read(req)
+        assert isinstance(req, ReadLac)
+        return self._read_lac(req)
+
+    def _add(self, req: AddEntry) -> Future:
+        def fail(code: ResponseCode) -> AddResponse:
+            return AddResponse(self.id, req.ledger_id, req.entry_id, code)
+        try:
+            fut = self.storage.add_entry(req.ledger_id, req.entry_id, req.data, lac=req.lac, recovery=req.recovery)
+        except QuorumLogError as e:
+            return _done(fail(e.code))
+        return _then(fut, lambda _: AddResponse(self.id, req.ledger_id, req.entry_id, ResponseCode.SUCCESS), fail)
+
+    def _absent(self, ledger_id: int, code: ResponseCode) -> ResponseCode:
+        return ResponseCode.UNKNOWN if self.in_limbo(ledger_id) else code
+
+    def _read(self, req: ReadEntry) -> Future:
+        def read(_=None) -> ReadResponse:
+            try:
+                data = self.storage.read_entry(req.ledger_id, req.entry_id)
+            except QuorumLogError as e:
+                code = e.code
+                if code in (ResponseCode.NO_SUCH_ENTRY, ResponseCode.NO_SUCH_LEDGER):
+                    code = self._absent(req.ledger_id, code)
+                return ReadResponse(self.id, req.ledger_id, req.entry_id, code)
+            return ReadResponse(self.id, req.ledger_id, req.entry_id, ResponseCode.SUCCESS, data)
+        if not req.fence:
+            return _done(read())
+        return _then(self.storage.fence(req.ledger_id), read,
+                     lambda code: ReadResponse(self.id, req.ledger_id, req.entry_id, code))
+
+    def _read_lac(self, req: ReadLac) -> Future:
+        def answer(lac: object) -> ReadLacResponse:
+            if self.in_limbo(req.ledger_id):
+                return ReadLacResponse(self.id, req.ledger_id, ResponseCode.UNKNOWN)
+            return ReadLacResponse(self.id, req.ledger_id, ResponseCode.SUCCESS, int(lac))  # type: ignore[arg-type]
+        if not req.fence:
+            return _done(answer(self.storage.last_add_confirmed(req.ledger_id)))
+        return _then(self.storage.fence(req.ledger_id), answer,
+                     lambda code: ReadLacResponse(self.id, req.ledger_id, code))

@@ -1,0 +1,134 @@
+"""Ledger recovery, sans-I/O (BookKeeper's LedgerRecoveryOp, as corrected after its TLA+ model):
+
+    r = LedgerRecoveryCore(metadata)   # the runtime already moved it to IN_RECOVERY with compare-and-set
+    r.start(); deliver r.take() messages; r.on_read_lac(...), r.on_read(...), r.on_add(...)
+    ... until r.result: NeedClose(metadata CLOSED) or a failure code
+
+1. Fence: ReadLac with the fence flag to every bookie of the last ensemble. Done once each of the E write
+   sets has at least W − A + 1 answers (then no writer can reach A acks in any write set: it is fenced; the
+   seed's E − A + 1 holds only for W = E). The LAC is the highest answered.
+2. Read forward from the LAC entry, every read with the fence flag (BookKeeper #2614): an entry is present if
+   one bookie has it; absent once W − A + 1 bookies of its write set answer "no such entry"; an answer of
+   "unknown" (a bookie that lost its data: BookKeeper #2612's limbo) or an error never counts as absent, and
+   a write set that answers neither way fails recovery (LEDGER_RECOVERY_FAILED; retry later).
+3. Write each entry found back to its whole write set (recovery adds go through the fence), then close the
+   ledger at the last entry found, with the length that entry carries. Concurrent recoveries converge on the
+   compare-and-set of step 3's metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..codes import ResponseCode
+from ..wire.ledger import AddEntry, AddResponse, ReadEntry, ReadLac, ReadLacResponse, ReadResponse, unpack_entry
+from .metadata import LedgerMetadata, State, write_set_positions
+from .writer import NeedClose
+
+_ABSENT = (ResponseCode.NO_SUCH_ENTRY, ResponseCode.NO_SUCH_LEDGER)
+
+
+class LedgerRecoveryCore:
+    def __init__(self, metadata: LedgerMetadata, *, planted_bugs: frozenset[str] = frozenset()) -> None:
+        assert metadata.state is State.IN_RECOVERY
+        self.md = metadata
+        self.bugs = planted_bugs
+        self.lac_answers: dict[str, int] = {}
+        self.lac_errors: set[str] = set()
+        self.fenced = False
+        self.next = -1  # the entry being read
+        self._no: set[str] = set()
+        self._err: set[str] = set()
+        self.found: dict[int, tuple[bytes, int]] = {}  # entry -> (stored data, length after it)
+        self.reading_done = False
+        self.last_entry_id = -1
+        self._written_back: dict[int, set[str]] = {}
+        self.result: NeedClose | ResponseCode | None = None
+        self.messages: list[ReadLac | ReadEntry | AddEntry] = []
+
+    def take(self) -> list[ReadLac | ReadEntry | AddEntry]:
+        out, self.messages = self.messages, []
+        return out
+
+    # -- 1. fence and find the LAC ------------------------------------------------------------------------
+    def start(self) -> None:
+        for bookie in self.md.last_ensemble:
+            self.messages.append(ReadLac(bookie, self.md.ledger_id, fence=True))
+
+    def on_read_lac(self, m: ReadLacResponse) -> None:
+        if self.fenced or self.result is not None or m.frm not in self.md.last_ensemble:
+            return
+        if m.code == ResponseCode.SUCCESS or m.code in _ABSENT:
+            self.lac_answers[m.frm] = m.lac if m.code == ResponseCode.SUCCESS else -1
+        else:
+            self.lac_errors.add(m.frm)
+        if self._fence_covers_every_write_set():
+            self.fenced = True
+            self._read(max(max(self.lac_answers.values()), 0))
+        elif len(self.lac_answers) + len(self.lac_errors) == self.md.ensemble_size:
+            self._fail()
+
+    def _fence_covers_every_write_set(self) -> bool:
+        e, w, a = self.md.ensemble_size, self.md.write_quorum, self.md.ack_quorum
+        need = w - a + 1
+        ens = self.md.last_ensemble
+        return all(sum(1 for p in write_set_positions(j, e, w) if ens[p] in self.lac_answers) >= need
+                   for j in range(e))
+
+    # -- 2. read forward -----------------------------------------------------------------------------------
+    def _read(self, entry_id: int) -> None:
+        self.next = entry_id
+        self._no, self._err = set(), set()
+        for bookie in self.md.write_set(entry_id):
+            self.messages.append(ReadEntry(bookie, self.md.ledger_id, entry_id, fence=True))
+
+    def on_read(self, m: ReadResponse) -> None:
+        if self.reading_done or self.result is not None or m.entry_id != self.next:
+            return  # a late answer for an entry decided already
+        ws = self.md.write_set(m.entry_id)
+        if m.frm not in ws:
+            return
+        if m.code == ResponseCode.SUCCESS:
+            _lac, length, _body = unpack_entry(m.data)
+            self.found[m.entry_id] = (m.data, length)
+            self._write_back(m.entry_id, m.data)
+            self._read(m.entry_id + 1)
+            return
+        (self._no if m.code in _ABSENT else self._err).add(m.frm)
+        need = 1 if "trust_one_no_such_entry" in self.bugs else self.md.write_quorum - self.md.ack_quorum + 1
+        if len(self._no) >= need:  # PLANTED BUG trust_one_no_such_entry (tests) decides on one answer
+            self.reading_done = True
+            self.last_entry_id = m.entry_id - 1
+            self._maybe_close()
+        elif len(self._no) + len(self._err) == len(ws):
+            self._fail()
+
+    # -- 3. write back, close ------------------------------------------------------------------------------
+    def _write_back(self, entry_id: int, data: bytes) -> None:
+        self._written_back[entry_id] = set()
+        lac = max(self.lac_answers.values(), default=-1)
+        for bookie in self.md.write_set(entry_id):
+            self.messages.append(AddEntry(bookie, self.md.ledger_id, entry_id, data, lac, recovery=True))
+
+    def on_add(self, m: AddResponse) -> None:
+        acks = self._written_back.get(m.entry_id)
+        if acks is None or self.result is not None:
+            return
+        if m.code != ResponseCode.SUCCESS:
+            self._fail()  # (BookKeeper would change the ensemble here; we fail and a retry starts over)
+            return
+        acks.add(m.frm)
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if not self.reading_done or self.result is not None:
+            return
+        a = self.md.ack_quorum
+        if any(len(acks) < a for e, acks in self._written_back.items() if e <= self.last_entry_id):
+            return
+        length = self.found[self.last_entry_id][1] if self.last_entry_id >= 0 else 0
+        self.result = NeedClose(replace(self.md, state=State.CLOSED, last_entry_id=self.last_entry_id,
+                                        length=length))
+
+    def _fail(self) -> None:
+        self.result = ResponseCode.LEDGER_RECOVERY_FAILED

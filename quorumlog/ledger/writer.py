@@ -1,0 +1,179 @@
+"""The ledger writer, sans-I/O (BookKeeper's LedgerHandle add path): striped quorum writes, in-order acks,
+ensemble change, close.
+
+    w = LedgerWriterCore(metadata)          # an OPEN ledger this client created
+    entry_id = w.add(request_id, body)      # then deliver w.take() messages, feed responses back
+    w.on_response(AddResponse(...)); w.bookie_failed("n3"); w.ensemble_changed(new_metadata); w.close(rid)
+
+- Entry e goes to its write set (metadata.write_set); it is acknowledged to its caller once `ack_quorum`
+  bookies of that set stored it *and* every lower entry was acknowledged: the last-add-confirmed (LAC) only
+  moves forward through a gap-free prefix, and every add carries it.
+- A bookie that fails an add (an error, a dropped connection, a timeout: the runtime calls bookie_failed)
+  is replaced: the writer asks for an ensemble change from LAC + 1 (NeedEnsembleChange); the runtime picks
+  the replacement and writes the metadata with compare-and-set, then calls ensemble_changed. Pending adds
+  are re-sent to their new write sets (acks from bookies still in the set are kept), so acks stay in order.
+- LEDGER_FENCED from any bookie (a recovery fenced the ledger) fails every pending add with LEDGER_FENCED and
+  every later one: the writer is done. A closed ledger refuses adds with LEDGER_CLOSED.
+- close() waits for pending adds, then asks the runtime to write CLOSED with last_entry_id = LAC and its
+  length (NeedClose).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..codes import ResponseCode
+from ..wire.ledger import AddEntry, AddResponse, pack_entry
+from .metadata import LedgerMetadata, State
+
+
+@dataclass(frozen=True, slots=True)
+class AddDone:
+    request_id: int
+    code: ResponseCode
+    entry_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class NeedEnsembleChange:
+    first_entry_id: int
+    failed: frozenset[str]  # replace these bookies in the last ensemble
+
+
+@dataclass(frozen=True, slots=True)
+class NeedClose:
+    metadata: LedgerMetadata  # CLOSED, last_entry_id, length: write it with compare-and-set
+
+
+@dataclass(slots=True)
+class _Add:
+    request_id: int
+    data: bytes
+    length: int  # the ledger's length once this entry is in
+    acks: set[str] = field(default_factory=set)
+
+
+class LedgerWriterCore:
+    def __init__(self, metadata: LedgerMetadata) -> None:
+        assert metadata.state is State.OPEN
+        self.md = metadata
+        self.next_entry = 0
+        self.lac = -1
+        self.length = 0  # of the acknowledged prefix
+        self._tail_length = 0  # of every entry added
+        self.pending: dict[int, _Add] = {}
+        self._failed: set[str] = set()  # bookies to replace (a change is in flight or due)
+        self.changing = False
+        self.error: ResponseCode | None = None  # LEDGER_FENCED / LEDGER_CLOSED / a failed change: final
+        self._close_request: int | None = None
+        self.messages: list[AddEntry] = []
+        self.done: list[AddDone] = []
+        self.requests: list[NeedEnsembleChange | NeedClose] = []
+
+    def take(self) -> tuple[list[AddEntry], list[AddDone], list[NeedEnsembleChange | NeedClose]]:
+        out = (self.messages, self.done, self.requests)
+        self.messages, self.done, self.requests = [], [], []
+        return out
+
+    # -- adds ---------------------------------------------------------------------------------------------
+    def add(self, request_id: int, body: bytes) -> int:
+        if self.error is not None or self._close_request is not None:
+            self.done.append(AddDone(request_id, self.error or ResponseCode.LEDGER_CLOSED))
+            return -1
+        entry_id = self.next_entry
+        self.next_entry += 1
+        self._tail_length += len(body)
+        add = _Add(request_id, pack_entry(self.lac, self._tail_length, body), self._tail_length)
+        self.pending[entry_id] = add
+        if not self.changing:
+            self._send(entry_id, add)
+        return entry_id
+
+    def _send(self, entry_id: int, add: _Add) -> None:
+        for bookie in self.md.write_set(entry_id):
+            if bookie not in add.acks:
+                self.messages.append(AddEntry(bookie, self.md.ledger_id, entry_id, add.data, self.lac))
+
+    def on_response(self, m: AddResponse) -> None:
+        add = self.pending.get(m.entry_id)
+        if add is None or self.error is not None:
+            return  # an answer for an entry acknowledged already, or after the writer ended
+        if m.code == ResponseCode.SUCCESS:
+            if m.frm in self.md.write_set(m.entry_id) and m.frm not in self._failed:
+                add.acks.add(m.frm)
+                self._advance()
+        elif m.code == ResponseCode.LEDGER_FENCED:
+            self._fail_all(ResponseCode.LEDGER_FENCED)
+        else:
+            self.bookie_failed(m.frm)
+
+    def _advance(self) -> None:
+        a = self.md.ack_quorum
+        while True:
+            add = self.pending.get(self.lac + 1)
+            if add is None or len(add.acks) < a:
+                break
+            self.lac += 1
+            self.length = add.length
+            del self.pending[self.lac]
+            self.done.append(AddDone(add.request_id, ResponseCode.SUCCESS, self.lac))
+        self._maybe_close()
+
+    # -- ensemble changes ---------------------------------------------------------------------------------
+    def bookie_failed(self, bookie: str) -> None:
+        if self.error is not None or bookie not in self.md.last_ensemble or bookie in self._failed:
+            return
+        self._failed.add(bookie)
+        for add in self.pending.values():
+            add.acks.discard(bookie)
+        if not self.changing:
+            self.changing = True
+            self.requests.append(NeedEnsembleChange(self.lac + 1, frozenset(self._failed)))
+
+    def ensemble_changed(self, metadata: LedgerMetadata) -> None:
+        """The runtime wrote the new ensemble (from LAC + 1 at the time it was asked)."""
+        self.changing = False
+        self.md = metadata
+        self._failed &= set(metadata.last_ensemble)  # replaced now
+        if self._failed:  # another bookie failed meanwhile: change again
+            self.changing = True
+            self.requests.append(NeedEnsembleChange(self.lac + 1, frozenset(self._failed)))
+            return
+        for entry_id, add in sorted(self.pending.items()):
+            add.acks &= set(metadata.write_set(entry_id))
+            self._send(entry_id, add)
+        self._advance()
+
+    def ensemble_change_failed(self, code: ResponseCode) -> None:
+        """NOT_ENOUGH_BOOKIES, or the metadata moved under us (a recovery: LEDGER_FENCED)."""
+        self.changing = False
+        self._fail_all(code)
+
+    # -- close --------------------------------------------------------------------------------------------
+    def close(self, request_id: int) -> None:
+        if self.error is not None:
+            self.done.append(AddDone(request_id, self.error))
+            return
+        self._close_request = request_id
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if self._close_request is not None and not self.pending and not self.changing and self.error is None:
+            self.requests.append(NeedClose(replace(self.md, state=State.CLOSED, last_entry_id=self.lac,
+                                                   length=self.length)))
+            self.error = ResponseCode.LEDGER_CLOSED  # no add after this
+
+    def closed(self, code: ResponseCode) -> None:
+        """The runtime wrote (or failed to write) the CLOSED metadata."""
+        rid, self._close_request = self._close_request, None
+        if rid is not None:
+            self.done.append(AddDone(rid, code, self.lac))
+
+    def _fail_all(self, code: ResponseCode) -> None:
+        self.error = code
+        for add in self.pending.values():
+            self.done.append(AddDone(add.request_id, code))
+        self.pending.clear()
+        if self._close_request is not None:
+            self.done.append(AddDone(self._close_request, code))
+            self._close_request = None
