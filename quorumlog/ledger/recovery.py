@@ -126,7 +126,8 @@ class LedgerRecoveryCore:
         a = self.md.ack_quorum
         if any(len(acks) < a for e, acks in self._written_back.items() if e <= self.last_entry_id):
             return
-        length = self.found[self.last_entry_id][1] if self.last_entry_id >= 0 else 0
+        # (the last entry was read here, unless it lies below the LAC entry: only a wrong "absent" gets there)
+        length = self.found.get(self.last_entry_id, (b"", 0))[1]
         self.result = NeedClose(replace(self.md, state=State.CLOSED, last_entry_id=self.last_entry_id,
                                         length=length))
 

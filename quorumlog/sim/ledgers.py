@@ -1,0 +1,370 @@
+"""The ledger protocol in the deterministic simulator: one writer (quorumlog/ledger/writer.py) adding to a
+ledger over simulated bookies (the real BookieHandler over MemoryBookie), recoveries
+(quorumlog/ledger/recovery.py) that fence it while it writes, and faults: bookie crashes that lose what was
+not synced, wiped bookies (in limbo for the ledgers they held), client-bookie partitions and slow bookies.
+Metadata lives in a compare-and-set store, as `_meta` keeps it.
+
+    python -m quorumlog.sim.ledgers --seeds 1000 [--start S] [--bug trust_one_no_such_entry]
+    python -m quorumlog.sim.ledgers --seed S --trace
+
+The checker: every entry acknowledged to the writer is within the closed ledger's last_entry_id and readable
+with its body from its write set; every entry up to last_entry_id is readable; a closed ledger's metadata
+never changes; after the faults heal the ledger ends CLOSED (liveness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass, replace
+
+from ..bookie.handler import BookieHandler
+from ..bookie.memory import MemoryBookie
+from ..codes import ResponseCode
+from ..ledger import LedgerRecoveryCore, LedgerWriterCore, NeedClose, NeedEnsembleChange
+from ..ledger.metadata import LedgerMetadata, Segment, State
+from ..wire.ledger import AddEntry, AddResponse, ReadEntry, ReadLac, ReadLacResponse, ReadResponse, unpack_entry
+from .checker import Violation
+from .scheduler import Scheduler
+
+QUORUMS = ((3, 2, 2), (3, 3, 2), (3, 3, 3), (4, 3, 2), (5, 3, 2), (4, 2, 2))
+PLANTED = ("trust_one_no_such_entry",)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    seed: int
+    bookies: int
+    quorums: tuple[int, int, int]
+    adds: int
+    add_gap_ms: int
+    delay_max_ms: int
+    sync_max_ms: int
+    timeout_ms: int
+    fault_phase_ms: int
+    fault_gap_ms: int
+    recovery_at_ms: tuple[int, ...]
+
+    @classmethod
+    def from_seed(cls, seed: int) -> "Options":
+        rng = random.Random(seed * 7 + 3)
+        return cls(seed, rng.choice((5, 6)), rng.choice(QUORUMS), rng.randint(20, 120), rng.choice((0, 1, 5)),
+                   rng.choice((2, 10, 30)), rng.choice((1, 3, 10)), rng.choice((100, 300)),
+                   rng.choice((1_500, 3_000)), rng.choice((100, 300, 800)),
+                   tuple(sorted(rng.randint(50, 2_500) for _ in range(rng.choice((0, 1, 1, 2, 3))))))
+
+
+class LedgerWorld:
+    def __init__(self, opts: Options, bugs: frozenset[str] = frozenset(), trace=None) -> None:
+        self.o = opts
+        self.bugs = bugs
+        self.trace = trace
+        self.rng = random.Random(opts.seed)
+        self.s = Scheduler()
+        self.ids = [f"b{i}" for i in range(opts.bookies)]
+        self.store = {b: MemoryBookie() for b in self.ids}
+        self.limbo: dict[str, set[int]] = {b: set() for b in self.ids}
+        self.handlers = {b: BookieHandler(b, self.store[b], lambda lid, b=b: lid in self.limbo[b]) for b in self.ids}
+        self.down: set[str] = set()
+        self.cut: set[str] = set()
+        self.slow: set[str] = set()
+        self.epoch = {b: 0 for b in self.ids}  # incarnation: a crash drops answers of the one before
+        e, w, a = opts.quorums
+        self.md = LedgerMetadata(1, e, w, a, (Segment(0, tuple(self.rng.sample(self.ids, e))),), version=1)
+        self.writer = LedgerWriterCore(self.md)
+        self.bodies: dict[int, bytes] = {}  # request id -> body
+        self.acked: dict[int, bytes] = {}  # entry id -> body acknowledged to the writer
+        self.waiting: dict[tuple[str, int], int] = {}  # (bookie, entry) -> request count of the writer
+        self.next_rid = 1
+        self.recoveries: list[LedgerRecoveryCore] = []
+        self.healed = False
+        self.done = False
+        self.wipes = 0
+
+    def log(self, text: str) -> None:
+        if self.trace:
+            self.trace(f"[{self.s.now_ms:>6}] {text}")
+
+    # -- metadata store ----------------------------------------------------------------------------------
+    def cas(self, md: LedgerMetadata) -> LedgerMetadata | None:
+        if md.version != self.md.version:
+            return None
+        if self.md.state is State.CLOSED:
+            raise Violation("closed_changed", f"metadata of a CLOSED ledger rewritten: {md}")
+        self.md = replace(md, version=md.version + 1)
+        self.log(f"metadata v{self.md.version} {self.md.state.value} last={self.md.last_entry_id} "
+                 f"ensembles={[(s.first_entry_id, s.bookies) for s in self.md.ensembles]}")
+        return self.md
+
+    # -- network -----------------------------------------------------------------------------------------
+    def _delay(self, bookie: str) -> int:
+        return self.rng.randint(1, self.o.delay_max_ms) * (10 if bookie in self.slow else 1)
+
+    def send(self, req, on_answer) -> None:
+        b = req.to
+        if b in self.cut:
+            return
+        self.s.after(self._delay(b), self._arrive, req, on_answer)
+
+    def _arrive(self, req, on_answer) -> None:
+        b = req.to
+        if b in self.down or b in self.cut:
+            return
+        epoch = self.epoch[b]
+        fut = self.handlers[b].handle(req)
+
+        def answered(f) -> None:
+            if self.epoch[b] == epoch:
+                self.s.after(self._delay(b), self._answer, b, f.result(), on_answer)
+        fut.add_done_callback(answered)
+
+    def _answer(self, b: str, resp, on_answer) -> None:
+        if b not in self.cut:
+            on_answer(resp)
+
+    def _syncer(self, b: str) -> None:
+        if b not in self.down:
+            self.store[b].sync()
+        self.s.after(self.rng.randint(1, self.o.sync_max_ms), self._syncer, b)
+
+    # -- the writer's runtime ------------------------------------------------------------------------------
+    def _add(self, left: int) -> None:
+        if left <= 0 or self.healed or self.writer.error is not None:
+            return
+        rid = self.next_rid
+        self.next_rid += 1
+        body = b"s%d-r%d" % (self.o.seed, rid)
+        self.bodies[rid] = body
+        self.writer.add(rid, body)
+        self._pump_writer()
+        self.s.after(self.o.add_gap_ms, self._add, left - 1)
+
+    def _pump_writer(self) -> None:
+        messages, done, requests = self.writer.take()
+        for m in messages:
+            key = (m.to, m.entry_id)
+            self.waiting[key] = self.waiting.get(key, 0) + 1
+            self.send(m, self._writer_answer)
+            self.s.after(self.o.timeout_ms, self._writer_timeout, key)
+        for d in done:
+            if d.code == ResponseCode.SUCCESS and d.request_id in self.bodies and d.entry_id >= 0:
+                self.acked[d.entry_id] = self.bodies[d.request_id]
+                self.log(f"writer acked entry {d.entry_id}")
+        for r in requests:
+            self.s.after(self.rng.randint(1, 10), self._writer_request, r)
+
+    def _writer_answer(self, resp: AddResponse) -> None:
+        self.waiting.pop((resp.frm, resp.entry_id), None)
+        self.writer.on_response(resp)
+        self._pump_writer()
+
+    def _writer_timeout(self, key) -> None:
+        if key in self.waiting:
+            del self.waiting[key]
+            self.writer.bookie_failed(key[0])
+            self._pump_writer()
+
+    def _writer_request(self, r) -> None:
+        w = self.writer
+        if isinstance(r, NeedEnsembleChange):
+            if self.md.state is not State.OPEN or self.md.version != w.md.version:
+                w.ensemble_change_failed(ResponseCode.LEDGER_FENCED)
+            else:
+                ens = list(w.md.last_ensemble)
+                spare = [b for b in self.ids if b not in ens and b not in self.down and b not in self.cut]
+                self.rng.shuffle(spare)
+                ok = True
+                for i, b in enumerate(ens):
+                    if b in r.failed:
+                        if not spare:
+                            ok = False
+                            break
+                        ens[i] = spare.pop()
+                new = self.cas(w.md.with_ensemble(r.first_entry_id, tuple(ens))) if ok else None
+                if new is None:
+                    w.ensemble_change_failed(ResponseCode.NOT_ENOUGH_BOOKIES if not ok else ResponseCode.LEDGER_FENCED)
+                else:
+                    w.ensemble_changed(new)
+        else:
+            assert isinstance(r, NeedClose)
+            w.closed(ResponseCode.SUCCESS if self.cas(r.metadata) else ResponseCode.METADATA_VERSION_CONFLICT)
+        self._pump_writer()
+
+    # -- recoveries ------------------------------------------------------------------------------------------
+    def _recover(self) -> None:
+        if self.md.state is State.CLOSED or self.done:
+            return
+        md = self.md if self.md.state is State.IN_RECOVERY else self.cas(replace(self.md, state=State.IN_RECOVERY))
+        r = LedgerRecoveryCore(md, planted_bugs=self.bugs)
+        self.recoveries.append(r)
+        self.log(f"recovery {len(self.recoveries)} starts")
+        r.start()
+        self._pump_recovery(r)
+        self.s.after(self.o.timeout_ms * 5, self._recovery_watchdog, r, None)
+
+    def _pump_recovery(self, r: LedgerRecoveryCore) -> None:
+        if isinstance(r.result, NeedClose):
+            closed = self.cas(r.result.metadata)
+            self.log(f"recovery closes at {r.result.metadata.last_entry_id}: {'ok' if closed else 'lost the CAS'}")
+            r.result = ResponseCode.SUCCESS  # handled
+            return
+        if r.result is not None:
+            if r.result != ResponseCode.SUCCESS:
+                self.log(f"recovery failed {r.result}")
+                r.result = ResponseCode.SUCCESS  # (logged once)
+            return
+        for m in r.take():
+            self.send(m, lambda resp, r=r: self._recovery_answer(r, resp))
+            self.s.after(self.o.timeout_ms, self._recovery_timeout, r, m)
+
+    def _recovery_answer(self, r: LedgerRecoveryCore, resp) -> None:
+        if isinstance(resp, ReadLacResponse):
+            r.on_read_lac(resp)
+        elif isinstance(resp, ReadResponse):
+            r.on_read(resp)
+        else:
+            r.on_add(resp)
+        self._pump_recovery(r)
+
+    def _recovery_timeout(self, r: LedgerRecoveryCore, m) -> None:
+        # the runtime's timeout: an error answer (a late real answer is then ignored or harmless)
+        code = ResponseCode.TIMEOUT
+        if isinstance(m, ReadLac) and m.to not in r.lac_answers:
+            self._recovery_answer(r, ReadLacResponse(m.to, m.ledger_id, code))
+        elif isinstance(m, ReadEntry) and m.entry_id == r.next and not r.reading_done:
+            self._recovery_answer(r, ReadResponse(m.to, m.ledger_id, m.entry_id, code))
+        elif isinstance(m, AddEntry) and m.to not in r._written_back.get(m.entry_id, {m.to}):
+            self._recovery_answer(r, AddResponse(m.to, m.ledger_id, m.entry_id, code))
+
+    def _recovery_watchdog(self, r: LedgerRecoveryCore, seen) -> None:
+        progress = (r.fenced, r.next, len(r.found), sum(len(a) for a in r._written_back.values()))
+        if r.result is None and progress != seen:
+            self.s.after(self.o.timeout_ms * 5, self._recovery_watchdog, r, progress)  # still moving
+            return
+        if r.result is None:
+            r.result = ResponseCode.TIMEOUT  # stuck (a hung write-back): give up, as a client would
+        if self.md.state is not State.CLOSED and (self.healed or self.rng.random() < 0.5):
+            self._recover()  # recovery is retried until the ledger is closed
+
+    # -- faults ----------------------------------------------------------------------------------------------
+    def _fault(self) -> None:
+        if self.healed:
+            return
+        b = self.rng.choice(self.ids)
+        kind = self.rng.choice(("crash", "crash", "wipe", "cut", "slow"))
+        if kind in ("crash", "wipe") and b not in self.down:
+            # an acknowledged entry has A copies: a run loses at most A - 1 disks (beyond that, data is gone
+            # and recovery rightly never decides; BookKeeper needs re-replication in between)
+            wiped = kind == "wipe" and self.wipes < self.md.ack_quorum - 1
+            self.wipes += wiped
+            self.log(f"FAULT {'wipe' if wiped else 'crash'} {b}")
+            self.down.add(b)
+            self.epoch[b] += 1
+            if wiped:
+                self.limbo[b] |= {self.md.ledger_id} if any(b in s.bookies for s in self.md.ensembles) else set()
+                self.store[b].wipe()
+            else:
+                self.store[b].crash()
+            self.s.after(self.rng.randint(50, 1_000), self._restart, b)
+        elif kind == "cut" and b not in self.cut:
+            self.log(f"FAULT cut {b}")
+            self.cut.add(b)
+            self.s.after(self.rng.randint(50, 1_000), self.cut.discard, b)
+        elif kind == "slow":
+            self.slow.add(b)
+            self.s.after(self.rng.randint(50, 1_000), self.slow.discard, b)
+        self.s.after(self.rng.randint(1, self.o.fault_gap_ms), self._fault)
+
+    def _restart(self, b: str) -> None:
+        self.log(f"restart {b}")
+        self.down.discard(b)
+
+    def _heal(self) -> None:
+        self.healed = True
+        self.log("HEAL")
+        for b in list(self.down):
+            self._restart(b)
+        self.cut.clear()
+        self.slow.clear()
+        if self.writer.error is None:
+            self.writer.close(0)
+            self._pump_writer()
+        self.s.after(self.o.timeout_ms * 3, self._final_recovery)
+
+    def _final_recovery(self) -> None:
+        if self.md.state is not State.CLOSED:
+            self._recover()
+
+    # -- run and check ---------------------------------------------------------------------------------------
+    def run(self) -> None:
+        for b in self.ids:
+            self._syncer(b)
+        self.s.after(0, self._add, self.o.adds)
+        self.s.after(self.rng.randint(1, self.o.fault_gap_ms), self._fault)
+        for t in self.o.recovery_at_ms:
+            self.s.at(t, self._recover)
+        self.s.at(self.o.fault_phase_ms, self._heal)
+        deadline = self.o.fault_phase_ms + 30_000
+        while self.s.now_ms < deadline and len(self.s):
+            handler, args = self.s.pop()
+            handler(*args)
+            if self.healed and self.md.state is State.CLOSED:
+                break
+        self.done = True
+        self.check()
+
+    def check(self) -> None:
+        md = self.md
+        if md.state is not State.CLOSED:
+            raise Violation("liveness", f"ledger not closed 30 s after healing: {md.state.value}")
+        for e, body in sorted(self.acked.items()):
+            if e > md.last_entry_id:
+                raise Violation("acked_beyond_close", f"entry {e} acknowledged, ledger closed at {md.last_entry_id}")
+            if self._read(md, e) != body:
+                raise Violation("acked_lost", f"entry {e} acknowledged as {body!r}, reads {self._read(md, e)!r}")
+        for e in range(md.last_entry_id + 1):
+            if self._read(md, e) is None:
+                raise Violation("closed_unreadable", f"entry {e} <= last_entry_id {md.last_entry_id} on no bookie")
+
+    def _read(self, md: LedgerMetadata, e: int) -> bytes | None:
+        for b in md.write_set(e):
+            data = self.store[b].entries.get((md.ledger_id, e))
+            if data is not None:
+                return unpack_entry(data)[2]
+        return None
+
+
+def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Violation | None:
+    try:
+        LedgerWorld(Options.from_seed(seed), bugs, trace).run()
+    except Violation as v:
+        return v
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m quorumlog.sim.ledgers", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=200)
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--trace", action="store_true")
+    p.add_argument("--bug", action="append", default=[], choices=PLANTED)
+    a = p.parse_args(argv)
+    bugs = frozenset(a.bug)
+    if a.seed is not None:
+        v = run_seed(a.seed, bugs, print if a.trace else None)
+        print(f"seed={a.seed} {Options.from_seed(a.seed)} {'ok' if v is None else f'VIOLATION {v}'}")
+        return 0 if v is None else 1
+    failed = 0
+    for seed in range(a.start, a.start + a.seeds):
+        v = run_seed(seed, bugs)
+        if v is not None:
+            failed += 1
+            print(f"FAIL seed={seed}: {v}\n  replay: python -m quorumlog.sim.ledgers --seed {seed} --trace")
+    print(f"ledger seeds={a.seeds} from {a.start} violations={failed}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
