@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
-from .journal import JOURNAL_FILE_BYTES, JOURNAL_MAX_GROUP_WAIT_MS, Journal
+from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ _REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC)
 @dataclass(frozen=True, slots=True)
 class BookieConfig:
     journal_max_group_wait_ms: float = JOURNAL_MAX_GROUP_WAIT_MS  # BookKeeper journalMaxGroupWaitMSec
+    journal_flush_when_queue_empty: bool = JOURNAL_FLUSH_WHEN_QUEUE_EMPTY  # BookKeeper's, false there
     journal_file_bytes: int = JOURNAL_FILE_BYTES
     entry_log_file_bytes: int = ENTRY_LOG_FILE_BYTES  # BookKeeper logSizeLimit
     disk_usage_threshold: float = 0.95  # BookKeeper diskUsageThreshold
@@ -59,7 +60,8 @@ class BookieStorage:
         self.index = LedgerIndex(os.path.join(directory, "index"))
         self.entry_log = EntryLogger(os.path.join(directory, "entrylogs"), config.entry_log_file_bytes)
         self.journal = Journal(os.path.join(directory, "journal"), max_group_wait_ms=config.journal_max_group_wait_ms,
-                               file_bytes=config.journal_file_bytes)
+                               file_bytes=config.journal_file_bytes,
+                               flush_when_queue_empty=config.journal_flush_when_queue_empty)
         self.read_only = False
         self.replayed = self._replay()
         self.journal.start()
