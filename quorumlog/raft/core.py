@@ -373,6 +373,7 @@ class RaftCore:
         if was_leader:
             self.pending.fail_all(ResponseCode.TERM_CHANGED, leader_id, self._completions)
             self.read_index.reset()
+            self.membership_changer.reset()
             self.dispatchers = {}
         if new_term or was_leader:
             self.handler.reset()
@@ -682,6 +683,7 @@ class RaftCore:
         if self._bug_ack_before_quorum:
             # PLANTED BUG ack_before_quorum (test-only): answer clients once the leader alone stored the batch.
             self.pending.complete_up_to(self.log.end_index, self._completions)
+        self.membership_changer.after_leader_step()  # (a promotion it applies goes out in the pumps below)
         for d in self.dispatchers.values():
             d.pump()
         self.transfer.pump()

@@ -26,17 +26,50 @@ _PLANTED = frozenset({"change_before_term_commit", "promote_lagging_learner"})
 
 
 class MembershipChanger:
-    __slots__ = ("core", "_bug_early_change", "_bug_promote_lagging")
+    __slots__ = ("core", "_bug_early_change", "_bug_promote_lagging", "_promoting")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
         bugs = core.config.planted_bugs
         self._bug_early_change = "change_before_term_commit" in bugs
         self._bug_promote_lagging = "promote_lagging_learner" in bugs
+        # A promotion waiting for its learner to hold every committed entry, and until when (ms).
+        self._promoting: tuple[ChangeMembership, int] | None = None
 
     def start(self, e: ChangeMembership) -> None:
         core = self.core
         code, why = self._refusal(e)
+        if (code is ResponseCode.LEARNER_NOT_CAUGHT_UP and self._promoting is None
+                and e.node_id in core.live_voters({e.node_id})):
+            # Under load a live learner trails the commit point by the batch in flight at almost any instant a
+            # request arrives; it holds every committed entry at the instants its acks land. Wait for one of
+            # those (checked after every step) for up to an election timeout, instead of refusing at once.
+            self._promoting = (e, core.now_ms + core.config.election_timeout_min_ms)
+            return
+        self._answer_or_apply(e, code, why)
+
+    def after_leader_step(self) -> None:
+        """Leader, after each step: apply a waiting promotion once its learner caught up, or refuse it at its
+        deadline."""
+        if self._promoting is None:
+            return
+        e, deadline = self._promoting
+        code, why = self._refusal(e)
+        if code is ResponseCode.LEARNER_NOT_CAUGHT_UP and self.core.now_ms < deadline:
+            return
+        self._promoting = None
+        self._answer_or_apply(e, code, why)
+
+    def reset(self) -> None:
+        """Leadership lost: a waiting promotion fails like every other waiting request."""
+        if self._promoting is not None:
+            e, _ = self._promoting
+            self._promoting = None
+            core = self.core
+            core.complete(Completion(e.request_id, ResponseCode.TERM_CHANGED, leader_id=core.member.leader_id))
+
+    def _answer_or_apply(self, e: ChangeMembership, code: ResponseCode | None, why: str) -> None:
+        core = self.core
         if code is not None:
             log.info("membership change refused node=%s %s %s: %s %s", core.config.node_id, e.change, e.node_id,
                      code.name, why)
@@ -106,7 +139,8 @@ class MembershipChanger:
         voter that has to fetch the committed log first is a voter the new majority waits for."""
         core = self.core
         d = core.dispatchers.get(node)
-        return d is not None and d.match_index >= core.committed_index and node in core.live_voters({node})
+        # (its durable watermark: match_index also counts entries a TRUNCATE round matched but not yet synced)
+        return d is not None and d.watermark >= core.committed_index and node in core.live_voters({node})
 
     def after_commit(self) -> None:
         """Leader, once its commit point moved: if the configuration that removed us is committed, hand over to

@@ -85,6 +85,45 @@ def test_promotion_waits_until_the_learner_holds_the_committed_log():
     assert c.core(leader).membership.voters == {"n0", "n1", "n2"}
 
 
+def test_a_promotion_of_a_live_learner_a_batch_behind_waits_for_its_ack():
+    # Under load a learner trails the commit point by the batch in flight whenever a request lands; refusing
+    # then made promotion a lottery on a busy machine (CI: 30 s of LEARNER_NOT_CAUGHT_UP under 4 writers).
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
+    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
+    c.run(300)
+    c.nodes["n3"].auto_flush = False  # it stores what it gets but acknowledges nothing until flushed
+    _answer(c, c.append(leader, [b"in flight"]))
+    assert c.core(leader).dispatchers["n3"].match_index < c.core(leader).committed_index
+    rid = c.change(leader, "promote", "n3")
+    c.run(100)
+    assert rid not in c.completions  # waiting, not refused
+    c.flush("n3")
+    c.nodes["n3"].auto_flush = True
+    assert _answer(c, rid) is OK
+    assert c.core(leader).membership.voters == {"n0", "n1", "n2", "n3"}
+
+
+def test_a_waiting_promotion_is_refused_after_an_election_timeout():
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
+    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
+    c.run(300)
+    c.nodes["n3"].auto_flush = False
+    _answer(c, c.append(leader, [b"never acknowledged by n3"]))
+    rid = c.change(leader, "promote", "n3")
+    waited = c.run_until(lambda: rid in c.completions, 5_000)
+    assert c.completions[rid].code is ResponseCode.LEARNER_NOT_CAUGHT_UP
+    assert waited >= c.core(leader).config.election_timeout_min_ms - 10
+    assert c.core(leader).membership.voters == {"n0", "n1", "n2"}
+
+
 def test_one_change_at_a_time_and_each_refusal_has_its_code():
     c = Cluster(3)
     leader = c.elect()
