@@ -1,6 +1,7 @@
 """quorumlog: a replicated, durable, ordered log (DLedger-style Raft) with a PySpark data pipeline."""
 
 from .client import AppendResult, BlockingClient, Client, Entry, NodeStatus, connect
+from .client.ledgers import LedgerClient, LedgerEntry, LedgerReader, LedgerWriter
 from .codes import ResponseCode
 from .errors import (BadRequest, CorruptEntry, DiskError, DiskFull, DuplicateSequenceTooOld, EmptyBatch,
                      EntryTooLarge, IndexOutOfRange, LeaderPendingFull, LeaderTransferring, NetworkError,
@@ -11,6 +12,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AppendResult", "BadRequest", "BlockingClient", "Client", "CorruptEntry", "DiskError", "DiskFull",
     "DuplicateSequenceTooOld", "EmptyBatch", "Entry", "EntryTooLarge", "IndexOutOfRange", "LeaderPendingFull",
+    "LedgerClient", "LedgerEntry", "LedgerReader", "LedgerWriter",
     "LeaderTransferring", "NetworkError", "NodeStatus", "NotLeader", "ProtocolError", "QuorumLogError",
     "ResponseCode", "TermChanged", "Timeout", "UnknownGroup", "UnknownMember", "WaitQuorumAckTimeout",
     "__version__", "connect",

@@ -68,6 +68,7 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         LeaderPendingFull, LeaderTransferring, EmptyBatch, IndexOutOfRange, EntryTooLarge, BadRequest,
         CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
         WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
-        NodeInUse, GroupExists,
+        NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
+        NotEnoughBookies, LedgerRecoveryFailed,
     )
 }

@@ -12,6 +12,7 @@ from .common import EXIT_USAGE
 from .data import append, read, status, transfer_leader
 from .groups import group_app
 from .kv import kv_app
+from .ledgers import bookie_app, ledger_app
 from .members import member_app
 from .node import node_command
 from .soak import soak
@@ -22,6 +23,8 @@ app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")
 app.add_typer(kv_app, name="kv")
+app.add_typer(ledger_app, name="ledger")
+app.add_typer(bookie_app, name="bookie")
 app.add_typer(member_app, name="member")
 app.command("status")(status)
 app.command("append")(append)

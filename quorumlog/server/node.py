@@ -34,6 +34,9 @@ from ..wire.client import (
     AppendRequest, AppendResponse, GroupRequest, GroupResponse, MemberChangeRequest, MemberChangeResponse,
     ReadRequest, ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
+from ..wire.ledger import BookieOpRequest
+from .bookie_service import GC_INTERVAL_MS, BookieService
+from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
 from .metrics import NodeMetrics
 from .replica import Replica, now_ms
@@ -83,6 +86,7 @@ class Node:
         self._members_cache: frozenset[str] | None = None
         self._http = None
         self.started_at = time.time()
+        self.bookie = BookieService(self)
 
     # -- what replicas use -------------------------------------------------------------------------------
     @property
@@ -126,6 +130,13 @@ class Node:
             peers.pop(self.config.node_id, None)
             set_peers(peers)
 
+    def known_addresses(self) -> dict[str, tuple[str, int]]:
+        """Every node this node knows an address of: its own config's peers and every hosted group's members."""
+        out = dict(self.config.peers)
+        for r in self.replicas.values():
+            out.update(r.links)
+        return out
+
     def members_of(self, group: str) -> frozenset[str] | None:
         """The transport's question (handshake.py): who may send messages of `group` here; None if not hosted."""
         if group == NODE_LINK:
@@ -155,6 +166,7 @@ class Node:
             replica.open()
             self.replicas[name] = replica
         self.fsync_worker = FsyncWorker()
+        self.bookie.open()
         self._check_disk()
         if self._transport is None:
             from .transport_adapter import RealTransport
@@ -170,6 +182,8 @@ class Node:
             asyncio.create_task(self._periodic(DISK_CHECK_INTERVAL_MS, self._check_disk), name="disk-guard"),
             asyncio.create_task(self._periodic(cfg.checkpoint_interval_ms, self._checkpoint), name="checkpoint"),
             asyncio.create_task(self._periodic(cfg.retention_interval_ms, self._retention), name="retention"),
+            asyncio.create_task(self._periodic(GC_INTERVAL_MS, self.bookie.gc), name="bookie-gc"),
+            asyncio.create_task(self.bookie.register(), name="bookie-register"),
         ]
         for r in self.replicas.values():
             r.start()
@@ -207,6 +221,7 @@ class Node:
         for r in self.replicas.values():
             if r.core is not None:
                 await r.close()
+        self.bookie.close()
         if self.fsync_worker is not None:
             self.fsync_worker.close()
         if self._transport is not None:
@@ -264,7 +279,7 @@ class Node:
         except (ValueError, KeyError, TypeError, ConfigError) as e:
             raise _Refused(ResponseCode.BAD_REQUEST, f"bad group definition: {e}") from None
         os.makedirs(config.data_dir)
-        _write_durably(os.path.join(config.data_dir, GROUP_FILE), _canonical(definition))
+        write_json_durably(os.path.join(config.data_dir, GROUP_FILE), _canonical(definition))
         replica.open()
         self.replicas[name] = replica
         replica.start()
@@ -314,6 +329,8 @@ class Node:
     def _on_client_request(self, session: Any, request: Any) -> Any:
         if isinstance(request, GroupRequest):
             return self._on_group(session, request)
+        if isinstance(request, BookieOpRequest):
+            return self.bookie.on_request(session, request)  # the node's bookie, whatever group was named
         group = getattr(session, "group", self.default.group)
         if group == NODE_LINK and isinstance(request, StatusRequest):
             _send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
@@ -409,6 +426,7 @@ class Node:
             log.warning("disk usage unavailable: %s", e)
             return
         self._disk_usage = (usage.used, usage.total)
+        self.bookie.check_disk()
         ratio = usage.used / usage.total if usage.total else 0.0
         full = ratio >= self.config.disk_full_ratio
         if full != self.disk_full:
@@ -428,6 +446,7 @@ class Node:
     async def _checkpoint(self) -> None:
         for r in [r for r in self.replicas.values() if r.checkpoint_due()]:
             await r.checkpoint()
+        self.bookie.checkpoint()
 
     async def _retention(self) -> None:
         for r in list(self.replicas.values()):
@@ -457,6 +476,8 @@ class Node:
         """The node and every group it hosts (`status --all-groups`, `group list`)."""
         doc = {"id": self.config.node_id, **self._node_fields()}
         doc["groups"] = [r.status() for r in self.replicas.values()]
+        if self.bookie.storage is not None:
+            doc["bookie"] = self.bookie.info()
         return doc
 
     def _http_status(self) -> tuple[str, bytes]:
@@ -483,20 +504,6 @@ def _canonical(definition: dict) -> dict:
     keys = ("group", "peers", "preferred_leader_id", "join", "segment_bytes", "index_segment_bytes", "preallocate",
             "state_machine")
     return {k: definition[k] for k in keys if k in definition}
-
-
-def _write_durably(path: str, doc: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _send(session: Any, response: Any) -> None:

@@ -27,6 +27,7 @@ from ..wire.client import (
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
     GroupResponse, KvItem, KvRequest, KvResponse,
 )
+from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from ..wire.messages import (
     HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
     VoteRequest, VoteResponse, VoteResult,
@@ -72,6 +73,10 @@ _KV_REQ = struct.Struct(">QqqqQqI")
 # request_id, code, version, revision, item count, data size; leader_id, message, items, data
 _KV_RESP = struct.Struct(">QiqqII")
 _KV_ITEM = struct.Struct(">qqqBI")  # version, create_revision, mod_revision, has_value, value size; key, value
+# request_id, op, flags, ledger_id, entry_id, lac, data size; then data
+_BOOKIE_REQ = struct.Struct(">QBBQqqI")
+# request_id, code, op, ledger_id, entry_id, lac, data size; then data, message (text)
+_BOOKIE_RESP = struct.Struct(">QiBQqqI")
 _GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, message (text)
 
 _FLAG_PRE_VOTE = 1
@@ -285,6 +290,16 @@ def _enc_kv_resp(m: KvResponse) -> list[Buffer]:
     return _frame(Kind.KV_RESPONSE, b"".join(parts))
 
 
+def _enc_bookie_req(m: BookieOpRequest) -> list[Buffer]:
+    return _frame(Kind.BOOKIE_REQUEST, _BOOKIE_REQ.pack(m.request_id, m.op, m.flags, m.ledger_id, m.entry_id, m.lac,
+                                                        len(m.data)), [m.data], len(m.data))
+
+
+def _enc_bookie_resp(m: BookieOpResponse) -> list[Buffer]:
+    return _frame(Kind.BOOKIE_RESPONSE, _BOOKIE_RESP.pack(m.request_id, m.code, m.op, m.ledger_id, m.entry_id,
+                                                          m.lac, len(m.data)) + bytes(m.data) + _text(m.message))
+
+
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     VoteRequest: _enc_vote_req,
     VoteResponse: _enc_vote_resp,
@@ -307,6 +322,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     GroupResponse: _enc_group_resp,
     KvRequest: _enc_kv_req,
     KvResponse: _enc_kv_resp,
+    BookieOpRequest: _enc_bookie_req,
+    BookieOpResponse: _enc_bookie_resp,
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -321,6 +338,7 @@ KIND_OF: dict[type, Kind] = {
     MemberChangeRequest: Kind.MEMBER_CHANGE_REQUEST, MemberChangeResponse: Kind.MEMBER_CHANGE_RESPONSE,
     GroupRequest: Kind.GROUP_REQUEST, GroupResponse: Kind.GROUP_RESPONSE,
     KvRequest: Kind.KV_REQUEST, KvResponse: Kind.KV_RESPONSE,
+    BookieOpRequest: Kind.BOOKIE_REQUEST, BookieOpResponse: Kind.BOOKIE_RESPONSE,
 }
 
 
@@ -578,6 +596,30 @@ def _dec_kv_resp(p: memoryview) -> KvResponse:
     return KvResponse(request_id, ResponseCode.of(code), leader_id, version, revision, tuple(items), data, message)
 
 
+def _bookie_op(value: int) -> BookieOp:
+    try:
+        return BookieOp(value)
+    except ValueError:
+        raise ProtocolError(f"unknown bookie op {value}") from None
+
+
+def _dec_bookie_req(p: memoryview) -> BookieOpRequest:
+    request_id, op, flags, ledger_id, entry_id, lac, n = _BOOKIE_REQ.unpack_from(p)
+    r = _Reader(p, _BOOKIE_REQ.size)
+    data = bytes(r.take(n))
+    r.end()
+    return BookieOpRequest(request_id, _bookie_op(op), ledger_id, entry_id, lac, flags, data)
+
+
+def _dec_bookie_resp(p: memoryview) -> BookieOpResponse:
+    request_id, code, op, ledger_id, entry_id, lac, n = _BOOKIE_RESP.unpack_from(p)
+    r = _Reader(p, _BOOKIE_RESP.size)
+    data = bytes(r.take(n))
+    message = r.text()
+    r.end()
+    return BookieOpResponse(request_id, ResponseCode.of(code), _bookie_op(op), ledger_id, entry_id, lac, data, message)
+
+
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.VOTE_REQUEST: _dec_vote_req,
     Kind.VOTE_RESPONSE: _dec_vote_resp,
@@ -600,6 +642,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.GROUP_RESPONSE: _dec_group_resp,
     Kind.KV_REQUEST: _dec_kv_req,
     Kind.KV_RESPONSE: _dec_kv_resp,
+    Kind.BOOKIE_REQUEST: _dec_bookie_req,
+    Kind.BOOKIE_RESPONSE: _dec_bookie_resp,
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from enum import IntEnum
 
 from ..codes import ResponseCode
 
@@ -76,3 +77,76 @@ class ReadLacResponse:
 
 BookieRequest = AddEntry | ReadEntry | ReadLac
 BookieResponse = AddResponse | ReadResponse | ReadLacResponse
+
+
+# -- on the wire: a client's request to a node's bookie, and its answer ------------------------------------
+# The sans-I/O messages above address bookies by name (the simulator delivers them); on a node's client port
+# one request kind carries them all with an operation byte, as BookKeeper's protocol does (OperationType).
+
+class BookieOp(IntEnum):
+    ADD = 1  # data = pack_entry(...); flags RECOVERY
+    READ = 2  # flags FENCE
+    READ_LAC = 3  # flags FENCE
+    INFO = 4  # the bookie's state: JSON {bookie_id, instance_id, state, disk_used, ledgers}
+    DELETE = 5  # drop a deleted ledger's entries (garbage collected later)
+
+
+FLAG_FENCE, FLAG_RECOVERY = 0x01, 0x02
+
+
+@dataclass(frozen=True, slots=True)
+class BookieOpRequest:
+    request_id: int
+    op: BookieOp
+    ledger_id: int = 0
+    entry_id: int = -1
+    lac: int = -1
+    flags: int = 0
+    data: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class BookieOpResponse:
+    request_id: int
+    code: ResponseCode
+    op: BookieOp = BookieOp.INFO
+    ledger_id: int = 0
+    entry_id: int = -1
+    lac: int = -1
+    data: bytes = b""
+    message: str = ""
+
+
+def to_op_request(request_id: int, m: BookieRequest) -> BookieOpRequest:
+    if isinstance(m, AddEntry):
+        return BookieOpRequest(request_id, BookieOp.ADD, m.ledger_id, m.entry_id, m.lac,
+                               FLAG_RECOVERY if m.recovery else 0, m.data)
+    if isinstance(m, ReadEntry):
+        return BookieOpRequest(request_id, BookieOp.READ, m.ledger_id, m.entry_id, flags=FLAG_FENCE if m.fence else 0)
+    return BookieOpRequest(request_id, BookieOp.READ_LAC, m.ledger_id, flags=FLAG_FENCE if m.fence else 0)
+
+
+def from_op_request(bookie_id: str, r: BookieOpRequest) -> BookieRequest:
+    """The sans-I/O request an op request carries (ADD, READ, READ_LAC only)."""
+    if r.op is BookieOp.ADD:
+        return AddEntry(bookie_id, r.ledger_id, r.entry_id, r.data, r.lac, bool(r.flags & FLAG_RECOVERY))
+    if r.op is BookieOp.READ:
+        return ReadEntry(bookie_id, r.ledger_id, r.entry_id, bool(r.flags & FLAG_FENCE))
+    assert r.op is BookieOp.READ_LAC
+    return ReadLac(bookie_id, r.ledger_id, bool(r.flags & FLAG_FENCE))
+
+
+def to_op_response(request_id: int, m: BookieResponse) -> BookieOpResponse:
+    if isinstance(m, AddResponse):
+        return BookieOpResponse(request_id, m.code, BookieOp.ADD, m.ledger_id, m.entry_id)
+    if isinstance(m, ReadResponse):
+        return BookieOpResponse(request_id, m.code, BookieOp.READ, m.ledger_id, m.entry_id, data=m.data)
+    return BookieOpResponse(request_id, m.code, BookieOp.READ_LAC, m.ledger_id, lac=m.lac)
+
+
+def from_op_response(bookie_id: str, r: BookieOpResponse) -> BookieResponse:
+    if r.op is BookieOp.ADD:
+        return AddResponse(bookie_id, r.ledger_id, r.entry_id, r.code)
+    if r.op is BookieOp.READ:
+        return ReadResponse(bookie_id, r.ledger_id, r.entry_id, r.code, r.data)
+    return ReadLacResponse(bookie_id, r.ledger_id, r.code, r.lac)

@@ -331,3 +331,40 @@ def test_remove_node_is_refused_while_in_use_and_drain_moves_every_replica_first
     assert cli_json("kv", "put", "--cluster", d, "after/drain", "x")["version"] == 1  # _meta on its new members
     keys = {k["key"] for k in cli_json("kv", "list", "--cluster", d)["keys"]}
     assert "nodes/n1" not in keys and "nodes/n3" in keys
+
+
+def test_ledger_and_bookie_commands_write_read_describe_recover_list_delete(cluster):
+    d, _ = cluster
+    deadline = time.monotonic() + 30
+    while True:  # every node's bookie answers once it compared its instance id with `_meta`
+        bookies = cli_json("bookie", "list", "--cluster", d)["bookies"]
+        if all(b.get("limbo_known") for b in bookies):
+            break
+        assert time.monotonic() < deadline, bookies
+        time.sleep(0.2)
+    assert sorted(b["bookie_id"] for b in bookies) == ["n0", "n1", "n2"]
+    assert {b["state"] for b in bookies} == {"read_write"}
+    w = cli_json("ledger", "write", "--cluster", d, "--ensemble", "3", "--write-quorum", "2", "--ack-quorum", "2",
+                 "a", "bb", "ccc")
+    lid = w["ledger_id"]
+    assert w["last_entry_id"] == 2
+    got = cli_json("ledger", "read", "--cluster", d, "--id", str(lid), "--from", "1")
+    assert [(e["entry_id"], e["body"]) for e in got["entries"]] == [(1, "bb"), (2, "ccc")]
+    md = cli_json("ledger", "describe", "--cluster", d, "--id", str(lid))
+    assert (md["state"], md["last_entry_id"], md["length"], md["ensemble_size"], md["write_quorum"],
+            md["ack_quorum"]) == ("CLOSED", 2, 6, 3, 2, 2)
+    assert sorted(md["ensembles"][0]["bookies"]) == ["n0", "n1", "n2"]
+    assert cli_json("ledger", "recover", "--cluster", d, "--id", str(lid))["version"] == md["version"]  # closed
+    r = cli("ledger", "write", "--cluster", d, "--ensemble", "4", "x", "--json", check=False)
+    assert r.returncode == 1 and "NOT_ENOUGH_BOOKIES" in r.stderr and r.stdout == ""
+    r = cli("ledger", "write", "--cluster", d, "--ensemble", "2", "--write-quorum", "3", "x", "--json", check=False)
+    assert r.returncode != 0 and r.stdout == ""
+    assert [x["ledger_id"] for x in cli_json("ledger", "list", "--cluster", d)["ledgers"]] == [lid]
+    os.kill(next(n["pid"] for n in json.load(open(os.path.join(d, "cluster.json")))["nodes"] if n["id"] == "n2"),
+            signal.SIGKILL)
+    under = cli_json("ledger", "underreplicated", "--cluster", d)
+    assert under["down_bookies"] == ["n2"] and [x["ledger_id"] for x in under["ledgers"]] == [lid]
+    cli_json("ledger", "delete", "--cluster", d, "--id", str(lid))
+    assert cli_json("ledger", "list", "--cluster", d)["ledgers"] == []
+    r = cli("ledger", "describe", "--cluster", d, "--id", str(lid), "--json", check=False)
+    assert r.returncode == 1 and "NO_SUCH_LEDGER" in r.stderr

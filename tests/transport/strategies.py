@@ -13,6 +13,7 @@ from quorumlog.wire.client import (
     TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
     GroupResponse, KvItem, KvRequest, KvResponse,
 )
+from quorumlog.wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from quorumlog.wire.messages import (
     HeartbeatRequest, HeartbeatResponse, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
     VoteRequest, VoteResponse, VoteResult,
@@ -63,6 +64,10 @@ client_messages = st.one_of(
     st.builds(KvResponse, u64, codes, st.none() | ids, i64, i64,
               st.lists(st.builds(KvItem, texts, st.none() | st.binary(max_size=50), i64, i64, i64),
                        max_size=4).map(tuple), st.binary(max_size=100), texts),
+    st.builds(BookieOpRequest, u64, st.sampled_from(list(BookieOp)), u64, i64, i64, st.integers(0, 255),
+              st.binary(max_size=300)),
+    st.builds(BookieOpResponse, u64, codes, st.sampled_from(list(BookieOp)), u64, i64, i64, st.binary(max_size=300),
+              texts),
 )
 
 messages = st.one_of(peer_messages, client_messages)

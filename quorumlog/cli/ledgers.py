@@ -1,0 +1,194 @@
+"""`quorumlog ledger ...` and `quorumlog bookie list`: BookKeeper's ledgers over the nodes' bookies
+(client/ledgers.py; INTERFACES.md "Ledgers")."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import typer
+
+from ..ledger.metadata import LedgerMetadata
+from ..ledgers import LedgerClient
+from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
+
+ledger_app = typer.Typer(help="Ledgers (BookKeeper): write, read, recover, describe, list, delete, "
+                              "underreplicated", no_args_is_help=True)
+bookie_app = typer.Typer(help="The bookies (every node is one): list", no_args_is_help=True)
+
+IdOpt = typer.Option(..., "--id", min=1, help="Ledger id")
+
+
+def _client(peers: Optional[str], cluster: Optional[str], timeout_ms: int) -> LedgerClient:
+    return LedgerClient(resolve_target(peers, cluster, None).peers, timeout_ms=timeout_ms)
+
+
+def metadata_doc(md: LedgerMetadata) -> dict[str, Any]:
+    return {"ledger_id": md.ledger_id, "state": md.state.value, "ensemble_size": md.ensemble_size,
+            "write_quorum": md.write_quorum, "ack_quorum": md.ack_quorum, "last_entry_id": md.last_entry_id,
+            "length": md.length, "version": md.version,
+            "ensembles": [{"first_entry_id": s.first_entry_id, "bookies": list(s.bookies)} for s in md.ensembles]}
+
+
+def _text(body: bytes) -> str:
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        return body.hex()
+
+
+@ledger_app.command("write")
+def write(values: list[str] = typer.Argument(None, help="Entries to add, one per argument"),
+          file: Optional[str] = typer.Option(None, "--file", help="Add each line of this file (- for stdin)"),
+          ensemble: int = typer.Option(3, "--ensemble", min=1, help="E: bookies the ledger is striped over"),
+          write_quorum: int = typer.Option(2, "--write-quorum", min=1, help="W: copies of each entry"),
+          ack_quorum: int = typer.Option(2, "--ack-quorum", min=1, help="A: copies stored before an ack"),
+          peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+          json_out: bool = JsonOpt) -> None:
+    """Create a ledger, add the entries, close it; prints {ledger_id, last_entry_id}."""
+    bodies = [v.encode() for v in values or []]
+    if file is not None:
+        stream = sys.stdin.buffer if file == "-" else open(file, "rb")
+        with stream:
+            bodies += [line.rstrip(b"\n") for line in stream]
+
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            w = await lc.create_ledger(ensemble, write_quorum, ack_quorum)
+            for b in bodies:
+                await w.add_entry(b)
+            last = await w.close()
+            return {"ledger_id": w.ledger_id, "last_entry_id": last}
+
+    doc = run(go())
+    if json_out:
+        print_json(doc)
+    else:
+        out_console.print(f"ledger {doc['ledger_id']}: last_entry_id {doc['last_entry_id']}", highlight=False)
+
+
+@ledger_app.command("read")
+def read(ledger_id: int = IdOpt, first: int = typer.Option(0, "--from", min=0, help="First entry id"),
+         last: Optional[int] = typer.Option(None, "--to", help="Last entry id (default: the last add confirmed)"),
+         recovery: bool = typer.Option(False, "--recover", help="Fence and recover an open ledger first"),
+         peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+         json_out: bool = JsonOpt) -> None:
+    """Print entries (without --recover an open ledger is read up to its last add confirmed, not fenced)."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            r = await lc.open_ledger(ledger_id, recovery=recovery)
+            return [(e.entry_id, e.body) async for e in r.read(first, last)]
+
+    entries = run(go())
+    if json_out:
+        print_json({"ledger_id": ledger_id, "entries": [{"entry_id": i, "body": _text(b)} for i, b in entries]})
+        return
+    for i, b in entries:
+        out_console.print(f"{i}\t{_text(b)}", highlight=False)
+
+
+@ledger_app.command("recover")
+def recover(ledger_id: int = IdOpt, peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+            timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Fence the ledger (its writer gets LEDGER_FENCED), recover its last entries and close it."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            return (await lc.open_ledger(ledger_id, recovery=True)).metadata
+
+    _print_metadata(run(go()), json_out)
+
+
+@ledger_app.command("describe")
+def describe(ledger_id: int = IdOpt, peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+             timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """State (OPEN / IN_RECOVERY / CLOSED), ensembles, last_entry_id, length, E, W, A."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            return await lc.describe(ledger_id)
+
+    _print_metadata(run(go()), json_out)
+
+
+def _print_metadata(md: LedgerMetadata, json_out: bool) -> None:
+    doc = metadata_doc(md)
+    if json_out:
+        print_json(doc)
+        return
+    out_console.print(f"ledger {md.ledger_id}: {md.state.value} E={md.ensemble_size} W={md.write_quorum} "
+                      f"A={md.ack_quorum} last_entry_id={md.last_entry_id} length={md.length}", highlight=False)
+    for s in md.ensembles:
+        out_console.print(f"  from entry {s.first_entry_id}: {', '.join(s.bookies)}", highlight=False)
+
+
+@ledger_app.command("list")
+def list_ledgers(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+                 timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Every ledger with its state."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            return await lc.list_ledgers()
+
+    mds = run(go())
+    if json_out:
+        print_json({"ledgers": [metadata_doc(md) for md in mds]})
+        return
+    for md in mds:
+        out_console.print(f"{md.ledger_id}\t{md.state.value}\tlast_entry_id={md.last_entry_id}\t"
+                          f"bookies={','.join(md.last_ensemble)}", highlight=False)
+
+
+@ledger_app.command("delete")
+def delete(ledger_id: int = IdOpt, peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+           timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Delete the ledger's metadata; its bookies drop its entries at their next garbage collection."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            await lc.delete_ledger(ledger_id)
+
+    run(go())
+    if json_out:
+        print_json({"ledger_id": ledger_id, "deleted": True})
+    else:
+        out_console.print(f"ledger {ledger_id}: deleted", highlight=False)
+
+
+@ledger_app.command("underreplicated")
+def underreplicated(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+                    timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Ledgers with a fragment on a bookie that is down (does not answer), with those fragments."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            down = {b for b, info in (await lc.bookies()).items() if info.get("state") == "down"}
+            return down, await lc.list_ledgers()
+
+    down, mds = run(go())
+    rows = []
+    for md in mds:
+        fragments = [{"first_entry_id": s.first_entry_id, "lost": sorted(down & set(s.bookies))}
+                     for s in md.ensembles if down & set(s.bookies)]
+        if fragments:
+            rows.append({"ledger_id": md.ledger_id, "state": md.state.value, "fragments": fragments})
+    if json_out:
+        print_json({"down_bookies": sorted(down), "ledgers": rows})
+        return
+    for row in rows:
+        out_console.print(f"{row['ledger_id']}\t{row['state']}\t" + "; ".join(
+            f"from {f['first_entry_id']}: {','.join(f['lost'])}" for f in row["fragments"]), highlight=False)
+
+
+@bookie_app.command("list")
+def list_bookies(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+                 timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Every bookie: state (read_write / read_only / down), disk use, ledger count."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            return await lc.bookies()
+
+    infos = run(go())
+    if json_out:
+        print_json({"bookies": [{"bookie_id": b, **info} for b, info in infos.items()]})
+        return
+    for b, info in infos.items():
+        used = info.get("disk_used")
+        out_console.print(f"{b}\t{info.get('state')}\tdisk_used={'-' if used is None else f'{used:.1%}'}\t"
+                          f"ledgers={info.get('ledgers', '-')}", highlight=False)

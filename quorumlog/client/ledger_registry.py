@@ -1,0 +1,148 @@
+"""Where a ledger client finds things: ledger metadata in `_meta` (changed only by compare-and-set, as
+BookKeeper's ZooKeeper-backed LedgerManager does), ledger ids, and the bookies with their state.
+
+Keys (docs/ledgers.md): `ledgers/<id, 20 digits>` = LedgerMetadata JSON (ledger/metadata.py), whose `_meta`
+version is the metadata's version; `ledger_ids/next` = the next id to hand out (a counter moved by
+compare-and-set, BookKeeper's ledger id generator on ZooKeeper); `nodes/ID` (written by `cluster up`) and
+`bookies/ID` (written by each bookie, with its instance id) give the bookies and their addresses.
+
+A bookie's state comes from asking it (BookieOp.INFO): `read_write`, `read_only` (disk past 95%), or
+`down` when it does not answer within `info_timeout_ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import replace
+from typing import Any
+
+from ..codes import ResponseCode
+from ..errors import BadRequest, MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
+from ..ledger.metadata import LedgerMetadata, Segment
+from ..peers import Address, parse_address
+from ..transport.handshake import NODE_LINK
+from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
+from .client import Client
+from .kv import META_GROUP
+from .pool import ConnectionPool
+
+LEDGERS_PREFIX = "ledgers/"
+NEXT_ID_KEY = "ledger_ids/next"
+INFO_TIMEOUT_MS = 1_000
+MAX_CAS_ATTEMPTS = 64
+
+
+def ledger_key(ledger_id: int) -> str:
+    return f"{LEDGERS_PREFIX}{ledger_id:020d}"
+
+
+class LedgerRegistry:
+    def __init__(self, peers: dict[str, Address], *, timeout_ms: int, bookie_timeout_ms: int,
+                 client_name: str) -> None:
+        self.meta = Client(peers, group=META_GROUP, timeout_ms=timeout_ms)
+        self.addresses: dict[str, Address] = dict(peers)
+        self.bookie_timeout_ms = bookie_timeout_ms
+        # every bookie request goes to the node as such (NODE_LINK), whatever groups it hosts
+        self.pool = ConnectionPool(self.addresses, group=NODE_LINK, client_name=client_name)
+        self._request_id = 0
+        self._rng = random.Random()
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.meta.close()
+
+    # -- metadata ------------------------------------------------------------------------------------------
+    async def get(self, ledger_id: int) -> LedgerMetadata:
+        found = await self.meta.kv_get(ledger_key(ledger_id))
+        if found is None:
+            raise NoSuchLedger(f"ledger {ledger_id} does not exist")
+        value, version = found
+        return LedgerMetadata.from_json(value, version)
+
+    async def put(self, md: LedgerMetadata) -> LedgerMetadata:
+        """Write md if the stored version is still md.version (0: create). Raises MetadataVersionConflict."""
+        version = await self.meta.kv_put(ledger_key(md.ledger_id), md.to_json(), expected_version=md.version)
+        return replace(md, version=version)
+
+    async def delete(self, md: LedgerMetadata) -> None:
+        await self.meta.kv_delete(ledger_key(md.ledger_id), expected_version=md.version)
+
+    async def list(self) -> list[LedgerMetadata]:
+        return [LedgerMetadata.from_json(kv.value, kv.version) for kv in await self.meta.kv_list(LEDGERS_PREFIX)]
+
+    async def next_ledger_id(self) -> int:
+        for _ in range(MAX_CAS_ATTEMPTS):
+            found = await self.meta.kv_get(NEXT_ID_KEY)
+            value, version = found if found is not None else (b"1", 0)
+            lid = int(value)
+            try:
+                await self.meta.kv_put(NEXT_ID_KEY, str(lid + 1).encode(), expected_version=version)
+                return lid
+            except MetadataVersionConflict:
+                continue  # another client took it: read again
+        raise MetadataVersionConflict(f"{NEXT_ID_KEY}: {MAX_CAS_ATTEMPTS} conflicting attempts")
+
+    # -- bookies -------------------------------------------------------------------------------------------
+    async def refresh_bookies(self) -> None:
+        """Learn every bookie's address from `_meta` (`nodes/` and `bookies/`)."""
+        for prefix in ("nodes/", "bookies/"):
+            for kv in await self.meta.kv_list(prefix):
+                try:
+                    address = json.loads(kv.value).get("address")
+                    if address:
+                        self.addresses[kv.key[len(prefix):]] = parse_address(address)
+                except (ValueError, AttributeError):
+                    continue  # a record we cannot read names no bookie we could use
+
+    async def call(self, bookie: str, request: BookieOpRequest, timeout_ms: float | None = None) -> BookieOpResponse:
+        if bookie not in self.addresses:
+            await self.refresh_bookies()
+            if bookie not in self.addresses:
+                raise BadRequest(f"bookie {bookie!r} has no known address")
+        return await self.pool.call(bookie, request, timeout_ms or self.bookie_timeout_ms)
+
+    def request_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
+
+    async def info(self, bookie: str, timeout_ms: float = INFO_TIMEOUT_MS) -> dict[str, Any]:
+        """The bookie's INFO document, or {"bookie_id", "state": "down", "error"} when it does not answer."""
+        try:
+            resp = await self.call(bookie, BookieOpRequest(self.request_id(), BookieOp.INFO), timeout_ms)
+            if resp.code != ResponseCode.SUCCESS:
+                raise QuorumLogError.for_code(resp.code, resp.message)
+            return json.loads(resp.data)
+        except (QuorumLogError, OSError, ValueError) as e:
+            return {"bookie_id": bookie, "state": "down", "error": str(e)}
+
+    async def bookies(self) -> dict[str, dict[str, Any]]:
+        await self.refresh_bookies()
+        ids = sorted(self.addresses)
+        infos = await asyncio.gather(*(self.info(b) for b in ids))
+        return dict(zip(ids, infos))
+
+    async def place(self, count: int, exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+        """`count` writable bookies not in `exclude`, the least loaded first (ties at random): BookKeeper's
+        default placement, with read-only and down bookies left out."""
+        infos = await self.bookies()
+        usable = [(info.get("ledgers", 0), self._rng.random(), b) for b, info in infos.items()
+                  if b not in exclude and info.get("state") == "read_write"]
+        if len(usable) < count:
+            states = ", ".join(f"{b}: {i.get('state')}" for b, i in infos.items())
+            raise NotEnoughBookies(f"need {count} writable bookies, have {len(usable)} ({states})")
+        return [b for _, _, b in sorted(usable)[:count]]
+
+    async def replace_bookies(self, md: LedgerMetadata, first_entry_id: int, failed: set[str]) -> LedgerMetadata:
+        """md with a new segment from first_entry_id in which each failed bookie is replaced by a writable one
+        not in the ensemble (the positions stay: striping is by position)."""
+        ensemble = list(md.last_ensemble)
+        fresh = await self.place(len(failed & set(ensemble)), exclude=set(ensemble) | failed)
+        it = iter(fresh)
+        new = tuple(next(it) if b in failed else b for b in ensemble)
+        return md.with_ensemble(first_entry_id, new)
+
+
+def new_metadata(ledger_id: int, ensemble: list[str], write_quorum: int, ack_quorum: int) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id, len(ensemble), write_quorum, ack_quorum, (Segment(0, tuple(ensemble)),))

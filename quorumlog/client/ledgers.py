@@ -1,0 +1,365 @@
+"""`quorumlog.LedgerClient`: BookKeeper's ledgers over the nodes' bookies (INTERFACES.md "Ledgers").
+
+    async with LedgerClient(peers) as lc:
+        w = await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)
+        eid = await w.add_entry(b"x")                  # acked in order once ack_quorum bookies stored it
+        await w.close()
+        r = await lc.open_ledger(w.ledger_id, recovery=True)
+        async for e in r.read(0, r.last_add_confirmed): ...
+
+The protocol is the sans-I/O cores of quorumlog/ledger (writer, recovery); this module is their runtime:
+it sends their messages to the bookies (one pipelined connection per node), turns a failed or silent bookie
+into `bookie_failed` (the writer then changes its ensemble), and does the metadata work they ask for with
+compare-and-set in `_meta` (client/ledger_registry.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from typing import AsyncIterator
+
+from ..codes import ResponseCode
+from ..errors import (BadRequest, LedgerRecoveryFailed, MetadataVersionConflict, NetworkError,
+                      NoSuchEntry, QuorumLogError)
+from ..ledger import LedgerMetadata, LedgerRecoveryCore, LedgerWriterCore, NeedClose, NeedEnsembleChange
+from ..ledger.metadata import State
+from ..peers import Address, parse_peers
+from ..wire.ledger import (AddEntry, AddResponse, BookieOp, BookieOpRequest, ReadEntry, ReadLac, ReadLacResponse,
+                           ReadResponse, from_op_response, to_op_request, unpack_entry)
+from .ledger_registry import LedgerRegistry, new_metadata
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_MS = 10_000
+DEFAULT_BOOKIE_TIMEOUT_MS = 5_000  # BookKeeper addEntryTimeout is 10 s; a silent bookie is replaced sooner
+READ_AHEAD = 64  # entries read at once (BookKeeper's readahead batches)
+RECOVERY_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    entry_id: int
+    body: bytes
+
+
+class LedgerClient:
+    def __init__(self, peers: str | dict[str, Address], *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
+                 bookie_timeout_ms: int = DEFAULT_BOOKIE_TIMEOUT_MS) -> None:
+        nodes = parse_peers(peers) if isinstance(peers, str) else dict(peers)
+        if not nodes:
+            raise ValueError("peers: no nodes")
+        self.registry = LedgerRegistry(nodes, timeout_ms=timeout_ms, bookie_timeout_ms=bookie_timeout_ms,
+                                       client_name="ledger-client")
+        self.timeout_ms = timeout_ms
+
+    async def __aenter__(self) -> "LedgerClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.registry.close()
+
+    # -- ledgers -------------------------------------------------------------------------------------------
+    async def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2) -> "LedgerWriter":
+        if not ensemble >= write_quorum >= ack_quorum >= 1:
+            raise BadRequest(f"need ensemble >= write_quorum >= ack_quorum >= 1, got {ensemble}/{write_quorum}/"
+                             f"{ack_quorum}")
+        bookies = await self.registry.place(ensemble)
+        lid = await self.registry.next_ledger_id()
+        md = await self.registry.put(new_metadata(lid, bookies, write_quorum, ack_quorum))
+        log.info("ledger created id=%d ensemble=%s W=%d A=%d", lid, bookies, write_quorum, ack_quorum)
+        return LedgerWriter(self.registry, md)
+
+    async def open_ledger(self, ledger_id: int, recovery: bool = True) -> "LedgerReader":
+        """recovery=True: fence the ledger, recover its last entries and close it (a writer still adding gets
+        LEDGER_FENCED). recovery=False: no fence; read up to the last add confirmed the bookies report."""
+        md = await self.registry.get(ledger_id)
+        if recovery and md.state is not State.CLOSED:
+            md = await recover(self.registry, md)
+        reader = LedgerReader(self.registry, md)
+        if md.state is not State.CLOSED:
+            await reader.read_last_add_confirmed()
+        return reader
+
+    async def describe(self, ledger_id: int) -> LedgerMetadata:
+        return await self.registry.get(ledger_id)
+
+    async def list_ledgers(self) -> list[LedgerMetadata]:
+        return await self.registry.list()
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the metadata (compare-and-set), then tell every bookie that held it to drop it (its entries
+        go at the bookie's next garbage collection). A bookie that does not hear it keeps dead entries only."""
+        for _ in range(RECOVERY_ATTEMPTS):
+            md = await self.registry.get(ledger_id)
+            try:
+                await self.registry.delete(md)
+                break
+            except MetadataVersionConflict:
+                continue
+        else:
+            raise MetadataVersionConflict(f"ledger {ledger_id}: kept changing while being deleted")
+        bookies = sorted({b for seg in md.ensembles for b in seg.bookies})
+        await asyncio.gather(*(self._drop(b, ledger_id) for b in bookies))
+
+    async def _drop(self, bookie: str, ledger_id: int) -> None:
+        try:
+            await self.registry.call(bookie, BookieOpRequest(self.registry.request_id(), BookieOp.DELETE, ledger_id))
+        except (QuorumLogError, OSError) as e:
+            log.warning("ledger %d: bookie %s did not hear the delete: %s", ledger_id, bookie, e)
+
+    async def bookies(self) -> dict[str, dict]:
+        """Every bookie's state (read_write / read_only / down), disk use and ledger count."""
+        return await self.registry.bookies()
+
+
+class LedgerWriter:
+    """The handle of a ledger this client created (BookKeeper's LedgerHandle): adds, then close."""
+
+    def __init__(self, registry: LedgerRegistry, md: LedgerMetadata) -> None:
+        self.registry = registry
+        self.core = LedgerWriterCore(md)
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._next_request = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def ledger_id(self) -> int:
+        return self.core.md.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.core.md
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self.core.lac
+
+    async def add_entry(self, body: bytes) -> int:
+        """Store body as the next entry; returns its entry id once it and every entry before it is stored
+        on ack_quorum bookies of its write set. Raises LedgerFenced, LedgerClosed, NotEnoughBookies."""
+        done = await self._request(lambda rid: self.core.add(rid, bytes(body)))
+        return done.entry_id
+
+    async def close(self) -> int:
+        """Wait for pending adds, then mark the ledger CLOSED at its last add confirmed. Returns it."""
+        done = await self._request(self.core.close)
+        return done.entry_id
+
+    async def _request(self, start) -> object:
+        self._next_request += 1
+        rid = self._next_request
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[rid] = fut
+        start(rid)
+        self._pump()
+        done = await fut
+        if done.code != ResponseCode.SUCCESS:
+            raise QuorumLogError.for_code(done.code, f"ledger {self.ledger_id}")
+        return done
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _pump(self) -> None:
+        messages, done, requests = self.core.take()
+        for d in done:
+            fut = self._waiters.pop(d.request_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(d)
+        for m in messages:
+            self._spawn(self._send(m))
+        for r in requests:
+            self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
+
+    async def _send(self, m: AddEntry) -> None:
+        try:
+            resp = await self.registry.call(m.to, to_op_request(self.registry.request_id(), m))
+            self.core.on_response(from_op_response(m.to, resp))  # type: ignore[arg-type]
+        except (QuorumLogError, OSError) as e:
+            log.info("ledger %d: add %d to %s failed: %s", self.ledger_id, m.entry_id, m.to, e)
+            self.core.bookie_failed(m.to)
+        self._pump()
+
+    async def _change_ensemble(self, r: NeedEnsembleChange) -> None:
+        md = self.core.md
+        try:
+            for _ in range(RECOVERY_ATTEMPTS):
+                new = await self.registry.replace_bookies(md, r.first_entry_id, set(r.failed))
+                try:
+                    written = await self.registry.put(new)
+                    log.warning("ledger %d: ensemble change from entry %d: %s -> %s", self.ledger_id,
+                                r.first_entry_id, list(md.last_ensemble), list(written.last_ensemble))
+                    self.core.ensemble_changed(written)
+                    break
+                except MetadataVersionConflict:
+                    md = await self.registry.get(self.ledger_id)
+                    if md.state is not State.OPEN:  # a recovery fenced us: we are done
+                        self.core.ensemble_change_failed(ResponseCode.LEDGER_FENCED)
+                        break
+            else:
+                self.core.ensemble_change_failed(ResponseCode.METADATA_VERSION_CONFLICT)
+        except QuorumLogError as e:
+            log.warning("ledger %d: ensemble change failed: %s", self.ledger_id, e)
+            self.core.ensemble_change_failed(e.code)
+        self._pump()
+
+    async def _close(self, r: NeedClose) -> None:
+        try:
+            await self.registry.put(r.metadata)
+            self.core.closed(ResponseCode.SUCCESS)
+        except MetadataVersionConflict:
+            current = await self.registry.get(self.ledger_id)
+            # a recovery closed it first: fine if it kept exactly what we acknowledged
+            same = current.state is State.CLOSED and current.last_entry_id == r.metadata.last_entry_id
+            self.core.closed(ResponseCode.SUCCESS if same else ResponseCode.LEDGER_FENCED)
+        except QuorumLogError as e:
+            self.core.closed(e.code)
+        self._pump()
+
+
+class LedgerReader:
+    """A ledger opened for reading (BookKeeper's ReadOnlyLedgerHandle)."""
+
+    def __init__(self, registry: LedgerRegistry, md: LedgerMetadata) -> None:
+        self.registry = registry
+        self.metadata = md
+        self.last_add_confirmed = md.last_entry_id if md.state is State.CLOSED else -1
+
+    @property
+    def ledger_id(self) -> int:
+        return self.metadata.ledger_id
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.state is State.CLOSED
+
+    async def read_last_add_confirmed(self) -> int:
+        """Advance last_add_confirmed while a writer is adding: the highest LAC the last ensemble reports (no
+        fence). Once the ledger is closed, its last entry id."""
+        md = self.metadata = await self.registry.get(self.ledger_id)
+        if md.state is State.CLOSED:
+            self.last_add_confirmed = md.last_entry_id
+            return self.last_add_confirmed
+        answers = await asyncio.gather(*(self._read_lac(b) for b in md.last_ensemble))
+        self.last_add_confirmed = max([self.last_add_confirmed, *(a for a in answers if a is not None)])
+        return self.last_add_confirmed
+
+    async def _read_lac(self, bookie: str) -> int | None:
+        try:
+            resp = await self.registry.call(bookie, to_op_request(self.registry.request_id(),
+                                                                  ReadLac(bookie, self.ledger_id)))
+        except (QuorumLogError, OSError):
+            return None
+        return resp.lac if resp.code == ResponseCode.SUCCESS else None
+
+    async def read_entry(self, entry_id: int) -> LedgerEntry:
+        """One entry from the first bookie of its write set that has it."""
+        if not 0 <= entry_id <= self.last_add_confirmed:
+            raise NoSuchEntry(f"ledger {self.ledger_id}: entry {entry_id} is beyond the last add confirmed "
+                              f"{self.last_add_confirmed}")
+        errors = []
+        for bookie in self.metadata.write_set(entry_id):
+            try:
+                resp = await self.registry.call(bookie, to_op_request(
+                    self.registry.request_id(), ReadEntry(bookie, self.ledger_id, entry_id)))
+            except (QuorumLogError, OSError) as e:
+                errors.append(f"{bookie}: {e}")
+                continue
+            if resp.code == ResponseCode.SUCCESS:
+                _lac, _length, body = unpack_entry(resp.data)
+                return LedgerEntry(entry_id, body)
+            errors.append(f"{bookie}: {resp.code.name}")
+        raise NetworkError(f"ledger {self.ledger_id} entry {entry_id}: no bookie of its write set answered it "
+                           f"({'; '.join(errors)})")
+
+    async def read(self, first: int = 0, last: int | None = None) -> AsyncIterator[LedgerEntry]:
+        """Entries first..last (default: the last add confirmed), in order, READ_AHEAD at a time."""
+        last = self.last_add_confirmed if last is None else last
+        if first < 0 or last > self.last_add_confirmed:
+            raise NoSuchEntry(f"ledger {self.ledger_id}: {first}..{last} is not within 0..{self.last_add_confirmed}")
+        e = first
+        while e <= last:
+            batch = range(e, min(last, e + READ_AHEAD - 1) + 1)
+            for entry in await asyncio.gather(*(self.read_entry(i) for i in batch)):
+                yield entry
+            e = batch[-1] + 1
+
+
+async def recover(registry: LedgerRegistry, md: LedgerMetadata) -> LedgerMetadata:
+    """Fence and close an open ledger (BookKeeper's LedgerRecoveryOp; ledger/recovery.py has the protocol).
+    Concurrent recoveries converge on the metadata's compare-and-set. Returns the CLOSED metadata."""
+    last_error = ""
+    for _ in range(RECOVERY_ATTEMPTS):
+        if md.state is State.CLOSED:
+            return md
+        try:
+            if md.state is State.OPEN:
+                md = await registry.put(replace(md, state=State.IN_RECOVERY))
+            result = await _run_recovery(registry, md)
+            if isinstance(result, ResponseCode):
+                last_error = result.name
+                md = await registry.get(md.ledger_id)
+                continue
+            closed = await registry.put(result.metadata)
+            log.warning("ledger %d recovered: last_entry_id=%d length=%d", md.ledger_id, closed.last_entry_id,
+                        closed.length)
+            return closed
+        except MetadataVersionConflict as e:  # another recovery (or the writer) moved it: look again
+            last_error = str(e)
+            md = await registry.get(md.ledger_id)
+    raise LedgerRecoveryFailed(f"ledger {md.ledger_id}: {RECOVERY_ATTEMPTS} attempts, last: {last_error}")
+
+
+async def _run_recovery(registry: LedgerRegistry, md: LedgerMetadata) -> NeedClose | ResponseCode:
+    core = LedgerRecoveryCore(md)
+    answers: asyncio.Queue = asyncio.Queue()
+    tasks: set[asyncio.Task] = set()
+
+    async def send(m) -> None:
+        try:
+            resp = await registry.call(m.to, to_op_request(registry.request_id(), m))
+            answers.put_nowait(from_op_response(m.to, resp))
+        except (QuorumLogError, OSError) as e:
+            code = e.code if isinstance(e, QuorumLogError) else ResponseCode.NETWORK_ERROR
+            answers.put_nowait(_failed(m, code))
+
+    core.start()
+    try:
+        while core.result is None:
+            for m in core.take():
+                t = asyncio.get_running_loop().create_task(send(m))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            if core.result is not None:
+                break
+            if not tasks and answers.empty():
+                return ResponseCode.LEDGER_RECOVERY_FAILED  # nothing in flight and undecided: cannot happen
+            a = await answers.get()
+            if isinstance(a, ReadLacResponse):
+                core.on_read_lac(a)
+            elif isinstance(a, ReadResponse):
+                core.on_read(a)
+            else:
+                core.on_add(a)
+    finally:
+        for t in tasks:
+            t.cancel()
+    return core.result
+
+
+def _failed(m, code: ResponseCode):
+    if isinstance(m, ReadLac):
+        return ReadLacResponse(m.to, m.ledger_id, code)
+    if isinstance(m, ReadEntry):
+        return ReadResponse(m.to, m.ledger_id, m.entry_id, code)
+    return AddResponse(m.to, m.ledger_id, m.entry_id, code)
+
+
+__all__ = ["LedgerClient", "LedgerEntry", "LedgerReader", "LedgerWriter"]

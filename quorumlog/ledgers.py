@@ -1,0 +1,13 @@
+"""BookKeeper's ledgers on quorumlog (INTERFACES.md "Ledgers"): the client API in one import.
+
+    from quorumlog.ledgers import LedgerClient
+"""
+
+from .client.ledgers import LedgerClient, LedgerEntry, LedgerReader, LedgerWriter
+from .errors import (LedgerClosed, LedgerFenced, LedgerRecoveryFailed, MetadataVersionConflict, NoSuchEntry,
+                     NoSuchLedger, NotEnoughBookies)
+from .ledger.metadata import LedgerMetadata, Segment, State
+
+__all__ = ["LedgerClient", "LedgerClosed", "LedgerEntry", "LedgerFenced", "LedgerMetadata", "LedgerReader",
+           "LedgerRecoveryFailed", "LedgerWriter", "MetadataVersionConflict", "NoSuchEntry", "NoSuchLedger",
+           "NotEnoughBookies", "Segment", "State"]

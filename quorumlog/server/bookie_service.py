@@ -1,0 +1,227 @@
+"""The node's bookie (INTERFACES.md "Ledgers": every node is also one): BookieStorage under `data_dir/bookie`,
+answering BookieOpRequests (quorumlog/wire/ledger.py) on the node's client port through the sans-I/O
+BookieHandler, with checkpoints, disk checks and garbage collection on the node's timers.
+
+Limbo (BookKeeper #2612). The bookie registers itself in `_meta` as `bookies/ID` = {instance_id, address}.
+If the record names another instance id (or none), this disk may not be the one the cluster wrote to (wiped,
+replaced): every ledger whose ensembles name this bookie and that it does not hold is in limbo, and absent
+entries of those ledgers are answered UNKNOWN instead of NO_SUCH_ENTRY, so recovery never takes the lost
+copy for an absent one. The set is written to `limbo.json` (fsynced) before the new instance id is
+registered, so a restart cannot forget it. Until the bookie has compared with `_meta` once, it cannot tell:
+every absent entry is UNKNOWN.
+
+The storage is single-threaded apart from its journal writer: every call here runs on the node's loop; the
+journal thread completes add futures, whose answers are sent from the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from ..bookie.handler import BookieHandler
+from ..bookie.storage import BookieConfig, BookieStorage
+from ..codes import ResponseCode
+from ..errors import QuorumLogError
+from ..ledger.metadata import LedgerMetadata
+from ..transport import ClientConnection
+from ..wire.client import KvRequest, KvResponse
+from .durable_file import write_json_durably
+from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
+
+if TYPE_CHECKING:
+    from .node import Node
+
+log = logging.getLogger(__name__)
+
+BOOKIE_DIR = "bookie"
+LIMBO_FILE = "limbo.json"
+META_GROUP = "_meta"
+BOOKIES_PREFIX = "bookies/"
+LEDGERS_PREFIX = "ledgers/"
+REGISTER_RETRY_S = 1.0
+META_CALL_TIMEOUT_MS = 5_000
+GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
+
+
+class BookieService:
+    def __init__(self, node: "Node", config: BookieConfig = BookieConfig()) -> None:
+        self.node = node
+        self.id = node.config.node_id
+        self.dir = os.path.join(node.config.data_dir, BOOKIE_DIR)
+        self.bookie_config = config
+        self.storage: BookieStorage | None = None
+        self.handler: BookieHandler | None = None
+        self.limbo: set[int] = set()
+        self.limbo_known = False  # compared with `_meta` since start
+        self.requests = 0
+
+    # -- life ----------------------------------------------------------------------------------------------
+    def open(self) -> None:
+        self.storage = BookieStorage(self.dir, self.bookie_config)
+        self.limbo = set(_read_json(os.path.join(self.dir, LIMBO_FILE), []))
+        self.handler = BookieHandler(self.id, self.storage, self.in_limbo)
+        log.info("bookie open node=%s instance=%s ledgers=%d limbo=%d read_only=%s", self.id,
+                 self.storage.instance_id, len(self.storage.ledgers()), len(self.limbo), self.storage.read_only)
+
+    def in_limbo(self, ledger_id: int) -> bool:
+        return not self.limbo_known or ledger_id in self.limbo
+
+    def close(self) -> None:
+        if self.storage is not None:
+            self.storage.close()
+            self.storage = None
+
+    def checkpoint(self) -> None:
+        if self.storage is not None:
+            self.storage.checkpoint()
+
+    def check_disk(self) -> None:
+        if self.storage is not None:
+            self.storage.check_disk()
+
+    def gc(self) -> None:
+        if self.storage is not None:
+            stats = self.storage.gc()
+            if any(stats.values()):
+                log.info("bookie gc node=%s %s", self.id, stats)
+
+    @property
+    def state(self) -> str:
+        return "read_only" if self.storage is not None and self.storage.read_only else "read_write"
+
+    def info(self) -> dict[str, Any]:
+        s = self.storage
+        assert s is not None
+        st = os.statvfs(self.dir)
+        used = 1 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+        return {"bookie_id": self.id, "instance_id": s.instance_id, "state": self.state,
+                "disk_used": round(used, 4), "ledgers": len(s.ledgers()), "limbo": len(self.limbo),
+                "limbo_known": self.limbo_known, "requests": self.requests}
+
+    # -- requests ------------------------------------------------------------------------------------------
+    def on_request(self, session: Any, req: BookieOpRequest) -> None:
+        self.requests += 1
+        rid = req.request_id
+
+        def answer(resp: BookieOpResponse) -> None:
+            try:
+                session.send(resp)
+            except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
+                log.debug("could not answer a closed session: %s", e)
+
+        def refuse(code: ResponseCode, message: str) -> None:
+            answer(BookieOpResponse(rid, code, req.op, req.ledger_id, req.entry_id, message=message))
+
+        if self.storage is None or self.handler is None:
+            return refuse(ResponseCode.LEADER_NOT_READY, "bookie not open")
+        if req.op is BookieOp.INFO:
+            return answer(BookieOpResponse(rid, ResponseCode.SUCCESS, req.op, data=json.dumps(self.info()).encode()))
+        if req.ledger_id <= 0 or (req.op in (BookieOp.ADD, BookieOp.READ) and req.entry_id < 0):
+            return refuse(ResponseCode.BAD_REQUEST, f"bad ledger {req.ledger_id} / entry {req.entry_id}")
+        try:
+            if req.op is BookieOp.DELETE:
+                fut: Future = self.storage.delete_ledger(req.ledger_id)
+                self.limbo.discard(req.ledger_id)
+                done = lambda f: BookieOpResponse(rid, _code(f), req.op, req.ledger_id)  # noqa: E731
+            else:
+                fut = self.handler.handle(from_op_request(self.id, req))
+                done = lambda f: to_op_response(rid, f.result())  # noqa: E731
+        except QuorumLogError as e:
+            return refuse(e.code, str(e))
+        except (ValueError, OverflowError) as e:
+            return refuse(ResponseCode.BAD_REQUEST, str(e))
+        loop = asyncio.get_running_loop()
+
+        def finished(f: Future) -> None:  # on the journal's thread, or here if already done
+            loop.call_soon_threadsafe(answer, done(f))
+        fut.add_done_callback(finished)
+
+    # -- limbo and registration in `_meta` -------------------------------------------------------------------
+    async def register(self) -> None:
+        """Compare our instance id with `_meta`'s record, settle limbo, register. Retries until done."""
+        while self.storage is not None and not self.node.stopping_event.is_set():
+            try:
+                await self._register_once()
+                self.limbo_known = True
+                log.info("bookie registered node=%s instance=%s limbo=%d", self.id, self.storage.instance_id,
+                         len(self.limbo))
+                return
+            except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
+                log.info("bookie registration pending node=%s: %s", self.id, e)
+                await asyncio.sleep(REGISTER_RETRY_S)
+
+    async def _register_once(self) -> None:
+        assert self.storage is not None
+        key = BOOKIES_PREFIX + self.id
+        found = await self._meta(KvRequest(0, "get", key))
+        record, version = (json.loads(found.items[0].value or b"{}"), found.items[0].version) if found.items \
+            else ({}, 0)
+        instance = self.storage.instance_id
+        if record.get("instance_id") != instance:
+            listed = await self._meta(KvRequest(0, "list", LEDGERS_PREFIX))
+            held = set(self.storage.ledgers())
+            mine = {md.ledger_id for md in (LedgerMetadata.from_json(it.value or b"{}") for it in listed.items)
+                    if any(self.id in seg.bookies for seg in md.ensembles)}
+            new_limbo = (mine - held) | self.limbo
+            if new_limbo != self.limbo:
+                write_json_durably(os.path.join(self.dir, LIMBO_FILE), sorted(new_limbo))
+                log.warning("bookie in limbo node=%s: instance %s is not the registered %s; %d ledgers name this "
+                            "bookie but are not here: absent entries of those answer UNKNOWN", self.id, instance,
+                            record.get("instance_id"), len(new_limbo))
+                self.limbo = new_limbo
+        host, port = self.node.config.address
+        value = json.dumps({"instance_id": instance, "address": f"{host}:{port}"}, sort_keys=True).encode()
+        if record.get("instance_id") != instance or record.get("address") != f"{host}:{port}":
+            await self._meta(KvRequest(0, "put", key, value, expected_version=version))
+
+    async def _meta(self, req: KvRequest) -> KvResponse:
+        """One kv request to the `_meta` group's leader, found from the nodes this node knows."""
+        addresses = dict(self.node.known_addresses())
+        tried: list[str] = []
+        target = next(iter(addresses), None)
+        last = ""
+        for _ in range(2 * len(addresses) + 1):
+            if target is None:
+                break
+            tried.append(target)
+            try:
+                conn = await ClientConnection.open(*addresses[target], group=META_GROUP,
+                                                   client_name=f"{self.id}-bookie", timeout_ms=META_CALL_TIMEOUT_MS)
+                try:
+                    resp = await conn.call(KvRequest(conn.next_request_id(), req.op, req.key, req.value,
+                                                     req.expected_version), META_CALL_TIMEOUT_MS)
+                finally:
+                    await conn.close()
+            except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
+                last = f"{target}: {e}"
+                resp = None
+            if resp is not None and resp.code == ResponseCode.SUCCESS:
+                return resp
+            if resp is not None:
+                last = f"{target}: {resp.code.name} {resp.message}"
+                if resp.code == ResponseCode.METADATA_VERSION_CONFLICT:
+                    raise QuorumLogError.for_code(resp.code, resp.message)
+            leader = resp.leader_id if resp is not None else None
+            untried = [a for a in addresses if a not in tried]
+            target = leader if leader in addresses and leader != target else (untried[0] if untried else None)
+        raise QuorumLogError.for_code(ResponseCode.TIMEOUT, f"no `_meta` leader answered: {last}")
+
+
+def _code(f: Future) -> ResponseCode:
+    e = f.exception()
+    if e is None:
+        return ResponseCode.SUCCESS
+    return e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR
+
+
+def _read_json(path: str, default: Any) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default

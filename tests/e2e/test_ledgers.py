@@ -1,0 +1,242 @@
+"""Issue 15 with real processes: 5 nodes, each a bookie, ledger metadata in `_meta`.
+
+- kill -9 of a bookie of the current ensemble under a writer (E=3 W=2 A=2): the writer changes its ensemble
+  and carries on, no caller sees an error; a second client then recovers the ledger while the writer is still
+  adding: the writer gets LEDGER_FENCED, and every entry acknowledged to it is in the closed ledger, readable,
+  with its body, and within last_entry_id;
+- a wiped bookie (its disk lost) comes back in limbo for the ledgers it held, and answers UNKNOWN, never "no
+  such entry", for them;
+- a bookie's disk past 95%: read-only (placement avoids it, reads go on), and back once space returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from quorumlog.codes import ResponseCode
+from quorumlog.errors import LedgerFenced
+from quorumlog.ledger.metadata import State
+from quorumlog.ledgers import LedgerClient
+from quorumlog.soak.processes import Cluster
+from quorumlog.wire.ledger import BookieOp, BookieOpRequest, ReadEntry, to_op_request
+
+from .test_meta import _create_meta
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+IN_FLIGHT = 16
+
+
+class Writer:
+    """Adds entries with IN_FLIGHT in flight until stopped or fenced; records what was acknowledged."""
+
+    def __init__(self, w) -> None:
+        self.w = w
+        self.acked: dict[int, bytes] = {}
+        self.errors: list[BaseException] = []
+        self.fenced = False
+        self.stop = asyncio.Event()
+        self.sent = 0
+
+    async def run(self) -> None:
+        sem = asyncio.Semaphore(IN_FLIGHT)
+        tasks = set()
+
+        async def one(body: bytes) -> None:
+            try:
+                eid = await self.w.add_entry(body)
+                self.acked[eid] = body
+            except LedgerFenced:
+                self.fenced = True
+            except Exception as e:  # noqa: BLE001 - the test asserts there are none
+                self.errors.append(e)
+            finally:
+                sem.release()
+
+        while not self.stop.is_set() and not self.fenced and not self.errors:
+            await sem.acquire()
+            body = f"entry-{self.sent}".encode() * 4
+            self.sent += 1
+            t = asyncio.create_task(one(body))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+        await asyncio.gather(*tasks)
+
+    async def acks_grow(self, by: int, timeout_s: float = 20.0) -> None:
+        target = len(self.acked) + by
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) < target:
+            assert not self.errors, self.errors
+            assert time.monotonic() < deadline, f"adds stalled at {len(self.acked)} acks"
+            await asyncio.sleep(0.01)
+
+
+def _node_ids(cluster: Cluster) -> list[str]:
+    return list(cluster.nodes)
+
+
+async def _wait_registered(lc: LedgerClient, n: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        infos = await lc.bookies()
+        if sum(1 for i in infos.values() if i.get("limbo_known")) >= n:
+            return
+        assert time.monotonic() < deadline, f"bookies never registered: {infos}"
+        await asyncio.sleep(0.2)
+
+
+def test_kill_9_a_bookie_under_a_writer_then_recover_while_it_writes(tmp_path):
+    cluster = Cluster(str(tmp_path), n=5)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with LedgerClient(cluster.peers, bookie_timeout_ms=2_000) as lc, \
+                LedgerClient(cluster.peers) as other:
+            await _wait_registered(lc, 5)
+            w = await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)
+            first = w.metadata.last_ensemble
+            writer = Writer(w)
+            task = asyncio.create_task(writer.run())
+            await writer.acks_grow(300)
+            victim = first[1]
+            cluster.nodes[victim].kill9()
+            await writer.acks_grow(300)
+            md = await lc.describe(w.ledger_id)
+            assert len(md.ensembles) >= 2 and victim not in md.last_ensemble, md
+            assert md.state is State.OPEN
+            assert not writer.errors, writer.errors
+            # a second client recovers the ledger while the first still adds
+            r = await other.open_ledger(w.ledger_id, recovery=True)
+            await asyncio.wait_for(task, 30)
+            assert writer.fenced and not writer.errors, writer.errors
+            assert r.is_closed and r.metadata.state is State.CLOSED
+            last = r.metadata.last_entry_id
+            assert max(writer.acked) <= last, (max(writer.acked), last)
+            entries = {e.entry_id: e.body async for e in r.read(0, last)}
+            assert sorted(entries) == list(range(last + 1))
+            lost = [eid for eid, body in writer.acked.items() if entries.get(eid) != body]
+            assert not lost, f"acknowledged entries lost or changed: {lost[:10]}"
+            # every entry read back is one the writer sent (acked or in flight when fenced)
+            assert all(body.startswith(b"entry-") for body in entries.values())
+            assert r.metadata.length == sum(len(b) for b in entries.values())
+            # the closed ledger never changes: a second recovery keeps it
+            again = await lc.open_ledger(w.ledger_id, recovery=True)
+            assert again.metadata.last_entry_id == last and again.metadata.version == r.metadata.version
+            print("\nE2E ledgers " + json.dumps({"acked": len(writer.acked), "last_entry_id": last,
+                                                 "ensembles": [list(s.bookies) for s in md.ensembles],
+                                                 "killed": victim}))
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+def test_a_wiped_bookie_is_in_limbo_for_the_ledgers_it_held(tmp_path):
+    cluster = Cluster(str(tmp_path), n=5)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with LedgerClient(cluster.peers) as lc:
+            await _wait_registered(lc, 5)
+            w = await lc.create_ledger(ensemble=5, write_quorum=5, ack_quorum=3)
+            for i in range(20):
+                await w.add_entry(b"x%d" % i)
+            await w.close()
+            victim = w.metadata.last_ensemble[0]
+            node = cluster.nodes[victim]
+            node.kill9()
+            shutil.rmtree(os.path.join(node.data_dir, "bookie"))  # its bookie disk is lost
+            node.start()
+            deadline = time.monotonic() + 30
+            while True:
+                info = await lc.registry.info(victim)
+                if info.get("limbo_known"):
+                    break
+                assert time.monotonic() < deadline, info
+                await asyncio.sleep(0.2)
+            assert info["limbo"] == 1 and info["ledgers"] == 0
+            resp = await lc.registry.call(victim, to_op_request(lc.registry.request_id(),
+                                                                ReadEntry(victim, w.ledger_id, 3)))
+            assert resp.code == ResponseCode.UNKNOWN  # not NO_SUCH_ENTRY: recovery must not count it absent
+            other = await lc.registry.call(victim, BookieOpRequest(lc.registry.request_id(), BookieOp.READ,
+                                                                   w.ledger_id + 1000, 0))
+            assert other.code == ResponseCode.NO_SUCH_LEDGER  # a ledger it never held is plainly absent
+            # the limbo survives a restart (limbo.json was synced before the new instance id was registered)
+            node.kill9()
+            node.start()
+            deadline = time.monotonic() + 30
+            while not (info := await lc.registry.info(victim)).get("limbo_known"):
+                assert time.monotonic() < deadline, info
+                await asyncio.sleep(0.2)
+            assert info["limbo"] == 1
+            r = await lc.open_ledger(w.ledger_id)
+            assert [e.body async for e in r.read()] == [b"x%d" % i for i in range(20)]
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    d = tmp_path / "disk"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64M", "tmpfs", str(d)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount tmpfs: {r.stderr.decode().strip()}")
+    try:
+        yield str(d)
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_a_full_disk_makes_a_bookie_read_only_and_placement_avoids_it_until_space_returns(tmp_path, small_disk):
+    cluster = Cluster(str(tmp_path), n=5, data_dirs={"n4": os.path.join(small_disk, "n4")})
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with LedgerClient(cluster.peers) as lc:
+            await _wait_registered(lc, 5)
+            w = await lc.create_ledger(ensemble=5, write_quorum=5, ack_quorum=5)
+            await w.add_entry(b"before")
+            await w.close()
+            st = os.statvfs(small_disk)
+            filler = os.path.join(small_disk, "filler")
+            with open(filler, "wb") as f:  # leave ~2% free: past the 95% threshold
+                f.write(b"\0" * int(st.f_bavail * st.f_frsize - 0.02 * st.f_blocks * st.f_frsize))
+            deadline = time.monotonic() + 10
+            while (await lc.registry.info("n4"))["state"] != "read_only":
+                assert time.monotonic() < deadline, "n4 never went read-only"
+                await asyncio.sleep(0.1)
+            for _ in range(5):  # placement leaves the read-only bookie out
+                w2 = await lc.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2)
+                assert "n4" not in w2.metadata.last_ensemble
+                await w2.add_entry(b"y")
+                await w2.close()
+            r = await lc.open_ledger(w.ledger_id)  # reads go on: n4 still answers its entries
+            got = await lc.registry.call("n4", to_op_request(lc.registry.request_id(), ReadEntry("n4", w.ledger_id, 0)))
+            assert got.code == ResponseCode.SUCCESS and [e.body async for e in r.read()] == [b"before"]
+            os.remove(filler)
+            deadline = time.monotonic() + 10
+            while (await lc.registry.info("n4"))["state"] != "read_write":
+                assert time.monotonic() < deadline, "n4 never went back to read-write"
+                await asyncio.sleep(0.1)
+            w3 = await lc.create_ledger(ensemble=5, write_quorum=5, ack_quorum=5)  # needs all five again
+            assert await w3.add_entry(b"after") == 0
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()

@@ -1,0 +1,65 @@
+"""The node's bookie through the runtime (a stand-in core and transport, real BookieStorage on disk): each op
+answered with its code, bad requests refused without touching storage, limbo until `_meta` was read."""
+
+import asyncio
+import json
+
+from quorumlog.codes import ResponseCode
+from quorumlog.server.node import Node
+from quorumlog.store import MemoryStore
+from quorumlog.wire.ledger import FLAG_FENCE, FLAG_RECOVERY, BookieOp, BookieOpRequest, pack_entry
+
+from .fakes import FakeSession, FakeTransport, SoloCore
+from .test_node import _config, _until
+
+
+def _ask(transport, session, *requests):
+    before = len(session.responses)
+    for r in requests:
+        transport.on_client_request(session, r)
+    return _until(lambda: len(session.responses) == before + len(requests))
+
+
+def test_add_read_fence_lac_info_and_delete_through_the_node(tmp_path):
+    async def main():
+        transport = FakeTransport()
+        node = Node(_config(tmp_path), store=MemoryStore(max_entry_bytes=1000), core_factory=SoloCore,
+                    transport=transport)
+        await node.start()
+        try:
+            s = FakeSession()
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD, 7, 0, -1, 0, pack_entry(-1, 1, b"a")),
+                       BookieOpRequest(2, BookieOp.ADD, 7, 1, 0, 0, pack_entry(0, 2, b"b")))
+            assert [(r.request_id, r.code) for r in s.responses] == [(1, ResponseCode.SUCCESS),
+                                                                     (2, ResponseCode.SUCCESS)]
+            # not yet compared with `_meta` (there is none here): it cannot tell a wiped disk, so an absent entry
+            # is UNKNOWN, not NO_SUCH_ENTRY, and so is its LAC
+            await _ask(transport, s, BookieOpRequest(5, BookieOp.READ, 7, 9), BookieOpRequest(55, BookieOp.READ_LAC, 7))
+            assert [r.code for r in s.responses[-2:]] == [ResponseCode.UNKNOWN, ResponseCode.UNKNOWN]
+            node.bookie.limbo_known = True
+            await _ask(transport, s, BookieOpRequest(6, BookieOp.READ, 7, 9))
+            assert s.responses[-1].code == ResponseCode.NO_SUCH_ENTRY
+            await _ask(transport, s, BookieOpRequest(3, BookieOp.READ, 7, 1), BookieOpRequest(4, BookieOp.READ_LAC, 7))
+            read, lac = s.responses[-2:]
+            assert read.code == ResponseCode.SUCCESS and read.data == pack_entry(0, 2, b"b") and lac.lac == 0
+            # fence: a writer's add is refused, a recovery write-back goes through
+            await _ask(transport, s, BookieOpRequest(7, BookieOp.READ_LAC, 7, flags=FLAG_FENCE),
+                       BookieOpRequest(8, BookieOp.ADD, 7, 2, 1, 0, pack_entry(1, 3, b"c")),
+                       BookieOpRequest(9, BookieOp.ADD, 7, 2, 1, FLAG_RECOVERY, pack_entry(1, 3, b"c")))
+            by_id = {r.request_id: r.code for r in s.responses[-3:]}  # (answers come as each is done)
+            assert by_id == {7: ResponseCode.SUCCESS, 8: ResponseCode.LEDGER_FENCED, 9: ResponseCode.SUCCESS}
+            # bad requests: refused with BAD_REQUEST, nothing stored
+            await _ask(transport, s, BookieOpRequest(10, BookieOp.ADD, 0, 0, data=b"x"),
+                       BookieOpRequest(11, BookieOp.READ, 7, -5))
+            assert [r.code for r in s.responses[-2:]] == [ResponseCode.BAD_REQUEST, ResponseCode.BAD_REQUEST]
+            await _ask(transport, s, BookieOpRequest(12, BookieOp.INFO))
+            info = json.loads(s.responses[-1].data)
+            assert info["bookie_id"] == "n0" and info["state"] == "read_write" and info["ledgers"] == 1
+            await _ask(transport, s, BookieOpRequest(13, BookieOp.DELETE, 7))
+            assert s.responses[-1].code == ResponseCode.SUCCESS
+            assert node.bookie.storage.ledgers() == []
+            assert node.node_status()["bookie"]["ledgers"] == 0
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
