@@ -144,6 +144,26 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("snapshot_every", 10_000, "int", "A group running a state machine (the `_meta` group's key/value store) "
        "snapshots it every this many applied entries; retention deletes only what the newest snapshot covers.",
        "DLedger 0.3's state machine snapshots by `snapshotThreshold` (1000 entries).", minimum=1),
+    # -- the node's bookie and auto-recovery (docs/ledgers.md) ------------------------------------------------
+    _k("journal_max_group_wait_ms", 2.0, "float", "A bookie's journal waits at most this long to group more adds "
+       "into one fsync (it syncs at once when its queue is empty).", "BookKeeper `journalMaxGroupWaitMSec` (2).",
+       minimum=0),
+    _k("bookie_disk_usage_threshold", 0.95, "float", "A bookie whose disk is fuller than this turns read-only: new "
+       "adds are refused (BOOKIE_READ_ONLY), reads, fencing and recovery writes go on.",
+       "BookKeeper `diskUsageThreshold` (0.95).", minimum=0.01, maximum=1.0),
+    _k("bookie_disk_usage_lwm", 0.90, "float", "A read-only bookie is writable again once its disk is below this.",
+       "BookKeeper `diskUsageLwmThreshold` (0.90).", minimum=0.01, maximum=1.0),
+    _k("auditor_period_ms", 5_000, "int", "How often the auditor (on the `_meta` group's leader) checks which "
+       "bookies are lost and marks their ledgers under-replicated; how often each node's replication worker "
+       "looks for work.", "BookKeeper `auditorPeriodicBookieCheckInterval` (1 day; bookie loss is seen at once "
+       "through ZooKeeper there).", minimum=100),
+    _k("lost_bookie_recovery_delay_ms", 10_000, "int", "A bookie silent this long is lost: its ledgers are "
+       "re-replicated (a bookie that restarts sooner costs no copying).", "BookKeeper `lostBookieRecoveryDelay` "
+       "(0 s).", minimum=0),
+    _k("open_ledger_rereplication_grace_period_ms", 30_000, "int", "The last fragment of a ledger still OPEN is "
+       "re-replicated only after this long (its writer's own ensemble change normally replaces the bookie first); "
+       "then the ledger is fenced and recovered.", "BookKeeper `openLedgerRereplicationGracePeriod` (30 s).",
+       minimum=0),
     # -- transport ------------------------------------------------------------------------------------------
     _k("max_frame_bytes", 64 * MIB + 64 * 1024, "int", "Largest frame on the wire; an absurd length prefix closes the connection.",
        "Not in DLedger (Netty's frame decoder limit); must exceed max_entry_bytes and max_push_batch_bytes; equal to the transport's and the client's default.",
@@ -199,6 +219,12 @@ class NodeConfig:
     file_reserved_hours: float = 72.0
     retention_interval_ms: int = 60_000
     snapshot_every: int = 10_000
+    journal_max_group_wait_ms: float = 2.0
+    bookie_disk_usage_threshold: float = 0.95
+    bookie_disk_usage_lwm: float = 0.90
+    auditor_period_ms: int = 5_000
+    lost_bookie_recovery_delay_ms: int = 10_000
+    open_ledger_rereplication_grace_period_ms: int = 30_000
     max_frame_bytes: int = 64 * MIB + 64 * 1024  # the transport's MAX_FRAME_BYTES
     max_connections: int = 1024
     handshake_timeout_ms: int = 5_000
@@ -267,6 +293,9 @@ def _validate(c: NodeConfig) -> None:
     if c.heartbeat_interval_ms * 3 > c.election_timeout_min_ms:
         raise ConfigError(f"heartbeat_interval_ms={c.heartbeat_interval_ms}: must be ≤ election_timeout_min_ms/3 "
                           f"({c.election_timeout_min_ms}/3)")
+    if c.bookie_disk_usage_lwm > c.bookie_disk_usage_threshold:
+        raise ConfigError(f"bookie_disk_usage_lwm={c.bookie_disk_usage_lwm}: must be ≤ bookie_disk_usage_threshold "
+                          f"({c.bookie_disk_usage_threshold})")
     if c.election_timeout_min_ms > c.election_timeout_max_ms:
         raise ConfigError(f"election_timeout_min_ms={c.election_timeout_min_ms}: must be ≤ election_timeout_max_ms "
                           f"({c.election_timeout_max_ms})")

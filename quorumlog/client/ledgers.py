@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 from ..codes import ResponseCode
-from ..errors import (BadRequest, LedgerRecoveryFailed, MetadataVersionConflict, NetworkError,
+from ..errors import (BadRequest, MetadataVersionConflict, NetworkError,
                       NoSuchEntry, QuorumLogError)
-from ..ledger import LedgerMetadata, LedgerRecoveryCore, LedgerWriterCore, NeedClose, NeedEnsembleChange
+from ..ledger import LedgerMetadata, LedgerWriterCore, NeedClose, NeedEnsembleChange
 from ..ledger.metadata import State
 from ..peers import Address, parse_peers
-from ..wire.ledger import (AddEntry, AddResponse, BookieOp, BookieOpRequest, ReadEntry, ReadLac, ReadLacResponse,
-                           ReadResponse, from_op_response, to_op_request, unpack_entry)
+from ..wire.ledger import (AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac, from_op_response, to_op_request,
+                           unpack_entry)
+from ..ledger.driver import recover
 from .ledger_registry import LedgerRegistry, new_metadata
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_MS = 10_000
 DEFAULT_BOOKIE_TIMEOUT_MS = 5_000  # BookKeeper addEntryTimeout is 10 s; a silent bookie is replaced sooner
 READ_AHEAD = 64  # entries read at once (BookKeeper's readahead batches)
-RECOVERY_ATTEMPTS = 5
+METADATA_ATTEMPTS = 5  # compare-and-set retries of one metadata change
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class LedgerClient:
     async def delete_ledger(self, ledger_id: int) -> None:
         """Remove the metadata (compare-and-set), then tell every bookie that held it to drop it (its entries
         go at the bookie's next garbage collection). A bookie that does not hear it keeps dead entries only."""
-        for _ in range(RECOVERY_ATTEMPTS):
+        for _ in range(METADATA_ATTEMPTS):
             md = await self.registry.get(ledger_id)
             try:
                 await self.registry.delete(md)
@@ -190,7 +191,7 @@ class LedgerWriter:
     async def _change_ensemble(self, r: NeedEnsembleChange) -> None:
         md = self.core.md
         try:
-            for _ in range(RECOVERY_ATTEMPTS):
+            for _ in range(METADATA_ATTEMPTS):
                 new = await self.registry.replace_bookies(md, r.first_entry_id, set(r.failed))
                 try:
                     written = await self.registry.put(new)
@@ -290,76 +291,6 @@ class LedgerReader:
             for entry in await asyncio.gather(*(self.read_entry(i) for i in batch)):
                 yield entry
             e = batch[-1] + 1
-
-
-async def recover(registry: LedgerRegistry, md: LedgerMetadata) -> LedgerMetadata:
-    """Fence and close an open ledger (BookKeeper's LedgerRecoveryOp; ledger/recovery.py has the protocol).
-    Concurrent recoveries converge on the metadata's compare-and-set. Returns the CLOSED metadata."""
-    last_error = ""
-    for _ in range(RECOVERY_ATTEMPTS):
-        if md.state is State.CLOSED:
-            return md
-        try:
-            if md.state is State.OPEN:
-                md = await registry.put(replace(md, state=State.IN_RECOVERY))
-            result = await _run_recovery(registry, md)
-            if isinstance(result, ResponseCode):
-                last_error = result.name
-                md = await registry.get(md.ledger_id)
-                continue
-            closed = await registry.put(result.metadata)
-            log.warning("ledger %d recovered: last_entry_id=%d length=%d", md.ledger_id, closed.last_entry_id,
-                        closed.length)
-            return closed
-        except MetadataVersionConflict as e:  # another recovery (or the writer) moved it: look again
-            last_error = str(e)
-            md = await registry.get(md.ledger_id)
-    raise LedgerRecoveryFailed(f"ledger {md.ledger_id}: {RECOVERY_ATTEMPTS} attempts, last: {last_error}")
-
-
-async def _run_recovery(registry: LedgerRegistry, md: LedgerMetadata) -> NeedClose | ResponseCode:
-    core = LedgerRecoveryCore(md)
-    answers: asyncio.Queue = asyncio.Queue()
-    tasks: set[asyncio.Task] = set()
-
-    async def send(m) -> None:
-        try:
-            resp = await registry.call(m.to, to_op_request(registry.request_id(), m))
-            answers.put_nowait(from_op_response(m.to, resp))
-        except (QuorumLogError, OSError) as e:
-            code = e.code if isinstance(e, QuorumLogError) else ResponseCode.NETWORK_ERROR
-            answers.put_nowait(_failed(m, code))
-
-    core.start()
-    try:
-        while core.result is None:
-            for m in core.take():
-                t = asyncio.get_running_loop().create_task(send(m))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-            if core.result is not None:
-                break
-            if not tasks and answers.empty():
-                return ResponseCode.LEDGER_RECOVERY_FAILED  # nothing in flight and undecided: cannot happen
-            a = await answers.get()
-            if isinstance(a, ReadLacResponse):
-                core.on_read_lac(a)
-            elif isinstance(a, ReadResponse):
-                core.on_read(a)
-            else:
-                core.on_add(a)
-    finally:
-        for t in tasks:
-            t.cancel()
-    return core.result
-
-
-def _failed(m, code: ResponseCode):
-    if isinstance(m, ReadLac):
-        return ReadLacResponse(m.to, m.ledger_id, code)
-    if isinstance(m, ReadEntry):
-        return ReadResponse(m.to, m.ledger_id, m.entry_id, code)
-    return AddResponse(m.to, m.ledger_id, m.entry_id, code)
 
 
 __all__ = ["LedgerClient", "LedgerEntry", "LedgerReader", "LedgerWriter"]

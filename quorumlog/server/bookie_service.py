@@ -27,9 +27,7 @@ from ..bookie.handler import BookieHandler
 from ..bookie.storage import BookieConfig, BookieStorage
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
-from ..ledger.metadata import LedgerMetadata
-from ..transport import ClientConnection
-from ..wire.client import KvRequest, KvResponse
+from .cluster_calls import BOOKIES_PREFIX
 from .durable_file import write_json_durably
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
 
@@ -40,20 +38,19 @@ log = logging.getLogger(__name__)
 
 BOOKIE_DIR = "bookie"
 LIMBO_FILE = "limbo.json"
-META_GROUP = "_meta"
-BOOKIES_PREFIX = "bookies/"
-LEDGERS_PREFIX = "ledgers/"
 REGISTER_RETRY_S = 1.0
-META_CALL_TIMEOUT_MS = 5_000
 GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
 
 
 class BookieService:
-    def __init__(self, node: "Node", config: BookieConfig = BookieConfig()) -> None:
+    def __init__(self, node: "Node") -> None:
         self.node = node
-        self.id = node.config.node_id
-        self.dir = os.path.join(node.config.data_dir, BOOKIE_DIR)
-        self.bookie_config = config
+        cfg = node.config
+        self.id = cfg.node_id
+        self.dir = os.path.join(cfg.data_dir, BOOKIE_DIR)
+        self.bookie_config = BookieConfig(journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
+                                          disk_usage_threshold=cfg.bookie_disk_usage_threshold,
+                                          disk_usage_lwm=cfg.bookie_disk_usage_lwm)
         self.storage: BookieStorage | None = None
         self.handler: BookieHandler | None = None
         self.limbo: set[int] = set()
@@ -157,16 +154,14 @@ class BookieService:
 
     async def _register_once(self) -> None:
         assert self.storage is not None
+        calls = self.node.calls
         key = BOOKIES_PREFIX + self.id
-        found = await self._meta(KvRequest(0, "get", key))
-        record, version = (json.loads(found.items[0].value or b"{}"), found.items[0].version) if found.items \
-            else ({}, 0)
+        found = await calls.meta_get(key)
+        record, version = (json.loads(found.value or b"{}"), found.version) if found is not None else ({}, 0)
         instance = self.storage.instance_id
         if record.get("instance_id") != instance:
-            listed = await self._meta(KvRequest(0, "list", LEDGERS_PREFIX))
             held = set(self.storage.ledgers())
-            mine = {md.ledger_id for md in (LedgerMetadata.from_json(it.value or b"{}") for it in listed.items)
-                    if any(self.id in seg.bookies for seg in md.ensembles)}
+            mine = {md.ledger_id for md in await calls.ledgers() if any(self.id in seg.bookies for seg in md.ensembles)}
             new_limbo = (mine - held) | self.limbo
             if new_limbo != self.limbo:
                 write_json_durably(os.path.join(self.dir, LIMBO_FILE), sorted(new_limbo))
@@ -175,41 +170,9 @@ class BookieService:
                             record.get("instance_id"), len(new_limbo))
                 self.limbo = new_limbo
         host, port = self.node.config.address
-        value = json.dumps({"instance_id": instance, "address": f"{host}:{port}"}, sort_keys=True).encode()
+        value = json.dumps({**record, "instance_id": instance, "address": f"{host}:{port}"}, sort_keys=True).encode()
         if record.get("instance_id") != instance or record.get("address") != f"{host}:{port}":
-            await self._meta(KvRequest(0, "put", key, value, expected_version=version))
-
-    async def _meta(self, req: KvRequest) -> KvResponse:
-        """One kv request to the `_meta` group's leader, found from the nodes this node knows."""
-        addresses = dict(self.node.known_addresses())
-        tried: list[str] = []
-        target = next(iter(addresses), None)
-        last = ""
-        for _ in range(2 * len(addresses) + 1):
-            if target is None:
-                break
-            tried.append(target)
-            try:
-                conn = await ClientConnection.open(*addresses[target], group=META_GROUP,
-                                                   client_name=f"{self.id}-bookie", timeout_ms=META_CALL_TIMEOUT_MS)
-                try:
-                    resp = await conn.call(KvRequest(conn.next_request_id(), req.op, req.key, req.value,
-                                                     req.expected_version), META_CALL_TIMEOUT_MS)
-                finally:
-                    await conn.close()
-            except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
-                last = f"{target}: {e}"
-                resp = None
-            if resp is not None and resp.code == ResponseCode.SUCCESS:
-                return resp
-            if resp is not None:
-                last = f"{target}: {resp.code.name} {resp.message}"
-                if resp.code == ResponseCode.METADATA_VERSION_CONFLICT:
-                    raise QuorumLogError.for_code(resp.code, resp.message)
-            leader = resp.leader_id if resp is not None else None
-            untried = [a for a in addresses if a not in tried]
-            target = leader if leader in addresses and leader != target else (untried[0] if untried else None)
-        raise QuorumLogError.for_code(ResponseCode.TIMEOUT, f"no `_meta` leader answered: {last}")
+            await calls.meta("put", key, value, version)
 
 
 def _code(f: Future) -> ResponseCode:

@@ -36,6 +36,7 @@ from ..wire.client import (
 )
 from ..wire.ledger import BookieOpRequest
 from .bookie_service import GC_INTERVAL_MS, BookieService
+from .cluster_calls import ClusterCalls
 from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
 from .metrics import NodeMetrics
@@ -86,6 +87,7 @@ class Node:
         self._members_cache: frozenset[str] | None = None
         self._http = None
         self.started_at = time.time()
+        self.calls = ClusterCalls(self)
         self.bookie = BookieService(self)
 
     # -- what replicas use -------------------------------------------------------------------------------
@@ -222,6 +224,7 @@ class Node:
             if r.core is not None:
                 await r.close()
         self.bookie.close()
+        await self.calls.close()
         if self.fsync_worker is not None:
             self.fsync_worker.close()
         if self._transport is not None:

@@ -1,0 +1,148 @@
+"""A node's own calls to the rest of the cluster, for what it runs beside its groups (its bookie's registration,
+auto-recovery): kv requests to the `_meta` group's leader and bookie requests to other nodes, over the
+transport's client connections (the server layer does not use the client package: ARCHITECTURE.md's arrows).
+
+It is a LedgerIo (quorumlog/ledger/driver.py): the node recovers ledgers through the same driver as clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..codes import ResponseCode
+from ..errors import MetadataVersionConflict, NoSuchLedger, QuorumLogError
+from ..ledger.metadata import LedgerMetadata
+from ..peers import parse_address
+from ..transport import ClientConnection
+from ..transport.handshake import NODE_LINK
+from ..wire.client import KvItem, KvRequest, KvResponse
+from ..wire.ledger import BookieOpRequest, BookieOpResponse
+
+if TYPE_CHECKING:
+    from .node import Node
+
+log = logging.getLogger(__name__)
+
+META_GROUP = "_meta"
+LEDGERS_PREFIX = "ledgers/"
+BOOKIES_PREFIX = "bookies/"
+META_CALL_TIMEOUT_MS = 5_000
+BOOKIE_CALL_TIMEOUT_MS = 5_000
+
+
+def ledger_key(ledger_id: int) -> str:
+    return f"{LEDGERS_PREFIX}{ledger_id:020d}"  # (client/ledger_registry.py writes the same keys)
+
+
+class ClusterCalls:
+    def __init__(self, node: "Node") -> None:
+        self.node = node
+        self.name = f"{node.config.node_id}-node"
+        self._conns: dict[tuple[str, str], ClientConnection] = {}
+        self._request_id = 0
+        self.bookie_addresses: dict[str, tuple[str, int]] = {}
+
+    def request_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
+
+    async def close(self) -> None:
+        conns, self._conns = list(self._conns.values()), {}
+        for c in conns:
+            try:
+                await c.close()
+            except Exception as e:  # noqa: BLE001 - closing a broken connection; nothing left to do
+                log.debug("close: %r", e)
+
+    async def _call(self, node_id: str, address: tuple[str, int], group: str, request: Any, timeout_ms: float) -> Any:
+        key = (node_id, group)
+        conn = self._conns.get(key)
+        if conn is None:
+            conn = await ClientConnection.open(*address, group=group, client_name=self.name,
+                                               timeout_ms=max(1, int(timeout_ms)))
+            self._conns[key] = conn
+        try:
+            return await conn.call(request, max(1, int(timeout_ms)))
+        except (QuorumLogError, OSError, EOFError):
+            if self._conns.get(key) is conn:
+                del self._conns[key]
+            await conn.close()
+            raise
+
+    # -- `_meta` ---------------------------------------------------------------------------------------------
+    async def meta(self, op: str, key: str, value: bytes = b"", expected_version: int = -1) -> KvResponse:
+        """One kv request to the `_meta` group's leader, found from the nodes this node knows. Raises
+        MetadataVersionConflict, or QuorumLogError(TIMEOUT) when no leader answered."""
+        addresses = self.node.known_addresses()
+        tried: list[str] = []
+        target = next(iter(addresses), None)
+        last = ""
+        for _ in range(2 * len(addresses) + 1):
+            if target is None:
+                break
+            tried.append(target)
+            resp = None
+            try:
+                resp = await self._call(target, addresses[target], META_GROUP,
+                                        KvRequest(self.request_id(), op, key, value, expected_version),
+                                        META_CALL_TIMEOUT_MS)
+            except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError) as e:
+                last = f"{target}: {e}"
+            if resp is not None:
+                if resp.code == ResponseCode.SUCCESS:
+                    return resp
+                last = f"{target}: {resp.code.name} {resp.message}"
+                if resp.code == ResponseCode.METADATA_VERSION_CONFLICT:
+                    raise MetadataVersionConflict(resp.message or key)
+            leader = resp.leader_id if resp is not None else None
+            untried = [a for a in addresses if a not in tried]
+            target = leader if leader in addresses and leader != target else (untried[0] if untried else None)
+        raise QuorumLogError.for_code(ResponseCode.TIMEOUT, f"no `_meta` leader answered: {last}")
+
+    async def meta_get(self, key: str) -> KvItem | None:
+        resp = await self.meta("get", key)
+        return resp.items[0] if resp.items else None
+
+    async def meta_list(self, prefix: str) -> list[KvItem]:
+        return list((await self.meta("list", prefix)).items)
+
+    # -- ledgers (LedgerIo) -----------------------------------------------------------------------------------
+    async def get(self, ledger_id: int) -> LedgerMetadata:
+        it = await self.meta_get(ledger_key(ledger_id))
+        if it is None:
+            raise NoSuchLedger(f"ledger {ledger_id} does not exist")
+        return LedgerMetadata.from_json(it.value or b"{}", it.version)
+
+    async def put(self, md: LedgerMetadata) -> LedgerMetadata:
+        resp = await self.meta("put", ledger_key(md.ledger_id), md.to_json(), md.version)
+        return replace(md, version=resp.version)
+
+    async def ledgers(self) -> list[LedgerMetadata]:
+        return [LedgerMetadata.from_json(it.value or b"{}", it.version) for it in await self.meta_list(LEDGERS_PREFIX)]
+
+    # -- bookies ---------------------------------------------------------------------------------------------
+    async def bookies(self) -> dict[str, dict]:
+        """The registered bookies' records (`bookies/ID`), learning their addresses."""
+        out = {}
+        for it in await self.meta_list(BOOKIES_PREFIX):
+            try:
+                record = json.loads(it.value or b"{}")
+                self.bookie_addresses[it.key[len(BOOKIES_PREFIX):]] = parse_address(record["address"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            out[it.key[len(BOOKIES_PREFIX):]] = record
+        return out
+
+    async def call(self, bookie: str, request: BookieOpRequest,
+                   timeout_ms: float | None = None) -> BookieOpResponse:
+        address = self.bookie_addresses.get(bookie) or self.node.known_addresses().get(bookie)
+        if address is None:
+            await self.bookies()
+            address = self.bookie_addresses.get(bookie)
+            if address is None:
+                raise QuorumLogError.for_code(ResponseCode.NETWORK_ERROR, f"bookie {bookie!r} has no known address")
+        return await self._call(bookie, address, NODE_LINK, request, timeout_ms or BOOKIE_CALL_TIMEOUT_MS)
