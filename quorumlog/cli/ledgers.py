@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any, Optional
 
 import typer
 
+from ..errors import Timeout
 from ..ledger.metadata import LedgerMetadata
 from ..ledgers import LedgerClient
 from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
 
 ledger_app = typer.Typer(help="Ledgers (BookKeeper): write, read, recover, describe, list, delete, "
                               "underreplicated", no_args_is_help=True)
-bookie_app = typer.Typer(help="The bookies (every node is one): list", no_args_is_help=True)
+bookie_app = typer.Typer(help="The bookies (every node is one): list, decommission", no_args_is_help=True)
 
 IdOpt = typer.Option(..., "--id", min=1, help="Ledger id")
 
@@ -155,25 +157,61 @@ def delete(ledger_id: int = IdOpt, peers: Optional[str] = PeersOpt, cluster: Opt
 @ledger_app.command("underreplicated")
 def underreplicated(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
                     timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
-    """Ledgers with a fragment on a bookie that is down (does not answer), with those fragments."""
+    """Ledgers with a fragment on a bookie that is down now (does not answer) or that the auditor found lost
+    (its markers, while auto-recovery re-replicates them). Empty when every ledger is fully replicated."""
     async def go():
         async with _client(peers, cluster, timeout_ms) as lc:
-            down = {b for b, info in (await lc.bookies()).items() if info.get("state") == "down"}
-            return down, await lc.list_ledgers()
+            infos = await lc.bookies()
+            return infos, await lc.list_ledgers(), await lc.underreplicated()
 
-    down, mds = run(go())
+    infos, mds, markers = run(go())
+    down = {b for b, info in infos.items() if info.get("state") == "down" or info.get("decommissioned")}
+    marked = {m["ledger_id"]: m for m in markers}
     rows = []
     for md in mds:
-        fragments = [{"first_entry_id": s.first_entry_id, "lost": sorted(down & set(s.bookies))}
-                     for s in md.ensembles if down & set(s.bookies)]
+        marker = marked.get(md.ledger_id, {})
+        lost = down | set(marker.get("lost", []))
+        fragments = [{"first_entry_id": s.first_entry_id, "lost": sorted(lost & set(s.bookies))}
+                     for s in md.ensembles if lost & set(s.bookies)]
         if fragments:
-            rows.append({"ledger_id": md.ledger_id, "state": md.state.value, "fragments": fragments})
+            rows.append({"ledger_id": md.ledger_id, "state": md.state.value, "fragments": fragments,
+                         "marked_since_ms": marker.get("since_ms"), "worker": marker.get("by")})
     if json_out:
         print_json({"down_bookies": sorted(down), "ledgers": rows})
         return
     for row in rows:
         out_console.print(f"{row['ledger_id']}\t{row['state']}\t" + "; ".join(
-            f"from {f['first_entry_id']}: {','.join(f['lost'])}" for f in row["fragments"]), highlight=False)
+            f"from {f['first_entry_id']}: {','.join(f['lost'])}" for f in row["fragments"])
+            + ("" if row["worker"] is None else f"\t(re-replicating on {row['worker']})"), highlight=False)
+
+
+@bookie_app.command("decommission")
+def decommission(bookie: str = typer.Option(..., "--id", help="The bookie (node id) to drain"),
+                 wait: bool = typer.Option(True, "--wait/--no-wait", help="Return once no ledger names it"),
+                 wait_timeout_s: float = typer.Option(300.0, "--wait-timeout-s", min=0.0),
+                 peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+                 timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Drain a bookie (BookKeeper's decommissionbookie): no new ledger is placed on it and auto-recovery copies
+    every fragment it holds to other bookies; with --wait, returns once no ledger's metadata names it."""
+    async def go():
+        async with _client(peers, cluster, timeout_ms) as lc:
+            await lc.decommission_bookie(bookie)
+            deadline = asyncio.get_running_loop().time() + wait_timeout_s
+            remaining = await lc.ledgers_on(bookie)
+            while wait and remaining:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise Timeout(f"bookie {bookie}: {len(remaining)} ledgers still name it after "
+                                  f"{wait_timeout_s:.0f} s: {remaining[:10]}")
+                await asyncio.sleep(1.0)
+                remaining = await lc.ledgers_on(bookie)
+            return remaining
+
+    remaining = run(go())
+    doc = {"bookie_id": bookie, "decommissioned": True, "ledgers_remaining": remaining}
+    if json_out:
+        print_json(doc)
+    else:
+        out_console.print(f"{bookie}\tdecommissioned\tledgers naming it: {len(remaining)}", highlight=False)
 
 
 @bookie_app.command("list")

@@ -30,6 +30,8 @@ from .pool import ConnectionPool
 
 LEDGERS_PREFIX = "ledgers/"
 NEXT_ID_KEY = "ledger_ids/next"
+BOOKIES_PREFIX = "bookies/"
+UNDERREPLICATED_PREFIX = "underreplicated/"  # markers written by the auditor (server/auto_recovery.py)
 INFO_TIMEOUT_MS = 1_000
 MAX_CAS_ATTEMPTS = 64
 
@@ -48,6 +50,7 @@ class LedgerRegistry:
         self.pool = ConnectionPool(self.addresses, group=NODE_LINK, client_name=client_name)
         self._request_id = 0
         self._rng = random.Random()
+        self.decommissioned: set[str] = set()  # bookies being drained (`bookie decommission`): no new ledgers
 
     async def close(self) -> None:
         await self.pool.close()
@@ -87,14 +90,18 @@ class LedgerRegistry:
     # -- bookies -------------------------------------------------------------------------------------------
     async def refresh_bookies(self) -> None:
         """Learn every bookie's address from `_meta` (`nodes/` and `bookies/`)."""
+        decommissioned = set()
         for prefix in ("nodes/", "bookies/"):
             for kv in await self.meta.kv_list(prefix):
                 try:
-                    address = json.loads(kv.value).get("address")
-                    if address:
-                        self.addresses[kv.key[len(prefix):]] = parse_address(address)
+                    record = json.loads(kv.value)
+                    if record.get("address"):
+                        self.addresses[kv.key[len(prefix):]] = parse_address(record["address"])
+                    if prefix == BOOKIES_PREFIX and record.get("decommissioned"):
+                        decommissioned.add(kv.key[len(prefix):])
                 except (ValueError, AttributeError):
                     continue  # a record we cannot read names no bookie we could use
+        self.decommissioned = decommissioned
 
     async def call(self, bookie: str, request: BookieOpRequest, timeout_ms: float | None = None) -> BookieOpResponse:
         if bookie not in self.addresses:
@@ -121,14 +128,38 @@ class LedgerRegistry:
         await self.refresh_bookies()
         ids = sorted(self.addresses)
         infos = await asyncio.gather(*(self.info(b) for b in ids))
-        return dict(zip(ids, infos))
+        return {b: {**info, "decommissioned": True} if b in self.decommissioned else info
+                for b, info in zip(ids, infos)}
+
+    async def underreplicated(self) -> list[dict[str, Any]]:
+        """The auditor's markers: {ledger_id, lost, since_ms[, by, until]} per ledger being re-replicated."""
+        return [json.loads(kv.value) for kv in await self.meta.kv_list(UNDERREPLICATED_PREFIX)]
+
+    async def decommission(self, bookie: str) -> None:
+        """Mark the bookie decommissioned in its `bookies/ID` record: no new ledger is placed on it and the
+        auditor treats it as lost, so auto-recovery copies its fragments away (BookKeeper's decommissionBookie)."""
+        key = BOOKIES_PREFIX + bookie
+        for _ in range(MAX_CAS_ATTEMPTS):
+            found = await self.meta.kv_get(key)
+            if found is None:
+                raise BadRequest(f"bookie {bookie!r} is not registered")
+            record = json.loads(found[0])
+            if record.get("decommissioned"):
+                return
+            try:
+                await self.meta.kv_put(key, json.dumps({**record, "decommissioned": True}, sort_keys=True).encode(),
+                                       expected_version=found[1])
+                return
+            except MetadataVersionConflict:
+                continue
+        raise MetadataVersionConflict(f"{key}: {MAX_CAS_ATTEMPTS} conflicting attempts")
 
     async def place(self, count: int, exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
         """`count` writable bookies not in `exclude`, the least loaded first (ties at random): BookKeeper's
         default placement, with read-only and down bookies left out."""
         infos = await self.bookies()
         usable = [(info.get("ledgers", 0), self._rng.random(), b) for b, info in infos.items()
-                  if b not in exclude and info.get("state") == "read_write"]
+                  if b not in exclude and info.get("state") == "read_write" and not info.get("decommissioned")]
         if len(usable) < count:
             states = ", ".join(f"{b}: {i.get('state')}" for b, i in infos.items())
             raise NotEnoughBookies(f"need {count} writable bookies, have {len(usable)} ({states})")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from ..codes import ResponseCode
@@ -116,6 +116,19 @@ class LedgerClient:
     async def bookies(self) -> dict[str, dict]:
         """Every bookie's state (read_write / read_only / down), disk use and ledger count."""
         return await self.registry.bookies()
+
+    async def underreplicated(self) -> list[dict]:
+        """The ledgers auto-recovery is re-replicating: {ledger_id, lost, since_ms} each."""
+        return await self.registry.underreplicated()
+
+    async def decommission_bookie(self, bookie: str) -> None:
+        """Drain a bookie: no new ledgers on it, and auto-recovery copies every fragment it holds elsewhere.
+        Done when no ledger names it (`ledgers_on`)."""
+        await self.registry.decommission(bookie)
+
+    async def ledgers_on(self, bookie: str) -> list[int]:
+        return [md.ledger_id for md in await self.registry.list()
+                if any(bookie in seg.bookies for seg in md.ensembles)]
 
 
 class LedgerWriter:
@@ -217,6 +230,15 @@ class LedgerWriter:
             self.core.closed(ResponseCode.SUCCESS)
         except MetadataVersionConflict:
             current = await self.registry.get(self.ledger_id)
+            if current.state is State.OPEN and current.ensembles[-1] == r.metadata.ensembles[-1]:
+                # auto-recovery replaced a lost bookie of an earlier segment: close over its metadata
+                try:
+                    await self.registry.put(replace(r.metadata, ensembles=current.ensembles, version=current.version))
+                    self.core.closed(ResponseCode.SUCCESS)
+                except QuorumLogError as e:
+                    self.core.closed(e.code)
+                self._pump()
+                return
             # a recovery closed it first: fine if it kept exactly what we acknowledged
             same = current.state is State.CLOSED and current.last_entry_id == r.metadata.last_entry_id
             self.core.closed(ResponseCode.SUCCESS if same else ResponseCode.LEDGER_FENCED)

@@ -18,7 +18,7 @@ from ..wire.ledger import (AddResponse, BookieOpRequest, BookieOpResponse, ReadE
                            ReadResponse, from_op_response, to_op_request)
 from .metadata import LedgerMetadata, State
 from .recovery import LedgerRecoveryCore
-from .writer import NeedClose
+from .writer import NeedClose, NeedEnsembleChange
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ class LedgerIo(Protocol):
     async def get(self, ledger_id: int) -> LedgerMetadata: ...
 
     async def put(self, md: LedgerMetadata) -> LedgerMetadata: ...
+
+    async def replace_bookies(self, md: LedgerMetadata, first_entry_id: int,
+                              failed: set[str]) -> LedgerMetadata: ...
 
 
 async def recover(registry: LedgerIo, md: LedgerMetadata) -> LedgerMetadata:
@@ -74,19 +77,37 @@ async def _run_recovery(registry: LedgerIo, md: LedgerMetadata) -> NeedClose | R
             code = e.code if isinstance(e, QuorumLogError) else ResponseCode.NETWORK_ERROR
             answers.put_nowait(_failed(m, code))
 
+    async def change(r: NeedEnsembleChange) -> None:
+        try:
+            answers.put_nowait(await registry.replace_bookies(core.md, r.first_entry_id, set(r.failed)))
+        except (QuorumLogError, OSError) as e:
+            log.warning("ledger %d: recovery's ensemble change failed: %s", md.ledger_id, e)
+            answers.put_nowait(None)
+
+    def spawn(coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+
     core.start()
     try:
         while core.result is None:
             for m in core.take():
-                t = asyncio.get_running_loop().create_task(send(m))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
+                spawn(send(m))
+            if (r := core.take_change()) is not None:
+                log.warning("ledger %d: recovery replaces %s from entry %d", md.ledger_id, sorted(r.failed),
+                            r.first_entry_id)
+                spawn(change(r))
             if core.result is not None:
                 break
             if not tasks and answers.empty():
                 return ResponseCode.LEDGER_RECOVERY_FAILED  # nothing in flight and undecided: cannot happen
             a = await answers.get()
-            if isinstance(a, ReadLacResponse):
+            if a is None:
+                core.ensemble_change_failed()
+            elif isinstance(a, LedgerMetadata):
+                core.ensemble_changed(a)
+            elif isinstance(a, ReadLacResponse):
                 core.on_read_lac(a)
             elif isinstance(a, ReadResponse):
                 core.on_read(a)

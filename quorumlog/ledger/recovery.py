@@ -14,6 +14,15 @@
 3. Write each entry found back to its whole write set (recovery adds go through the fence), then close the
    ledger at the last entry found, with the length that entry carries. Concurrent recoveries converge on the
    compare-and-set of step 3's metadata.
+
+A write-back a bookie refuses or cannot take (it died: the reason a ledger is often recovered at all) is an
+ensemble change, as BookKeeper's recovery does through its LedgerHandle: `take_change()` hands the runtime a
+NeedEnsembleChange (a new segment from the first entry read, the failed bookies replaced); the runtime picks
+the bookies and calls `ensemble_changed(md)` (or `ensemble_change_failed()`), and the write-backs go to the
+new write sets. The new segment is not written to the metadata on its own: the close carries it, so of two
+concurrent recoveries only the one whose close wins names its replacements. Reads keep following the
+ensembles the entries were written to (`read_md`): a replacement holds nothing and its "no such entry" must
+never count.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from dataclasses import replace
 from ..codes import ResponseCode
 from ..wire.ledger import AddEntry, AddResponse, ReadEntry, ReadLac, ReadLacResponse, ReadResponse, unpack_entry
 from .metadata import LedgerMetadata, State, write_set_positions
-from .writer import NeedClose
+from .writer import NeedClose, NeedEnsembleChange
 
 _ABSENT = (ResponseCode.NO_SUCH_ENTRY, ResponseCode.NO_SUCH_LEDGER)
 
@@ -31,7 +40,13 @@ _ABSENT = (ResponseCode.NO_SUCH_ENTRY, ResponseCode.NO_SUCH_LEDGER)
 class LedgerRecoveryCore:
     def __init__(self, metadata: LedgerMetadata, *, planted_bugs: frozenset[str] = frozenset()) -> None:
         assert metadata.state is State.IN_RECOVERY
-        self.md = metadata
+        self.md = metadata  # where write-backs go (changes on a failed write-back) and what the close writes
+        self.read_md = metadata  # where the entries were written: reads follow it
+        self.first_read = 0
+        self._to_replace: set[str] = set()
+        self._change: NeedEnsembleChange | None = None
+        self._changing = False
+        self._changes = 0
         self.bugs = planted_bugs
         self.lac_answers: dict[str, int] = {}
         self.lac_errors: set[str] = set()
@@ -50,6 +65,10 @@ class LedgerRecoveryCore:
         out, self.messages = self.messages, []
         return out
 
+    def take_change(self) -> NeedEnsembleChange | None:
+        out, self._change = self._change, None
+        return out
+
     # -- 1. fence and find the LAC ------------------------------------------------------------------------
     def start(self) -> None:
         for bookie in self.md.last_ensemble:
@@ -64,7 +83,8 @@ class LedgerRecoveryCore:
             self.lac_errors.add(m.frm)
         if self._fence_covers_every_write_set():
             self.fenced = True
-            self._read(max(max(self.lac_answers.values()), 0))
+            self.first_read = max(max(self.lac_answers.values()), 0)
+            self._read(self.first_read)
         elif len(self.lac_answers) + len(self.lac_errors) == self.md.ensemble_size:
             self._fail()
 
@@ -79,13 +99,13 @@ class LedgerRecoveryCore:
     def _read(self, entry_id: int) -> None:
         self.next = entry_id
         self._no, self._err = set(), set()
-        for bookie in self.md.write_set(entry_id):
+        for bookie in self.read_md.write_set(entry_id):
             self.messages.append(ReadEntry(bookie, self.md.ledger_id, entry_id, fence=True))
 
     def on_read(self, m: ReadResponse) -> None:
         if self.reading_done or self.result is not None or m.entry_id != self.next:
             return  # a late answer for an entry decided already
-        ws = self.md.write_set(m.entry_id)
+        ws = self.read_md.write_set(m.entry_id)
         if m.frm not in ws:
             return
         if m.code == ResponseCode.SUCCESS:
@@ -112,13 +132,51 @@ class LedgerRecoveryCore:
 
     def on_add(self, m: AddResponse) -> None:
         acks = self._written_back.get(m.entry_id)
-        if acks is None or self.result is not None:
-            return
+        if acks is None or self.result is not None or m.frm not in self.md.write_set(m.entry_id):
+            return  # (an answer from a bookie an ensemble change replaced)
         if m.code != ResponseCode.SUCCESS:
-            self._fail()  # (BookKeeper would change the ensemble here; we fail and a retry starts over)
+            self._to_replace.add(m.frm)
+            self._request_change()
             return
         acks.add(m.frm)
         self._maybe_close()
+
+    # -- an ensemble change for the write-backs ---------------------------------------------------------------
+    def _request_change(self) -> None:
+        if self._changing:
+            return  # the bookie is replaced once the change in flight is done
+        if self._changes >= self.md.ensemble_size:
+            self._fail()  # every position replaced once and still failing: give up, a retry starts over
+            return
+        self._changing = True
+        self._changes += 1
+        self._change = NeedEnsembleChange(self.first_read, frozenset(self._to_replace))
+
+    def ensemble_changed(self, md: LedgerMetadata) -> None:
+        """The runtime's answer to take_change(): md has a new last segment from first_read without the failed
+        bookies (not written to the metadata: the close writes it). Write-backs not yet acknowledged go to it."""
+        if self.result is not None:
+            return
+        assert md.state is State.IN_RECOVERY and md.version == self.md.version
+        self._changing = False
+        self.md = md
+        if "read_from_replacement" in self.bugs:  # PLANTED BUG (tests): trust a replacement's "no such entry"
+            self.read_md = md
+        self._to_replace -= self._to_replace - set(md.last_ensemble)
+        for entry_id, acks in self._written_back.items():
+            ws = md.write_set(entry_id)
+            acks &= set(ws)
+            data = self.found[entry_id][0]
+            lac = max(self.lac_answers.values(), default=-1)
+            for bookie in ws:
+                if bookie not in acks:
+                    self.messages.append(AddEntry(bookie, md.ledger_id, entry_id, data, lac, recovery=True))
+        if self._to_replace:
+            self._request_change()  # a bookie of the new ensemble failed meanwhile
+
+    def ensemble_change_failed(self) -> None:
+        self._changing = False
+        self._fail()
 
     def _maybe_close(self) -> None:
         if not self.reading_done or self.result is not None:

@@ -14,13 +14,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..codes import ResponseCode
-from ..errors import MetadataVersionConflict, NoSuchLedger, QuorumLogError
+from ..errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
 from ..ledger.metadata import LedgerMetadata
 from ..peers import parse_address
 from ..transport import ClientConnection
 from ..transport.handshake import NODE_LINK
 from ..wire.client import KvItem, KvRequest, KvResponse
-from ..wire.ledger import BookieOpRequest, BookieOpResponse
+from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 
 if TYPE_CHECKING:
     from .node import Node
@@ -32,6 +32,7 @@ LEDGERS_PREFIX = "ledgers/"
 BOOKIES_PREFIX = "bookies/"
 META_CALL_TIMEOUT_MS = 5_000
 BOOKIE_CALL_TIMEOUT_MS = 5_000
+INFO_TIMEOUT_MS = 1_000
 
 
 def ledger_key(ledger_id: int) -> str:
@@ -136,6 +137,36 @@ class ClusterCalls:
                 continue
             out[it.key[len(BOOKIES_PREFIX):]] = record
         return out
+
+    async def bookie_states(self) -> dict[str, dict]:
+        """Every registered bookie's record with "state" from an INFO probe now ("down" if silent) and its
+        "ledgers" count."""
+        records = await self.bookies()
+
+        async def probe(b: str) -> dict:
+            try:
+                resp = await self.call(b, BookieOpRequest(self.request_id(), BookieOp.INFO), INFO_TIMEOUT_MS)
+                if resp.code == ResponseCode.SUCCESS:
+                    return json.loads(resp.data)
+            except (QuorumLogError, OSError, ValueError, asyncio.TimeoutError):
+                pass
+            return {"state": "down"}
+        infos = await asyncio.gather(*(probe(b) for b in records))
+        return {b: {**rec, "state": i.get("state", "down"), "ledgers": i.get("ledgers", 0)}
+                for (b, rec), i in zip(records.items(), infos)}
+
+    async def place(self, count: int, exclude: set[str]) -> list[str]:
+        """`count` writable bookies outside `exclude`, not decommissioned, the least loaded first."""
+        usable = sorted((rec["ledgers"], b) for b, rec in (await self.bookie_states()).items()
+                        if b not in exclude and rec["state"] == "read_write" and not rec.get("decommissioned"))
+        if len(usable) < count:
+            raise NotEnoughBookies(f"need {count} writable bookies outside {sorted(exclude)}, have {len(usable)}")
+        return [b for _, b in usable[:count]]
+
+    async def replace_bookies(self, md: LedgerMetadata, first_entry_id: int, failed: set[str]) -> LedgerMetadata:
+        ensemble = md.last_ensemble
+        fresh = iter(await self.place(len(failed & set(ensemble)), set(ensemble) | failed))
+        return md.with_ensemble(first_entry_id, tuple(next(fresh) if b in failed else b for b in ensemble))
 
     async def call(self, bookie: str, request: BookieOpRequest,
                    timeout_ms: float | None = None) -> BookieOpResponse:

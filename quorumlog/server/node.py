@@ -35,6 +35,7 @@ from ..wire.client import (
     ReadRequest, ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
 from ..wire.ledger import BookieOpRequest
+from .auto_recovery import AutoRecovery
 from .bookie_service import GC_INTERVAL_MS, BookieService
 from .cluster_calls import ClusterCalls
 from .durable_file import write_json_durably
@@ -89,6 +90,7 @@ class Node:
         self.started_at = time.time()
         self.calls = ClusterCalls(self)
         self.bookie = BookieService(self)
+        self.auto_recovery = AutoRecovery(self)
 
     # -- what replicas use -------------------------------------------------------------------------------
     @property
@@ -186,6 +188,8 @@ class Node:
             asyncio.create_task(self._periodic(cfg.retention_interval_ms, self._retention), name="retention"),
             asyncio.create_task(self._periodic(GC_INTERVAL_MS, self.bookie.gc), name="bookie-gc"),
             asyncio.create_task(self.bookie.register(), name="bookie-register"),
+            asyncio.create_task(self._periodic(cfg.auditor_period_ms, self.auto_recovery.run_once),
+                                name="auto-recovery"),
         ]
         for r in self.replicas.values():
             r.start()
@@ -480,7 +484,7 @@ class Node:
         doc = {"id": self.config.node_id, **self._node_fields()}
         doc["groups"] = [r.status() for r in self.replicas.values()]
         if self.bookie.storage is not None:
-            doc["bookie"] = self.bookie.info()
+            doc["bookie"] = {**self.bookie.info(), "fragments_replicated": self.auto_recovery.replicated}
         return doc
 
     def _http_status(self) -> tuple[str, bytes]:

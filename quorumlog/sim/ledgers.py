@@ -29,7 +29,7 @@ from .checker import Violation
 from .scheduler import Scheduler
 
 QUORUMS = ((3, 2, 2), (3, 3, 2), (3, 3, 3), (4, 3, 2), (5, 3, 2), (4, 2, 2))
-PLANTED = ("trust_one_no_such_entry",)
+PLANTED = ("trust_one_no_such_entry", "read_from_replacement")
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +217,19 @@ class LedgerWorld:
         for m in r.take():
             self.send(m, lambda resp, r=r: self._recovery_answer(r, resp))
             self.s.after(self.o.timeout_ms, self._recovery_timeout, r, m)
+        change = r.take_change()
+        if change is not None:  # a write-back failed: spare bookies for the failed ones (the close writes it)
+            ens = list(r.md.last_ensemble)
+            spare = [b for b in self.ids if b not in ens and b not in self.down and b not in self.cut]
+            self.rng.shuffle(spare)
+            if len(spare) < len(change.failed & set(ens)):
+                self.log(f"recovery cannot replace {sorted(change.failed)}")
+                r.ensemble_change_failed()
+            else:
+                ens = [spare.pop() if b in change.failed else b for b in ens]
+                self.log(f"recovery replaces {sorted(change.failed)} from {change.first_entry_id}: {ens}")
+                r.ensemble_changed(r.md.with_ensemble(change.first_entry_id, tuple(ens)))
+            self._pump_recovery(r)
 
     def _recovery_answer(self, r: LedgerRecoveryCore, resp) -> None:
         if isinstance(resp, ReadLacResponse):

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -234,6 +235,107 @@ def test_a_full_disk_makes_a_bookie_read_only_and_placement_avoids_it_until_spac
                 await asyncio.sleep(0.1)
             w3 = await lc.create_ledger(ensemble=5, write_quorum=5, ack_quorum=5)  # needs all five again
             assert await w3.add_entry(b"after") == 0
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+AUTO_RECOVERY_ARGS = ("--auditor-period-ms", "300", "--lost-bookie-recovery-delay-ms", "1500",
+                      "--open-ledger-rereplication-grace-period-ms", "3000")
+
+
+async def _until(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = await predicate()
+        if result:
+            return result
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.2)
+
+
+def _cli(cluster: Cluster, *args: str) -> dict:
+    peers = ",".join(f"{n}={h}:{p}" for n, (h, p) in cluster.peers.items())
+    out = subprocess.run([sys.executable, "-m", "quorumlog", *args, "--peers", peers, "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_auto_recovery_re_replicates_a_lost_bookie_and_fences_an_idle_open_ledger(tmp_path):
+    """A bookie killed for good: the auditor (on the `_meta` leader) marks every ledger with a fragment on it,
+    the workers copy those fragments to other bookies and rewrite the metadata, `ledger underreplicated`
+    empties, and every entry is again on W live bookies. An OPEN ledger whose writer went idle is fenced and
+    closed after the grace period (its acknowledged entries kept); a writer still adding closes its ledger
+    over the workers' metadata. Then `bookie decommission` drains a live bookie the same way."""
+    cluster = Cluster(str(tmp_path), n=5, extra_args=AUTO_RECOVERY_ARGS)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with LedgerClient(cluster.peers, bookie_timeout_ms=2_000) as lc:
+            await _wait_registered(lc, 5)
+            closed = []
+            for k in range(4):
+                w = await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)
+                for i in range(200):
+                    await w.add_entry(b"c%d-%d" % (k, i))
+                await w.close()
+                closed.append(w.ledger_id)
+            # an OPEN ledger left idle on every bookie: whichever dies, it is fenced after the grace period
+            idle = await lc.create_ledger(ensemble=5, write_quorum=2, ack_quorum=2)
+            idle_acked = [await idle.add_entry(b"idle-%d" % i) for i in range(50)]
+            victim = next(b for b in (await lc.describe(closed[0])).last_ensemble)
+            cluster.nodes[victim].kill9()
+            t0 = time.monotonic()
+
+            async def marked():
+                return [m for m in await lc.underreplicated() if victim in m["lost"]]
+            await _until(marked, 20, "the auditor never marked the lost bookie's ledgers")
+            t_marked = time.monotonic() - t0
+
+            async def drained():
+                mds = await lc.list_ledgers()
+                names = [md.ledger_id for md in mds if any(victim in s.bookies for s in md.ensembles)]
+                return not names and not await lc.underreplicated()
+            await _until(drained, 60, "auto-recovery never restored full replication")
+            t_done = time.monotonic() - t0
+            assert _cli(cluster, "ledger", "underreplicated")["ledgers"] == []
+            md_idle = await lc.describe(idle.ledger_id)
+            assert md_idle.state is State.CLOSED and md_idle.last_entry_id >= idle_acked[-1], md_idle
+            with pytest.raises(LedgerFenced):
+                await idle.add_entry(b"too late")
+            # every entry is on each bookie of its write set (read straight from each of them)
+            for lid in closed + [idle.ledger_id]:
+                md = await lc.describe(lid)
+                for seg_i, seg in enumerate(md.ensembles):
+                    end = md.ensembles[seg_i + 1].first_entry_id - 1 if seg_i + 1 < len(md.ensembles) \
+                        else md.last_entry_id
+                    for eid in range(seg.first_entry_id, end + 1):
+                        for pos in range(md.write_quorum):
+                            b = seg.bookies[(eid + pos) % md.ensemble_size]
+                            resp = await lc.registry.call(b, to_op_request(lc.registry.request_id(),
+                                                                           ReadEntry(b, lid, eid)))
+                            assert resp.code == ResponseCode.SUCCESS, (lid, eid, b, resp.code)
+                r = await lc.open_ledger(lid)
+                bodies = [e.body async for e in r.read()]
+                expected_prefix = b"idle-" if lid == idle.ledger_id else b"c%d-" % closed.index(lid)
+                assert bodies[:50] and all(b.startswith(expected_prefix) for b in bodies)
+            print("\nE2E auto-recovery " + json.dumps({"victim": victim, "marked_s": round(t_marked, 2),
+                                                       "replicated_s": round(t_done, 2)}))
+
+            # decommission a live bookie: drained the same way, and new ledgers avoid it
+            live = [b for b in cluster.nodes if b != victim]
+            target = next(b for b in live if await lc.ledgers_on(b))
+            doc = _cli(cluster, "bookie", "decommission", "--id", target, "--wait-timeout-s", "60")
+            assert doc["ledgers_remaining"] == [] and not await lc.ledgers_on(target)
+            w = await lc.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
+            assert target not in w.metadata.last_ensemble and victim not in w.metadata.last_ensemble
+            for lid in closed:
+                r = await lc.open_ledger(lid)
+                assert len([e async for e in r.read()]) == 200
 
     try:
         cluster.start()

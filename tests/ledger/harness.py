@@ -30,6 +30,7 @@ class Cluster:
         self.hung: set[str] = set()
         self.metadata: dict[int, LedgerMetadata] = {}  # the `_meta` record, with its version
         self.next_ledger = 1
+        self.recovery_changes: list[NeedEnsembleChange] = []
 
     def close(self) -> None:
         for s in self.storage.values():
@@ -133,7 +134,10 @@ class Cluster:
         r.start()
         while r.result is None:
             messages = r.take()
-            if not messages:
+            change = r.take_change()
+            if change is not None:
+                self._recovery_ensemble_change(r, change)
+            elif not messages:
                 break
             if order is not None:
                 messages = order(messages)
@@ -152,6 +156,19 @@ class Cluster:
                     assert isinstance(resp, AddResponse)
                     r.on_add(resp)
         return r.result
+
+    def _recovery_ensemble_change(self, r: LedgerRecoveryCore, change: NeedEnsembleChange) -> None:
+        """The runtime's part: spare bookies for the failed ones (the metadata is not written: the close is)."""
+        ens = list(r.md.last_ensemble)
+        spare = [b for b in self.ids if b not in ens and b not in self.down and b not in self.hung]
+        for i, b in enumerate(ens):
+            if b in change.failed:
+                if not spare:
+                    r.ensemble_change_failed()
+                    return
+                ens[i] = spare.pop(0)
+        self.recovery_changes.append(change)
+        r.ensemble_changed(r.md.with_ensemble(change.first_entry_id, tuple(ens)))
 
 
 def _error_response(m):

@@ -214,7 +214,10 @@ def test_parallel_recoveries_agree(cluster):  # ParallelLedgerRecoveryTest
     assert cluster.metadata[md.ledger_id].last_entry_id == 6
 
 
-def test_a_bookie_failing_during_write_back_fails_recovery_and_a_retry_closes(cluster):
+def test_a_bookie_failing_during_write_back_changes_the_ensemble(cluster):  # LedgerRecoveryTest
+    """The write-back of a recovery goes to a replacement when a bookie of the write set fails (as
+    BookKeeper's recovery does through its LedgerHandle), reads stay on the bookies that hold the entries,
+    and the close carries the new segment."""
     md = cluster.create(3, 3, 3)
     w = LedgerWriterCore(md)
     _write(cluster, w, [b"a", b"b"])
@@ -224,6 +227,51 @@ def test_a_bookie_failing_during_write_back_fails_recovery_and_a_retry_closes(cl
         r.on_read_lac(cluster.call(m))
     cluster.down.add("b2")  # then b2 fails: its write-back cannot be acknowledged
     result = cluster.run_recovery(r) if r.result is None else r.result
+    assert isinstance(result, NeedClose), result
+    assert [c.failed for c in cluster.recovery_changes] == [frozenset({"b2"})]
+    closed = cluster.cas(result.metadata)
+    assert closed.last_entry_id == 1
+    first = cluster.recovery_changes[0].first_entry_id
+    assert closed.ensembles[-1].first_entry_id == first and "b2" not in closed.ensembles[-1].bookies
+    assert _read_all(cluster, closed) == [b"a", b"b"]  # the replacement holds what it must
+    cluster.down.clear()
+
+
+def test_a_write_back_with_no_bookie_to_replace_the_failed_one_fails_and_a_retry_closes(cluster):
+    md = cluster.create(5, 5, 5)
+    w = LedgerWriterCore(md)
+    _write(cluster, w, [b"a", b"b"])
+    r = cluster.begin_recovery(md.ledger_id)
+    r.start()
+    for m in r.take():
+        r.on_read_lac(cluster.call(m))
+    cluster.down.add("b4")  # no sixth bookie to take its place
+    result = cluster.run_recovery(r) if r.result is None else r.result
     assert result == ResponseCode.LEDGER_RECOVERY_FAILED
+    assert cluster.metadata[md.ledger_id].state is State.IN_RECOVERY  # nothing closed on a failure
     cluster.down.clear()
     assert _recover(cluster, md.ledger_id).last_entry_id == 1
+
+
+def test_concurrent_recoveries_with_different_replacements_agree(cluster):  # ParallelLedgerRecoveryTest
+    """Two recoveries, each changing the ensemble for its write-back to a different spare: only the close that
+    wins the compare-and-set names its replacement, and the entries are readable from what it names."""
+    md = cluster.create(3, 2, 2)
+    w = LedgerWriterCore(md)
+    _write(cluster, w, [b"%d" % i for i in range(5)])
+    first, second = cluster.begin_recovery(md.ledger_id), cluster.begin_recovery(md.ledger_id)
+    for r in (first, second):
+        r.start()
+        for m in r.take():
+            r.on_read_lac(cluster.call(m))
+    cluster.down.add("b1")
+    a = cluster.run_recovery(first) if first.result is None else first.result
+    cluster.ids.remove("b3")  # the second picks another spare
+    cluster.ids.append("b3")
+    b = cluster.run_recovery(second) if second.result is None else second.result
+    assert isinstance(a, NeedClose) and isinstance(b, NeedClose)
+    assert a.metadata.last_entry_id == b.metadata.last_entry_id == 4
+    won = cluster.cas(a.metadata)
+    assert won is not None and cluster.cas(b.metadata) is None
+    cluster.down.clear()
+    assert _read_all(cluster, won) == [b"%d" % i for i in range(5)]

@@ -1,6 +1,6 @@
 """The ledger protocol in the simulator (quorumlog/sim/ledgers.py): 1,000 seeds per run with bookie crashes,
 wiped bookies, partitions, slow bookies and recoveries racing the writer, 0 violations; the planted bug
-(recovery that trusts a single "no such entry") is caught, on seeds that pass without it; a seed replays."""
+bugs (recovery that trusts a single "no such entry"; reads that follow a write-back's ensemble change) are caught, on seeds that pass without it; a seed replays."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ def test_ledger_seed_chunk(chunk):
     assert not failures, f"replay: python -m quorumlog.sim.ledgers --seed {failures[0][0]} --trace; {failures[:3]}"
 
 
-def test_trusting_one_no_such_entry_is_caught():
-    bug = frozenset({"trust_one_no_such_entry"})
+@pytest.mark.parametrize("planted", ["trust_one_no_such_entry", "read_from_replacement"])
+def test_a_planted_recovery_bug_is_caught(planted):
+    """trust_one_no_such_entry: absence decided on one answer; read_from_replacement: after a write-back's
+    ensemble change, reads go to the replacement (which holds nothing) instead of where entries were written."""
+    bug = frozenset({planted})
     caught = []
     for seed in range(200):
         v = run_seed(seed, bug)
