@@ -258,8 +258,7 @@ async def _until(predicate, timeout_s: float, what: str):
 
 
 def _cli(cluster: Cluster, *args: str) -> dict:
-    peers = ",".join(f"{n}={h}:{p}" for n, (h, p) in cluster.peers.items())
-    out = subprocess.run([sys.executable, "-m", "quorumlog", *args, "--peers", peers, "--json"],
+    out = subprocess.run([sys.executable, "-m", "quorumlog.cli", *args, "--peers", cluster.peers, "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -284,10 +283,18 @@ def test_auto_recovery_re_replicates_a_lost_bookie_and_fences_an_idle_open_ledge
                     await w.add_entry(b"c%d-%d" % (k, i))
                 await w.close()
                 closed.append(w.ledger_id)
-            # an OPEN ledger left idle on every bookie: whichever dies, it is fenced after the grace period
-            idle = await lc.create_ledger(ensemble=5, write_quorum=2, ack_quorum=2)
+            # an OPEN ledger left idle on the victim: it is fenced after the grace period
+            idle = await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)
             idle_acked = [await idle.add_entry(b"idle-%d" % i) for i in range(50)]
-            victim = next(b for b in (await lc.describe(closed[0])).last_ensemble)
+            victim = idle.metadata.last_ensemble[0]
+            # and a ledger its writer keeps adding to: the writer changes its own ensemble, the worker copies
+            # the fragment before it, and the writer's close lands over the worker's metadata
+            while victim not in (active := await lc.create_ledger(ensemble=3, write_quorum=2,
+                                                                  ack_quorum=2)).metadata.last_ensemble:
+                await active.close()
+            writer = Writer(active)
+            writing = asyncio.create_task(writer.run())
+            await writer.acks_grow(200)
             cluster.nodes[victim].kill9()
             t0 = time.monotonic()
 
@@ -302,6 +309,15 @@ def test_auto_recovery_re_replicates_a_lost_bookie_and_fences_an_idle_open_ledge
                 return not names and not await lc.underreplicated()
             await _until(drained, 60, "auto-recovery never restored full replication")
             t_done = time.monotonic() - t0
+            writer.stop.set()
+            await asyncio.wait_for(writing, 30)
+            assert not writer.errors and not writer.fenced, writer.errors
+            await active.close()
+            md_active = await lc.describe(active.ledger_id)
+            assert md_active.state is State.CLOSED and md_active.last_entry_id == max(writer.acked)
+            assert all(victim not in s.bookies for s in md_active.ensembles)
+            r = await lc.open_ledger(active.ledger_id)
+            assert {e.entry_id: e.body async for e in r.read()} == writer.acked
             assert _cli(cluster, "ledger", "underreplicated")["ledgers"] == []
             md_idle = await lc.describe(idle.ledger_id)
             assert md_idle.state is State.CLOSED and md_idle.last_entry_id >= idle_acked[-1], md_idle
@@ -328,7 +344,7 @@ def test_auto_recovery_re_replicates_a_lost_bookie_and_fences_an_idle_open_ledge
 
             # decommission a live bookie: drained the same way, and new ledgers avoid it
             live = [b for b in cluster.nodes if b != victim]
-            target = next(b for b in live if await lc.ledgers_on(b))
+            target = [b for b in live if await lc.ledgers_on(b)][0]
             doc = _cli(cluster, "bookie", "decommission", "--id", target, "--wait-timeout-s", "60")
             assert doc["ledgers_remaining"] == [] and not await lc.ledgers_on(target)
             w = await lc.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
