@@ -3,11 +3,12 @@
     from quorumlog.ledgers import LedgerClient
 """
 
+from .client.ledger_stream import LedgerStreamWriter, StreamEntry
 from .client.ledgers import LedgerClient, LedgerEntry, LedgerReader, LedgerWriter
 from .errors import (LedgerClosed, LedgerFenced, LedgerRecoveryFailed, MetadataVersionConflict, NoSuchEntry,
                      NoSuchLedger, NotEnoughBookies)
 from .ledger.metadata import LedgerMetadata, Segment, State
 
 __all__ = ["LedgerClient", "LedgerClosed", "LedgerEntry", "LedgerFenced", "LedgerMetadata", "LedgerReader",
-           "LedgerRecoveryFailed", "LedgerWriter", "MetadataVersionConflict", "NoSuchEntry", "NoSuchLedger",
-           "NotEnoughBookies", "Segment", "State"]
+           "LedgerRecoveryFailed", "LedgerStreamWriter", "LedgerWriter", "MetadataVersionConflict", "NoSuchEntry", "NoSuchLedger",
+           "NotEnoughBookies", "Segment", "State", "StreamEntry"]

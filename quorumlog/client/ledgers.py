@@ -26,6 +26,8 @@ from ..errors import (BadRequest, MetadataVersionConflict, NetworkError,
 from ..ledger import LedgerMetadata, LedgerWriterCore, NeedClose, NeedEnsembleChange
 from ..ledger.metadata import State
 from ..peers import Address, parse_peers
+from .ledger_stream import (DEFAULT_ROLL_BYTES, LedgerStreamWriter, StreamEntry, open_stream_writer,
+                            read_stream)
 from ..wire.ledger import (AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac, from_op_response, to_op_request,
                            unpack_entry)
 from ..ledger.driver import recover
@@ -125,6 +127,17 @@ class LedgerClient:
         """Drain a bookie: no new ledgers on it, and auto-recovery copies every fragment it holds elsewhere.
         Done when no ledger names it (`ledgers_on`)."""
         await self.registry.decommission(bookie)
+
+    # -- streams (client/ledger_stream.py) -------------------------------------------------------------------
+    async def open_stream_writer(self, name: str, *, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                                 roll_bytes: int = DEFAULT_ROLL_BYTES) -> LedgerStreamWriter:
+        """Become the writer of the named stream (a log made of ledgers): fences the previous writer's ledger."""
+        return await open_stream_writer(self, name, ensemble=ensemble, write_quorum=write_quorum,
+                                        ack_quorum=ack_quorum, roll_bytes=roll_bytes)
+
+    def read_stream(self, name: str, start: int = 0, end: int | None = None) -> AsyncIterator[StreamEntry]:
+        """The stream's entries at offsets [start, end) (default: all readable now), in order, without fencing."""
+        return read_stream(self, name, start, end)
 
     async def ledgers_on(self, bookie: str) -> list[int]:
         return [md.ledger_id for md in await self.registry.list()

@@ -22,7 +22,9 @@ from .writer import NeedClose, NeedEnsembleChange
 
 log = logging.getLogger(__name__)
 
-RECOVERY_ATTEMPTS = 5
+RECOVERY_ATTEMPTS = 6
+RECOVERY_BACKOFF_S = (0.0, 0.2, 0.4, 0.8, 1.6, 2.0)  # ~5 s in all: a bookie just started answers UNKNOWN
+# until it has compared itself with `_meta` (limbo), a failed write-back waits for a replacement bookie
 
 
 class LedgerIo(Protocol):
@@ -43,9 +45,10 @@ async def recover(registry: LedgerIo, md: LedgerMetadata) -> LedgerMetadata:
     """Fence and close an open ledger (BookKeeper's LedgerRecoveryOp; ledger/recovery.py has the protocol).
     Concurrent recoveries converge on the metadata's compare-and-set. Returns the CLOSED metadata."""
     last_error = ""
-    for _ in range(RECOVERY_ATTEMPTS):
+    for attempt in range(RECOVERY_ATTEMPTS):
         if md.state is State.CLOSED:
             return md
+        await asyncio.sleep(RECOVERY_BACKOFF_S[attempt])
         try:
             if md.state is State.OPEN:
                 md = await registry.put(replace(md, state=State.IN_RECOVERY))

@@ -114,6 +114,7 @@ class SourceOptions:
     write_batch_rows: int = DEFAULT_WRITE_BATCH_ROWS
     writes_in_flight: int = DEFAULT_WRITES_IN_FLIGHT
     write_id: str | None = None  # fixes the writer's identity (idempotence key) instead of a fresh job id
+    ledger_stream: str | None = None  # read this ledger stream (client/ledger_stream.py) instead of a group
 
     @property
     def node_ids(self) -> list[str]:
@@ -162,4 +163,5 @@ class SourceOptions:
             write_batch_rows=_int(options, "writeBatchRows", DEFAULT_WRITE_BATCH_ROWS, minimum=1),
             writes_in_flight=_int(options, "writesInFlight", DEFAULT_WRITES_IN_FLIGHT, minimum=1),
             write_id=_get(options, "writeId"),
+            ledger_stream=_get(options, "ledgerStream"),
         )

@@ -28,26 +28,38 @@ class QuorumLogDataSource(DataSource):
         return SourceOptions.parse(self.options)
 
     def reader(self, schema):
+        opts = self._opts()
+        if opts.ledger_stream is not None:
+            from .ledger_stream import LedgerStreamBatchReader
+
+            return LedgerStreamBatchReader(opts)
         from .batch import QuorumLogBatchReader
 
-        return QuorumLogBatchReader(self._opts())
+        return QuorumLogBatchReader(opts)
 
     def streamReader(self, schema):
         from .stream import QuorumLogStreamReader
 
-        return QuorumLogStreamReader(self._opts())
+        return QuorumLogStreamReader(_group_only(self._opts(), "a streaming read"))
 
     def writer(self, schema, overwrite: bool):
         from .write import QuorumLogWriter
 
         _check_write(schema, overwrite)
-        return QuorumLogWriter(self._opts())
+        return QuorumLogWriter(_group_only(self._opts(), "a write"))
 
     def streamWriter(self, schema, overwrite: bool):
         from .write import QuorumLogStreamWriter
 
         _check_write(schema, overwrite)
-        return QuorumLogStreamWriter(self._opts())
+        return QuorumLogStreamWriter(_group_only(self._opts(), "a streaming write"))
+
+
+def _group_only(opts: SourceOptions, what: str) -> SourceOptions:
+    if opts.ledger_stream is not None:
+        raise OptionError(f"option ledgerStream: {what} of a ledger stream is not supported yet (batch reads are; "
+                          f"write with quorumlog.LedgerClient.open_stream_writer)")
+    return opts
 
 
 def _check_write(schema, overwrite: bool) -> None:

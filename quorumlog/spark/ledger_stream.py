@@ -1,0 +1,123 @@
+"""Batch read of a ledger stream (`.option("ledgerStream", NAME)`, client/ledger_stream.py): the same four columns
+as a group's log, with `index` the stream offset (dense across ledgers), `term` the ledger id and `timestamp`
+when that ledger was started (ledger entries carry no time of their own).
+
+Planning (driver) reads the stream record and each ledger's extent without fencing: closed ledgers up to their
+last entry, the open one up to its last add confirmed, so a writer still adding is never disturbed and a read
+sees only acknowledged entries. Each partition is a run of one ledger's entries, read straight from the
+bookies by the task, `pagesInFlight` × READ_AHEAD entries ahead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from ..ledger.metadata import LedgerMetadata
+from .arrow import SCHEMA
+from .options import EARLIEST, LATEST, OptionError, SourceOptions
+
+ROWS_PER_BATCH = 4096
+ASSUMED_ENTRY_BYTES = 1024  # for sizing partitions: the metadata knows a closed ledger's length only
+
+
+class LedgerRunPartition(InputPartition):
+    """Entries lo..hi of one ledger, at stream offsets first_offset + entry id."""
+
+    def __init__(self, pid: int, md_json: bytes, first_offset: int, created_ms: int, lo: int, hi: int) -> None:
+        self.pid = pid
+        self.md_json = md_json
+        self.first_offset = first_offset
+        self.created_ms = created_ms
+        self.lo = lo
+        self.hi = hi
+
+
+def _client(opts: SourceOptions):
+    from ..client.ledgers import LedgerClient
+
+    return LedgerClient(opts.peers, timeout_ms=opts.timeout_ms)
+
+
+async def _plan(opts: SourceOptions) -> list[LedgerRunPartition]:
+    from ..client.ledger_stream import stream_extent
+
+    async with _client(opts) as lc:
+        extent = await stream_extent(lc, opts.ledger_stream)
+    end_all = max((x.first_offset + last + 1 for x, _, last in extent), default=0)
+    start = {EARLIEST: 0, LATEST: end_all}.get(opts.starting_index, opts.starting_index)
+    end = end_all if opts.ending_index == LATEST else min(int(opts.ending_index), end_all)
+    parts: list[LedgerRunPartition] = []
+    for x, md, last in extent:
+        lo, hi = max(start - x.first_offset, 0), min(last, end - 1 - x.first_offset)
+        if lo > hi:
+            continue
+        entry_bytes = md.length / (md.last_entry_id + 1) if md.last_entry_id >= 0 and md.length else \
+            ASSUMED_ENTRY_BYTES
+        per_part = max(1, int(opts.max_bytes_per_partition / max(1.0, entry_bytes)))
+        for k in range(math.ceil((hi - lo + 1) / per_part)):
+            a = lo + k * per_part
+            parts.append(LedgerRunPartition(len(parts), md.to_json(), x.first_offset, x.created_ms, a,
+                                            min(hi, a + per_part - 1)))
+    return parts
+
+
+def _batch(offsets: list[int], ledger_id: int, created_ms: int, bodies: list[bytes]) -> pa.RecordBatch:
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays([
+        pa.array(offsets, pa.int64()), pa.array([ledger_id] * n, pa.int64()),
+        pa.array([created_ms * 1000] * n, pa.timestamp("us", tz="UTC")), pa.array(bodies, pa.binary())],
+        schema=SCHEMA)
+
+
+def read_run(opts: SourceOptions, p: LedgerRunPartition) -> Iterator[pa.RecordBatch]:
+    """The partition's entries as RecordBatches, yielded as they arrive (the client runs on a private loop)."""
+    from ..client.ledgers import LedgerReader
+
+    md = LedgerMetadata.from_json(p.md_json)
+
+    async def batches():
+        async with _client(opts) as lc:
+            r = LedgerReader(lc.registry, md)
+            r.last_add_confirmed = p.hi  # planned from the LAC or the close: these entries are acknowledged
+            offsets, bodies = [], []
+            async for e in r.read(p.lo, p.hi):
+                offsets.append(p.first_offset + e.entry_id)
+                bodies.append(e.body)
+                if len(offsets) == ROWS_PER_BATCH:
+                    yield _batch(offsets, md.ledger_id, p.created_ms, bodies)
+                    offsets, bodies = [], []
+            if offsets:
+                yield _batch(offsets, md.ledger_id, p.created_ms, bodies)
+
+    loop = asyncio.new_event_loop()
+    it = batches()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(it.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(it.aclose())
+        loop.close()
+
+
+class LedgerStreamBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        if opts.read_from != "leader":
+            raise OptionError("option readFrom does not apply to a ledgerStream (entries are read from bookies)")
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        parts = asyncio.run(_plan(self.opts))
+        return parts or [LedgerRunPartition(0, b"", 0, 0, 0, -1)]
+
+    def read(self, partition: LedgerRunPartition) -> Iterator[pa.RecordBatch]:
+        if partition.hi < partition.lo:
+            return iter(())
+        return read_run(self.opts, partition)
