@@ -57,6 +57,26 @@ class EntryLogger:
         self._offset = 0
         self._unsynced.add(self.current_id)
 
+    def flush_begin(self) -> list[str]:
+        """Hand every appended record to the OS; the paths whose data sync_paths must make durable."""
+        self._file.flush()
+        paths = [self._path(log_id) for log_id in sorted(self._unsynced)]
+        self._unsynced = {self.current_id}
+        return paths
+
+    @staticmethod
+    def sync_paths(paths: list[str]) -> None:
+        """fdatasync each (by its own descriptor: may run on another thread while appends go on)."""
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # compacted away since: its live records were copied and synced
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
     def flush(self) -> None:
         """Make every appended record durable (a checkpoint's first step)."""
         self._file.flush()

@@ -48,6 +48,10 @@ class LedgerIndex:
         self._entries: dict[tuple[int, int], Location] = {}
         self._last: dict[int, int] = {}  # ledger -> its highest entry id among the in-memory ones
         self._states: dict[int, LedgerState] = {}
+        # a checkpoint being written by another thread (begin_commit .. end_commit): still read from here
+        self._c_entries: dict[tuple[int, int], Location] = {}
+        self._c_last: dict[int, int] = {}
+        self._c_states: dict[int, LedgerState] = {}
         instance = self.db.get(_INSTANCE_KEY)
         if instance is None:
             instance = uuid.uuid4().hex.encode()
@@ -61,7 +65,7 @@ class LedgerIndex:
             self._last[ledger_id] = entry_id
 
     def get(self, ledger_id: int, entry_id: int) -> Location | None:
-        loc = self._entries.get((ledger_id, entry_id))
+        loc = self._entries.get((ledger_id, entry_id)) or self._c_entries.get((ledger_id, entry_id))
         if loc is not None:
             return loc
         raw = self.db.get(_entry_key(ledger_id, entry_id))
@@ -76,14 +80,14 @@ class LedgerIndex:
             kind, ledger, entry = _KEY.unpack(it.key())
             if kind == b"E" and ledger == ledger_id:
                 on_disk = entry
-        return max(on_disk, self._last.get(ledger_id, -1))
+        return max(on_disk, self._last.get(ledger_id, -1), self._c_last.get(ledger_id, -1))
 
     def has_entries(self, ledger_id: int) -> bool:
         return self.last_entry(ledger_id) >= 0
 
     # -- ledgers ------------------------------------------------------------------------------------------
     def state(self, ledger_id: int) -> LedgerState | None:
-        st = self._states.get(ledger_id)
+        st = self._states.get(ledger_id) or self._c_states.get(ledger_id)
         if st is not None:
             return st
         raw = self.db.get(_LEDGER_KEY.pack(b"L", ledger_id))
@@ -97,7 +101,7 @@ class LedgerIndex:
 
     def ledgers(self) -> list[int]:
         """Every ledger this bookie holds state for (deleted ones until garbage collection drops them)."""
-        out = set(self._states)
+        out = set(self._states) | set(self._c_states)
         for key in self.db.keys(from_key=b"L"):
             if key[:1] != b"L":
                 break
@@ -106,10 +110,11 @@ class LedgerIndex:
 
     def drop_ledger(self, ledger_id: int) -> None:
         """Garbage collection: forget a deleted ledger's entries and state (durably, at once)."""
-        for key in [k for k in self._entries if k[0] == ledger_id]:
-            del self._entries[key]
-        self._last.pop(ledger_id, None)
-        self._states.pop(ledger_id, None)
+        for entries in (self._entries, self._c_entries):
+            for key in [k for k in entries if k[0] == ledger_id]:
+                del entries[key]
+        for d in (self._last, self._c_last, self._states, self._c_states):
+            d.pop(ledger_id, None)
         self.db.delete_range(_entry_key(ledger_id, 0), _entry_key(ledger_id + 1, 0))
         self.db.delete(_LEDGER_KEY.pack(b"L", ledger_id))
 
@@ -120,16 +125,29 @@ class LedgerIndex:
 
     def commit(self, mark: tuple[int, int]) -> None:
         """Write what changed since the last checkpoint and the journal mark it covers, in one synced batch."""
+        self.begin_commit()
+        self.write_commit(mark)
+        self.end_commit()
+
+    def begin_commit(self) -> None:
+        """Set aside what changed so far (changes from now on go to fresh maps); reads still see both."""
+        assert not (self._c_entries or self._c_states), "one checkpoint at a time"
+        self._c_entries, self._entries = self._entries, {}
+        self._c_last, self._last = self._last, {}
+        self._c_states, self._states = self._states, {}
+
+    def write_commit(self, mark: tuple[int, int]) -> None:
+        """The synced write of what begin_commit set aside (may run on another thread: it only reads those)."""
         wb = WriteBatch(raw_mode=True)
-        for (ledger, entry), loc in self._entries.items():
+        for (ledger, entry), loc in self._c_entries.items():
             wb.put(_entry_key(ledger, entry), _LOC.pack(*loc))
-        for ledger, st in self._states.items():
+        for ledger, st in self._c_states.items():
             wb.put(_LEDGER_KEY.pack(b"L", ledger), _STATE.pack(st.fenced, st.deleted, st.explicit_lac))
         wb.put(_MARK_KEY, _LOC.pack(*mark))
         self.db.write(wb)
-        self._entries.clear()
-        self._last.clear()
-        self._states.clear()
+
+    def end_commit(self) -> None:
+        self._c_entries, self._c_last, self._c_states = {}, {}, {}
 
     def close(self) -> None:
         self.db.close()

@@ -123,12 +123,16 @@ class Journal:
         self._thread.start()
 
     def submit(self, payload: bytes) -> Future:
+        return self.submit_many([payload])
+
+    def submit_many(self, payloads: list[bytes]) -> Future:
+        """Records that become durable together (one Future: a batch of adds costs one completion)."""
         fut: Future = Future()
         with self._cond:
             if self._failed is not None or self._closed:
                 fut.set_exception(self._failed or OSError("journal closed"))
                 return fut
-            self._queue.append((payload, fut))
+            self._queue.append((payloads, fut))
             self._cond.notify()
         return fut
 
@@ -143,7 +147,8 @@ class Journal:
                 # BookKeeper's group commit: let more records arrive for up to max_group_wait, unless a group is
                 # full already
                 deadline = time.monotonic() + self.max_group_wait_s
-                while time.monotonic() < deadline and sum(len(p) for p, _ in self._queue) < self.group_bytes:
+                while time.monotonic() < deadline and \
+                        sum(len(p) for ps, _ in self._queue for p in ps) < self.group_bytes:
                     time.sleep(min(0.0005, self.max_group_wait_s))
             with self._cond:
                 batch = list(self._queue)
@@ -163,20 +168,23 @@ class Journal:
             for _, fut in batch:
                 fut.set_result(self.durable)
 
-    def _write(self, batch: list[tuple[bytes, Future]]) -> None:
+    def _write(self, batch: list[tuple[list[bytes], Future]]) -> None:
         if self._offset >= self.file_bytes:
             self._roll()
         parts = []
-        for payload, _ in batch:
-            parts.append(_HEAD.pack(len(payload), crc32c(payload)))
-            parts.append(payload)
+        records = 0
+        for payloads, _ in batch:
+            for payload in payloads:
+                parts.append(_HEAD.pack(len(payload), crc32c(payload)))
+                parts.append(payload)
+            records += len(payloads)
         data = b"".join(parts)
         self._file.write(data)
         self._file.flush()
         os.fdatasync(self._file.fileno())
         self._offset += len(data)
         self.fsyncs += 1
-        self.records += len(batch)
+        self.records += records
         self.durable = (self._seq, self._offset)
 
     def delete_before(self, mark: Mark) -> int:

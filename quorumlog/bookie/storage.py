@@ -29,11 +29,12 @@ import shutil
 import struct
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
-from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal
+from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal, Mark
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,24 @@ class BookieStorage:
         NoSuchLedger for a deleted ledger."""
         if ledger_id < 0 or entry_id < 0:
             raise ValueError(f"ledger {ledger_id} / entry {entry_id} must be >= 0")
+        self._check_add(ledger_id, recovery)
+        body = bytes(body)
+        self._apply_add(ledger_id, entry_id, body, lac)
+        return self.journal.submit(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
+
+    def add_entries(self, ledger_id: int, adds: list[tuple[int, bytes, int]], *, recovery: bool = False) -> Future:
+        """add_entry for several (entry id, body, lac) of one ledger; one Future, done once all are durable."""
+        if ledger_id < 0 or any(entry_id < 0 for entry_id, _, _ in adds):
+            raise ValueError(f"ledger {ledger_id} / entries must be >= 0")
+        self._check_add(ledger_id, recovery)
+        records = []
+        for entry_id, body, lac in adds:
+            body = bytes(body)
+            self._apply_add(ledger_id, entry_id, body, lac)
+            records.append(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
+        return self.journal.submit_many(records)
+
+    def _check_add(self, ledger_id: int, recovery: bool) -> None:
         st = self.index.state(ledger_id)
         if st is not None and st.deleted:
             raise NoSuchLedger(f"ledger {ledger_id} was deleted")
@@ -124,9 +143,6 @@ class BookieStorage:
                 raise LedgerFenced(f"ledger {ledger_id} is fenced")
             if self.read_only:
                 raise BookieReadOnly(f"bookie {self.dir} is read-only (disk above {self.config.disk_usage_threshold})")
-        body = bytes(body)
-        self._apply_add(ledger_id, entry_id, body, lac)
-        return self.journal.submit(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
 
     def fence(self, ledger_id: int) -> Future:
         """Fence the ledger (recovery's first step): from now on its writer's adds are refused. The Future
@@ -171,9 +187,25 @@ class BookieStorage:
 
     # -- checkpoints, disk, garbage -------------------------------------------------------------------------
     def checkpoint(self) -> None:
+        mark, durable_part = self.checkpoint_begin()
+        durable_part()
+        self.checkpoint_end(mark)
+
+    def checkpoint_begin(self) -> tuple[Mark, Callable[[], None]]:
+        """A checkpoint in three steps, so a node runs the slow middle one (fdatasync of the entry logs, the
+        index's synced batch) off its event loop: begin (here: the journal mark, entry logs handed to the OS,
+        the index's changes set aside), the returned durable part (any thread), checkpoint_end(mark)."""
         mark = self.journal.durable
-        self.entry_log.flush()
-        self.index.commit(mark)
+        paths = self.entry_log.flush_begin()
+        self.index.begin_commit()
+
+        def durable_part() -> None:
+            self.entry_log.sync_paths(paths)
+            self.index.write_commit(mark)
+        return mark, durable_part
+
+    def checkpoint_end(self, mark: Mark) -> None:
+        self.index.end_commit()
         self.journal.delete_before(mark)
 
     def check_disk(self) -> bool:

@@ -28,8 +28,8 @@ from ..ledger.metadata import State
 from ..peers import Address, parse_peers
 from .ledger_stream import (DEFAULT_ROLL_BYTES, LedgerStreamWriter, StreamEntry, open_stream_writer,
                             read_stream)
-from ..wire.ledger import (AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac, from_op_response, to_op_request,
-                           unpack_entry)
+from ..wire.ledger import (MAX_ADD_BATCH, AddEntry, AddResponse, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
+                           from_op_response, pack_adds, to_op_request, unpack_add_results, unpack_entry)
 from ..ledger.driver import recover
 from .ledger_registry import LedgerRegistry, new_metadata
 
@@ -153,6 +153,8 @@ class LedgerWriter:
         self._waiters: dict[int, asyncio.Future] = {}
         self._next_request = 0
         self._tasks: set[asyncio.Task] = set()
+        self._outbox: dict[str, list[AddEntry]] = {}  # adds of this loop iteration, per bookie (ADD_BATCH)
+        self._flush_scheduled = False
 
     @property
     def ledger_id(self) -> int:
@@ -201,9 +203,20 @@ class LedgerWriter:
             if fut is not None and not fut.done():
                 fut.set_result(d)
         for m in messages:
-            self._spawn(self._send(m))
+            self._outbox.setdefault(m.to, []).append(m)
+        if messages and not self._flush_scheduled:
+            self._flush_scheduled = True  # adds made in this loop iteration go out together, one batch per bookie
+            asyncio.get_running_loop().call_soon(self._flush)
         for r in requests:
             self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        outbox, self._outbox = self._outbox, {}
+        for bookie, adds in outbox.items():
+            for i in range(0, len(adds), MAX_ADD_BATCH):
+                chunk = adds[i:i + MAX_ADD_BATCH]
+                self._spawn(self._send(chunk[0]) if len(chunk) == 1 else self._send_batch(bookie, chunk))
 
     async def _send(self, m: AddEntry) -> None:
         try:
@@ -212,6 +225,20 @@ class LedgerWriter:
         except (QuorumLogError, OSError) as e:
             log.info("ledger %d: add %d to %s failed: %s", self.ledger_id, m.entry_id, m.to, e)
             self.core.bookie_failed(m.to)
+        self._pump()
+
+    async def _send_batch(self, bookie: str, adds: list[AddEntry]) -> None:
+        try:
+            resp = await self.registry.call(bookie, BookieOpRequest(
+                self.registry.request_id(), BookieOp.ADD_BATCH, self.ledger_id, data=pack_adds(adds)))
+            if resp.code != ResponseCode.SUCCESS:
+                raise QuorumLogError.for_code(resp.code, resp.message)
+            for entry_id, code in unpack_add_results(resp.data):
+                self.core.on_response(AddResponse(bookie, self.ledger_id, entry_id, ResponseCode(code)))
+        except (QuorumLogError, OSError, ValueError) as e:
+            log.info("ledger %d: %d adds from %d to %s failed: %s", self.ledger_id, len(adds), adds[0].entry_id,
+                     bookie, e)
+            self.core.bookie_failed(bookie)
         self._pump()
 
     async def _change_ensemble(self, r: NeedEnsembleChange) -> None:

@@ -58,8 +58,10 @@ class LedgerMetadata:
         return found
 
     def write_set(self, entry_id: int) -> tuple[str, ...]:
-        ens = self.ensemble_at(entry_id)
-        return tuple(ens[p] for p in write_set_positions(entry_id, self.ensemble_size, self.write_quorum))
+        last = self.ensembles[-1]  # (the hot path: a writer's entries are in the last segment)
+        ens = last.bookies if entry_id >= last.first_entry_id else self.ensemble_at(entry_id)
+        e = self.ensemble_size
+        return tuple(ens[(entry_id + i) % e] for i in range(self.write_quorum))
 
     @property
     def last_ensemble(self) -> tuple[str, ...]:

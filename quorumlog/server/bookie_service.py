@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 import os
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..bookie.handler import BookieHandler
@@ -29,7 +29,8 @@ from ..codes import ResponseCode
 from ..errors import QuorumLogError
 from .cluster_calls import BOOKIES_PREFIX
 from .durable_file import write_json_durably
-from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
+from ..wire.ledger import (FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request,
+                           pack_add_results, to_op_response, unpack_adds)
 
 if TYPE_CHECKING:
     from .node import Node
@@ -55,6 +56,9 @@ class BookieService:
         self.handler: BookieHandler | None = None
         self.limbo: set[int] = set()
         self.limbo_known = False  # compared with `_meta` since start
+        self._maintenance = asyncio.Lock()  # a checkpoint and a gc never overlap
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="bookie-checkpoint")
+        self._checkpoint_mark: tuple[int, int] | None = None  # a checkpoint between begin and end
         self.requests = 0
 
     # -- life ----------------------------------------------------------------------------------------------
@@ -69,20 +73,34 @@ class BookieService:
         return not self.limbo_known or ledger_id in self.limbo
 
     def close(self) -> None:
+        self._executor.shutdown(wait=True)  # a checkpoint's durable part in flight finishes first
         if self.storage is not None:
+            if self._checkpoint_mark is not None:  # its task was cancelled (node stopping) after that part ran
+                self.storage.checkpoint_end(self._checkpoint_mark)
             self.storage.close()
             self.storage = None
 
-    def checkpoint(self) -> None:
-        if self.storage is not None:
-            self.storage.checkpoint()
+    async def checkpoint(self) -> None:
+        """The storage's checkpoint with its fdatasyncs and the index's synced write on a thread: a node under
+        load must not stall its loop (and its groups' heartbeats) for them."""
+        async with self._maintenance:
+            s = self.storage
+            if s is None:
+                return
+            mark, durable_part = s.checkpoint_begin()
+            self._checkpoint_mark = mark
+            await asyncio.wrap_future(self._executor.submit(durable_part))
+            self._checkpoint_mark = None
+            s.checkpoint_end(mark)
 
     def check_disk(self) -> None:
         if self.storage is not None:
             self.storage.check_disk()
 
-    def gc(self) -> None:
-        if self.storage is not None:
+    async def gc(self) -> None:
+        async with self._maintenance:
+            if self.storage is None:
+                return
             stats = self.storage.gc()
             if any(stats.values()):
                 log.info("bookie gc node=%s %s", self.id, stats)
@@ -120,6 +138,8 @@ class BookieService:
             return answer(BookieOpResponse(rid, ResponseCode.SUCCESS, req.op, data=json.dumps(self.info()).encode()))
         if req.ledger_id <= 0 or (req.op in (BookieOp.ADD, BookieOp.READ) and req.entry_id < 0):
             return refuse(ResponseCode.BAD_REQUEST, f"bad ledger {req.ledger_id} / entry {req.entry_id}")
+        if req.op is BookieOp.ADD_BATCH:
+            return self._add_batch(req, answer, refuse)
         try:
             if req.op is BookieOp.DELETE:
                 fut: Future = self.storage.delete_ledger(req.ledger_id)
@@ -137,6 +157,22 @@ class BookieService:
         def finished(f: Future) -> None:  # on the journal's thread, or here if already done
             loop.call_soon_threadsafe(answer, done(f))
         fut.add_done_callback(finished)
+
+    def _add_batch(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
+        """The batch's adds stored and journalled together; one answer with each entry's code once durable."""
+        assert self.handler is not None
+        try:
+            adds = unpack_adds(self.id, req.ledger_id, bool(req.flags & FLAG_RECOVERY), req.data)
+            fut = self.handler.add_batch(req.ledger_id, adds, bool(req.flags & FLAG_RECOVERY))
+        except (ValueError, OverflowError) as e:
+            return refuse(ResponseCode.BAD_REQUEST, str(e))
+        loop = asyncio.get_running_loop()
+
+        def reply(f: Future) -> None:
+            code = int(f.result())
+            answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, req.ledger_id,
+                                    data=pack_add_results([(m.entry_id, code) for m in adds])))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
     # -- limbo and registration in `_meta` -------------------------------------------------------------------
     async def register(self) -> None:

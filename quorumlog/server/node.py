@@ -453,7 +453,7 @@ class Node:
     async def _checkpoint(self) -> None:
         for r in [r for r in self.replicas.values() if r.checkpoint_due()]:
             await r.checkpoint()
-        self.bookie.checkpoint()
+        await self.bookie.checkpoint()
 
     async def _retention(self) -> None:
         for r in list(self.replicas.values()):

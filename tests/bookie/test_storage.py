@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 
 import pytest
@@ -68,23 +69,35 @@ def _writer(path: str, seed: int, conn) -> None:
         conn.send("ready")
         ledger = seed % 5
         entry = s.last_entry(ledger) + 1
+        checkpointing = None  # (mark, thread running its durable part) while adds go on, as a node does
         while True:
             futs = []
-            for _ in range(rnd.randrange(1, 30)):
-                futs.append((ledger, entry, s.add_entry(ledger, entry, body(ledger, entry))))
-                entry += 1
+            n = rnd.randrange(1, 30)
+            if rnd.random() < 0.5:  # an ADD_BATCH: one future for all
+                f = s.add_entries(ledger, [(e, body(ledger, e), -1) for e in range(entry, entry + n)])
+                futs += [(ledger, e, f) for e in range(entry, entry + n)]
+                entry += n
+            else:
+                for _ in range(n):
+                    futs.append((ledger, entry, s.add_entry(ledger, entry, body(ledger, entry))))
+                    entry += 1
             for ledger_id, entry_id, f in futs:
                 f.result(10)
                 conn.send((ledger_id, entry_id))
-            if rnd.random() < 0.1:
-                s.checkpoint()
+            if checkpointing is not None and not checkpointing[1].is_alive():
+                s.checkpoint_end(checkpointing[0])
+                checkpointing = None
+            if checkpointing is None and rnd.random() < 0.1:
+                mark, durable_part = s.checkpoint_begin()
+                checkpointing = (mark, threading.Thread(target=durable_part))
+                checkpointing[1].start()
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         conn.send(f"error: {e!r}")
     finally:
         os._exit(0)
 
 
-def test_kill_9_loses_no_acknowledged_add(tmp_path):
+def test_kill_9_loses_no_acknowledged_add(tmp_path):  # (checkpoints' durable part on a thread, batches too)
     ctx = multiprocessing.get_context("fork")
     path = str(tmp_path / "bookie")
     rnd = random.Random(5)
@@ -192,5 +205,34 @@ def test_instance_id_is_kept_and_a_wiped_bookie_gets_a_new_one(tmp_path):
     s = BookieStorage(str(tmp_path / "b"), SMALL)
     try:
         assert s.instance_id != first
+    finally:
+        s.close()
+
+
+def test_a_checkpoint_in_three_steps_keeps_every_entry_readable_and_durable(tmp_path):
+    """What a node does (server/bookie_service.py): begin on the loop, the durable part on a thread while
+    adds go on, end; readers see every entry at each step, and a restart finds them all."""
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert all(f.result(10) for f in [s.add_entry(3, e, body(3, e)) for e in range(100)])
+        s.fence(4).result(10)
+        mark, durable_part = s.checkpoint_begin()
+        assert [s.read_entry(3, e) for e in range(100)] == [body(3, e) for e in range(100)]
+        assert s.last_entry(3) == 99 and 4 in s.ledgers()
+        t = threading.Thread(target=durable_part)
+        t.start()
+        s.add_entries(3, [(e, body(3, e), e - 1) for e in range(100, 200)]).result(10)
+        t.join(10)
+        assert [s.read_entry(3, e) for e in range(200)] == [body(3, e) for e in range(200)]
+        s.checkpoint_end(mark)
+        assert s.last_entry(3) == 199 and s.index.mark() == mark
+        with pytest.raises(LedgerFenced):
+            s.add_entries(4, [(0, b"x", -1)])
+    finally:
+        s.close()
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert [s.read_entry(3, e) for e in range(200)] == [body(3, e) for e in range(200)]
+        assert s.last_add_confirmed(3) == 198
     finally:
         s.close()

@@ -1,0 +1,235 @@
+"""Ledgers against the Raft group on the same 5-node cluster, in one run (issue 15's benchmark).
+
+    python bench/ledgers.py [--duration-s 5] [--warmup-s 1] [--recoveries 10]
+
+One `quorumlog cluster up --nodes 5 --flush sync` (the Raft group `default`: 3 replicas, acked after a majority
+fdatasynced; every node also a bookie whose journal fdatasyncs before it acks). Each workload runs in its own
+generator process, the same for both sides:
+  single   64 single 1 KiB writes in flight through one pipelining client: `quorumlog bench --writers 64` for
+           the Raft group, one LedgerWriter with 64 adds in flight for a ledger (E=3 W=2 A=2, then E=W=A=3);
+  batched  4 writers of 1 MiB per call: `quorumlog bench --writers 4 --batch 1024` (1,024 x 1 KiB values per
+           append_batch) against 4 ledgers each with 16 adds of 64 KiB in flight (an application batches
+           values into entries, as Pulsar does) — bytes per second of values either way;
+  recovery `open_ledger(recovery=True)` of a ledger while its writer keeps 64 adds in flight (fence, read
+           forward, write back, close), and of an idle open ledger.
+The journal against the disk's ceiling is bench/bookie.py's (bench/results/bookie-*.json).
+Results: bench/results/ledgers-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+log = logging.getLogger(__name__)
+QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
+QUORUMS = {"E3W2A2": (3, 2, 2), "E3W3A3": (3, 3, 3)}
+
+
+# -- the generator (a process of its own: `python bench/ledgers.py --load ...`) ---------------------------------
+async def ledger_load(peers: str, e: int, w: int, a: int, writers: int, in_flight: int, entry_bytes: int,
+                      duration_s: float, warmup_s: float) -> dict:
+    from hdrh.histogram import HdrHistogram
+
+    from quorumlog.ledgers import LedgerClient
+
+    hist = HdrHistogram(1, 60_000_000, 3)
+    counts = {"entries": 0, "errors": 0}
+    body = os.urandom(entry_bytes)
+    measuring = asyncio.Event()
+    stop = asyncio.Event()
+
+    async def one_writer(lc: LedgerClient) -> None:
+        lw = await lc.create_ledger(e, w, a)
+
+        async def adder() -> None:  # like `quorumlog bench`'s writers: await each add, then the next
+            perf = time.perf_counter
+            while not stop.is_set():
+                t0 = perf()
+                try:
+                    await lw.add_entry(body)
+                except Exception:  # noqa: BLE001 - counted and reported
+                    counts["errors"] += 1
+                    continue
+                if measuring.is_set() and not stop.is_set():
+                    counts["entries"] += 1
+                    hist.record_value(max(1, int((perf() - t0) * 1e6)))
+        await asyncio.gather(*(adder() for _ in range(in_flight)))
+        await lw.close()
+
+    async with LedgerClient(peers) as lc:
+        runs = [asyncio.create_task(one_writer(lc)) for _ in range(writers)]
+        await asyncio.sleep(warmup_s)
+        measuring.set()
+        t0 = time.perf_counter()
+        await asyncio.sleep(duration_s)
+        stop.set()
+        elapsed = time.perf_counter() - t0
+        await asyncio.gather(*runs)
+    return {"adds_per_s": round(counts["entries"] / elapsed, 1),
+            "mb_per_s": round(counts["entries"] * entry_bytes / 1e6 / elapsed, 2),  # (10^6, as `quorumlog bench`)
+            "errors": counts["errors"], "errors": counts["errors"],
+            "latency_ms": {k: round(hist.get_value_at_percentile(p) / 1000, 3)
+                           for k, p in (("p50", 50), ("p99", 99), ("p999", 99.9))}}
+
+
+async def recovery_times(peers: str, n: int) -> dict:
+    from quorumlog.errors import LedgerFenced
+    from quorumlog.ledgers import LedgerClient
+
+    busy, idle = [], []
+    async with LedgerClient(peers) as lc, LedgerClient(peers) as other:
+        for i in range(n):
+            lw = await lc.create_ledger(3, 2, 2)
+            for _ in range(200):
+                await lw.add_entry(b"x" * 1024)
+            stop = asyncio.Event()
+
+            async def keep_adding() -> None:
+                sem = asyncio.Semaphore(64)
+                while not stop.is_set():
+                    await sem.acquire()
+
+                    async def add() -> None:
+                        try:
+                            await lw.add_entry(b"y" * 1024)
+                        except LedgerFenced:
+                            stop.set()
+                        finally:
+                            sem.release()
+                    asyncio.create_task(add())
+            writer = asyncio.create_task(keep_adding()) if i % 2 == 0 else None
+            await asyncio.sleep(0.3)
+            t0 = time.perf_counter()
+            r = await other.open_ledger(lw.ledger_id, recovery=True)
+            (busy if writer else idle).append((time.perf_counter() - t0) * 1000)
+            assert r.is_closed
+            stop.set()
+            if writer:
+                await writer
+    return {"under_writer_ms": _stats(busy), "idle_ms": _stats(idle)}
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"n": len(xs), "median": round(statistics.median(xs), 1), "max": round(max(xs), 1)} if xs else {}
+
+
+# -- the run --------------------------------------------------------------------------------------------------
+def _load(a, peers: str, name: str, e: int, w: int, acks: int, writers: int, in_flight: int, entry_bytes: int) -> dict:
+    argv = [sys.executable, __file__, "--load", "--peers", peers, "--quorums", f"{e},{w},{acks}",
+            "--writers", str(writers), "--in-flight", str(in_flight), "--entry-bytes", str(entry_bytes),
+            "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=a.duration_s + a.warmup_s + 120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def _raft(a, data_dir: str, writers: int, batch: int) -> dict:
+    out = subprocess.run([QUORUMLOG, "bench", "--cluster", data_dir, "--writers", str(writers), "--batch", str(batch),
+                          "--value-bytes", "1024", "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s),
+                          "--json"], capture_output=True, text=True, timeout=a.duration_s + a.warmup_s + 120)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    d = json.loads(out.stdout)
+    return {"appends_per_s": d["appends_per_s"], "mb_per_s": d["mb_per_s"], "errors": d["errors"],
+            "latency_ms": {k: d["latency_ms"][k] for k in ("p50", "p99", "p999")}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration-s", type=float, default=5.0)
+    p.add_argument("--warmup-s", type=float, default=1.0)
+    p.add_argument("--recoveries", type=int, default=10)
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--base-port", type=int, default=27100)
+    # generator mode
+    p.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--peers", help=argparse.SUPPRESS)
+    p.add_argument("--quorums", default="3,2,2", help=argparse.SUPPRESS)
+    p.add_argument("--writers", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--in-flight", type=int, default=64, help=argparse.SUPPRESS)
+    p.add_argument("--entry-bytes", type=int, default=1024, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.load:
+        try:
+            import uvloop
+            uvloop.install()
+        except ImportError:
+            pass
+        e, w, acks = (int(x) for x in a.quorums.split(","))
+        print(json.dumps(asyncio.run(ledger_load(a.peers, e, w, acks, a.writers, a.in_flight, a.entry_bytes,
+                                                 a.duration_s, a.warmup_s))))
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    base = tempfile.mkdtemp(prefix="quorumlog-ledgers-")
+    data_dir = os.path.join(base, "cluster")
+    doc = {"bench": "ledgers vs the Raft group (issue 15)", "date_utc": dt.datetime.now(dt.timezone.utc)
+           .strftime("%Y-%m-%dT%H:%MZ"), "machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()},
+           "setup": {"cluster": "quorumlog cluster up --nodes 5 --flush sync (group default: 3 replicas)",
+                     "flush": "sync: the Raft group acks after a majority fdatasynced; a bookie acks an add after "
+                              "its journal fdatasynced it",
+                     "duration_s": a.duration_s, "warmup_s": a.warmup_s,
+                     "single": "64 x 1 KiB writes in flight, one client process",
+                     "batched": "Raft: 4 writers x append_batch of 1,024 x 1 KiB; ledgers: 4 ledgers x 16 adds of "
+                                "64 KiB in flight"},
+           "command": "python bench/ledgers.py " + " ".join(sys.argv[1:])}
+    results: dict = {}
+    try:
+        subprocess.run([QUORUMLOG, "cluster", "up", "--nodes", "5", "--data-dir", data_dir, "--flush", "sync",
+                        "--base-port", str(a.base_port), "--set", "data_segment_size=67108864"],
+                       check=True, timeout=120, stdout=subprocess.DEVNULL)
+        with open(os.path.join(data_dir, "cluster.json")) as f:
+            peers = json.load(f)["peers"]
+        if isinstance(peers, dict):
+            peers = ",".join(f"{k}={v}" for k, v in peers.items())
+        time.sleep(3)  # the bookies register in `_meta` after it has a leader
+        results["raft_single"] = _raft(a, data_dir, 64, 1)
+        log.info("raft single: %s", results["raft_single"])
+        results["raft_batched"] = _raft(a, data_dir, 4, 1024)
+        log.info("raft batched: %s", results["raft_batched"])
+        for name, (e, w, acks) in QUORUMS.items():
+            results[f"ledger_{name}_single"] = _load(a, peers, name, e, w, acks, 1, 64, 1024)
+            log.info("ledger %s single: %s", name, results[f"ledger_{name}_single"])
+            results[f"ledger_{name}_batched"] = _load(a, peers, name, e, w, acks, 4, 16, 64 * 1024)
+            log.info("ledger %s batched: %s", name, results[f"ledger_{name}_batched"])
+        results["recovery"] = asyncio.run(recovery_times(peers, a.recoveries))
+        log.info("recovery: %s", results["recovery"])
+    finally:
+        subprocess.run([QUORUMLOG, "cluster", "down", "--data-dir", data_dir], timeout=60,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(base, ignore_errors=True)
+    raft_single, raft_batched = results["raft_single"]["appends_per_s"], results["raft_batched"]["mb_per_s"]
+    doc["results"] = results
+    doc["ratios"] = {
+        f"{name}_single_adds_vs_raft_appends": round(results[f"ledger_{name}_single"]["adds_per_s"] / raft_single, 2)
+        for name in QUORUMS} | {
+        f"{name}_batched_mb_vs_raft_mb": round(results[f"ledger_{name}_batched"]["mb_per_s"] / raft_batched, 2)
+        for name in QUORUMS}
+    doc["targets"] = {"single_adds_ge_raft (E3W2A2)": doc["ratios"]["E3W2A2_single_adds_vs_raft_appends"] >= 1.0,
+                      "batched_mb_ge_1.5x_raft (E3W2A2)": doc["ratios"]["E3W2A2_batched_mb_vs_raft_mb"] >= 1.5,
+                      "recovery_le_1s": results["recovery"]["under_writer_ms"].get("max", 1e9) <= 1000}
+    doc["machine"]["load_avg_after"] = os.getloadavg()
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"ledgers-{dt.date.today().isoformat()}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(json.dumps({"ratios": doc["ratios"], "targets": doc["targets"], "recovery": results["recovery"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
