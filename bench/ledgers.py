@@ -82,7 +82,7 @@ async def ledger_load(peers: str, e: int, w: int, a: int, writers: int, in_fligh
         await asyncio.gather(*runs)
     return {"adds_per_s": round(counts["entries"] / elapsed, 1),
             "mb_per_s": round(counts["entries"] * entry_bytes / 1e6 / elapsed, 2),  # (10^6, as `quorumlog bench`)
-            "errors": counts["errors"], "errors": counts["errors"],
+            "errors": counts["errors"],
             "latency_ms": {k: round(hist.get_value_at_percentile(p) / 1000, 3)
                            for k, p in (("p50", 50), ("p99", 99), ("p999", 99.9))}}
 
