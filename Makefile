@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 WORKERS ?= 2
 
-.PHONY: install system-deps test test-fast run bench clean
+.PHONY: install system-deps test test-fast run bench soak clean
 
 install: $(STAMP)
 
@@ -39,6 +39,13 @@ bench: system-deps install
 	$(BIN)/python bench/peers.py
 	$(BIN)/python bench/membership.py
 	$(BIN)/python bench/groups.py
+	$(BIN)/python bench/bookie.py
+	$(BIN)/python bench/ledgers.py
+
+# The long soaks (minutes each): the Raft group's every fault kind, and the ledgers' (figures in bench/results/).
+soak: system-deps install
+	$(BIN)/python -m quorumlog.soak --seed 1 --cycles 110 --out bench/results/soak-$$(date +%F).json
+	$(BIN)/python -m quorumlog.soak.ledgers --seed 2 --cycles 110 --out bench/results/soak-ledgers-$$(date +%F).json
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

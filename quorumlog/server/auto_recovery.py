@@ -4,7 +4,9 @@ The auditor runs on the node that leads its `_meta` replica (the cluster's one e
 elects its auditor through ZooKeeper; two auditors for a moment, around a leader change, only write the same
 markers twice). Every `auditor_period_ms` it asks each registered bookie for INFO. A bookie silent for
 `lost_bookie_recovery_delay_ms`, or marked decommissioned in its `bookies/ID` record, is lost: every ledger
-with a fragment on it gets a marker `underreplicated/<ledger id>` = {lost, since_ms}.
+with a fragment on it gets a marker `underreplicated/<ledger id>` = {lost, since_ms}; so does every ledger a
+live bookie is in limbo for (its disk was wiped: BookKeeper would have it decommissioned and its ledgers
+re-replicated, here it keeps serving and its lost copies are re-made elsewhere).
 
 Every node's worker claims a marker by compare-and-set ({by, until}: a lease, so a worker that dies leaves
 the marker to the next), then for each fragment on a lost bookie copies the entries that bookie held from the
@@ -80,9 +82,11 @@ class AutoRecovery:
         return replica is not None and replica.core is not None and replica.core.status().role == Role.LEADER
 
     # -- auditor -------------------------------------------------------------------------------------------
-    async def lost_bookies(self) -> set[str]:
+    async def lost_bookies(self) -> tuple[set[str], dict[str, set[int]]]:
+        """The lost bookies, and for each live bookie the ledgers it is in limbo for (its disk was wiped: the
+        copies it held of them are gone, so their fragments on it are re-replicated like a lost bookie's)."""
         now = wall_ms()
-        lost = set()
+        lost, limbo = set(), {}
         for b, rec in (await self.calls.bookie_states()).items():
             if rec["state"] == "down":
                 since = self.silent_since.setdefault(b, now)
@@ -90,18 +94,21 @@ class AutoRecovery:
                     lost.add(b)
             else:
                 self.silent_since.pop(b, None)
+                if rec.get("limbo_ledgers"):
+                    limbo[b] = set(rec["limbo_ledgers"])
             if rec.get("decommissioned"):
                 lost.add(b)
-        return lost
+        return lost, limbo
 
     async def audit(self) -> None:
-        lost = await self.lost_bookies()
+        lost, limbo = await self.lost_bookies()
         markers = {it.key: it for it in await self.calls.meta_list(UNDERREPLICATED_PREFIX)}
         live = set()
         for md in await self.calls.ledgers():
             key = marker_key(md.ledger_id)
             live.add(key)
-            on_lost = sorted({f.bookie for f in fragments_on(md, lost)})
+            gone = lost | {b for b, lids in limbo.items() if md.ledger_id in lids}
+            on_lost = sorted({f.bookie for f in fragments_on(md, gone)})
             if not on_lost:
                 continue
             found = markers.get(key)

@@ -152,8 +152,8 @@ class ClusterCalls:
                 pass
             return {"state": "down"}
         infos = await asyncio.gather(*(probe(b) for b in records))
-        return {b: {**rec, "state": i.get("state", "down"), "ledgers": i.get("ledgers", 0)}
-                for (b, rec), i in zip(records.items(), infos)}
+        return {b: {**rec, "state": i.get("state", "down"), "ledgers": i.get("ledgers", 0),
+                    "limbo_ledgers": i.get("limbo_ledgers", [])} for (b, rec), i in zip(records.items(), infos)}
 
     async def place(self, count: int, exclude: set[str]) -> list[str]:
         """`count` writable bookies outside `exclude`, not decommissioned, the least loaded first."""
