@@ -447,6 +447,11 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
     if in_use:
         die(f"{ResponseCode.NODE_IN_USE.name}: {node_id} is a member of group {', '.join(in_use)}; run `quorumlog "
             f"member remove --cluster {data_dir} --group G --node {node_id}` for each first")
+    ledgers = run(_ledgers_on(peers, node_id, drain, timeout_s))
+    if ledgers:
+        die(f"{ResponseCode.NODE_IN_USE.name}: {node_id}'s bookie holds fragments of {len(ledgers)} ledgers "
+            f"({', '.join(map(str, ledgers[:5]))}{', ...' if len(ledgers) > 5 else ''}); run `quorumlog bookie "
+            f"decommission --cluster {data_dir} --id {node_id}` first, or --drain")
     stopped, killed = _stop_pids([node], grace_s)
     doc["nodes"] = [n for n in doc["nodes"] if n["id"] != node_id]
     doc["retired"] = sorted(set(doc.get("retired", [])) | {node_id})
@@ -459,6 +464,27 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
         print_json(result)
     else:
         out_console.print(f"{node_id}: {'killed' if killed else 'stopped'}, removed from {path}", highlight=False)
+
+
+async def _ledgers_on(peers: dict, node_id: str, drain: bool, timeout_s: float) -> list[int]:
+    """The ledgers whose metadata names node_id's bookie; with drain, after decommissioning it and waiting (up to
+    timeout_s) for auto-recovery to copy its fragments away."""
+    from ..errors import UnknownGroup
+    from ..ledgers import LedgerClient
+    async with LedgerClient(peers, timeout_ms=10_000) as lc:
+        try:
+            held = await lc.ledgers_on(node_id)
+        except UnknownGroup:
+            return []  # no `_meta` group: no ledgers
+        if held and drain:
+            await lc.decommission_bookie(node_id)
+            err_console.print(f"bookie {node_id} decommissioned: waiting for auto-recovery to move "
+                              f"{len(held)} ledgers' fragments", highlight=False)
+            deadline = asyncio.get_running_loop().time() + timeout_s
+            while held and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(1.0)
+                held = await lc.ledgers_on(node_id)
+        return held
 
 
 async def _groups_using(peers: dict, node_id: str) -> list[str]:

@@ -317,8 +317,15 @@ def test_kv_commands_put_compare_and_set_get_list_delete_watch(cluster):
 
 
 def test_remove_node_is_refused_while_in_use_and_drain_moves_every_replica_first(cluster):
+    """... and its bookie's ledger fragments: --drain decommissions it and waits for auto-recovery."""
     d, _ = cluster
     cli_json("group", "create", "g0", "--cluster", d)
+    deadline = time.monotonic() + 30
+    while not all(b.get("limbo_known") for b in cli_json("bookie", "list", "--cluster", d)["bookies"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    lid = cli_json("ledger", "write", "--cluster", d, "--ensemble", "3", "--write-quorum", "2", "--ack-quorum", "2",
+                   "a", "b", "c", "d")["ledger_id"]  # on n0, n1, n2: the only three bookies yet
     cli_json("cluster", "add-node", "--data-dir", d)
     r = cli("cluster", "remove-node", "--data-dir", d, "--id", "n1", "--json", check=False)
     assert r.returncode == 1 and "NODE_IN_USE" in r.stderr and r.stdout == ""
@@ -331,6 +338,10 @@ def test_remove_node_is_refused_while_in_use_and_drain_moves_every_replica_first
     assert cli_json("kv", "put", "--cluster", d, "after/drain", "x")["version"] == 1  # _meta on its new members
     keys = {k["key"] for k in cli_json("kv", "list", "--cluster", d)["keys"]}
     assert "nodes/n1" not in keys and "nodes/n3" in keys
+    md = cli_json("ledger", "describe", "--cluster", d, "--id", str(lid))
+    assert all("n1" not in seg["bookies"] for seg in md["ensembles"]), md  # its fragment was copied to n3
+    got = cli_json("ledger", "read", "--cluster", d, "--id", str(lid))
+    assert [e["body"] for e in got["entries"]] == ["a", "b", "c", "d"]
 
 
 def test_ledger_and_bookie_commands_write_read_describe_recover_list_delete(cluster):
