@@ -172,6 +172,12 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "Not in DLedger.", minimum=1),
     _k("handshake_timeout_ms", 5_000, "int", "A connection that has not finished its handshake by then is closed.",
        "Not in DLedger.", minimum=1),
+    # -- security -------------------------------------------------------------------------------------------
+    _k("token", "", "str", "A shared secret every connection's handshake and every HTTP request must carry "
+       "(compared in constant time; UNAUTHORIZED and the connection closed otherwise). Empty = no token. Prefer "
+       "the environment variable or `token_file` to a flag (a flag shows in `ps`). Never logged, never in "
+       "status or metrics.", "Not in DLedger (it has no authentication)."),
+    _k("token_file", "", "str", "A file whose first line is the token (instead of `token`).", "Not in DLedger."),
     # -- runtime --------------------------------------------------------------------------------------------
     _k("tick_interval_ms", 10, "int", "How often the core is told the time.", "Not in DLedger (its threads sleep).",
        minimum=1, maximum=1000),
@@ -228,6 +234,8 @@ class NodeConfig:
     max_frame_bytes: int = 64 * MIB + 64 * 1024  # the transport's MAX_FRAME_BYTES
     max_connections: int = 1024
     handshake_timeout_ms: int = 5_000
+    token: str = dataclasses.field(default="", repr=False)  # a secret: never in a repr (or a log line)
+    token_file: str = ""
     tick_interval_ms: int = 10
     log_level: str = "info"
 
@@ -237,6 +245,19 @@ class NodeConfig:
     @property
     def address(self) -> Address:
         return self.peers[self.node_id]
+
+    def auth_token(self) -> str | None:
+        """The token connections and HTTP requests must carry (None: none required)."""
+        if self.token_file:
+            try:
+                with open(self.token_file, encoding="utf-8") as f:
+                    token = f.readline().strip()
+            except OSError as e:
+                raise ConfigError(f"token_file={self.token_file!r}: {e.strerror}") from None
+            if not token:
+                raise ConfigError(f"token_file={self.token_file!r}: empty")
+            return token
+        return self.token or None
 
     @property
     def listen_host(self) -> str:
@@ -296,6 +317,10 @@ def _validate(c: NodeConfig) -> None:
     if c.bookie_disk_usage_lwm > c.bookie_disk_usage_threshold:
         raise ConfigError(f"bookie_disk_usage_lwm={c.bookie_disk_usage_lwm}: must be ≤ bookie_disk_usage_threshold "
                           f"({c.bookie_disk_usage_threshold})")
+    if c.token and c.token_file:
+        raise ConfigError("token and token_file: give one of them")
+    if c.token_file:
+        c.auth_token()  # readable now, not at the first connection
     if c.election_timeout_min_ms > c.election_timeout_max_ms:
         raise ConfigError(f"election_timeout_min_ms={c.election_timeout_min_ms}: must be ≤ election_timeout_max_ms "
                           f"({c.election_timeout_max_ms})")

@@ -60,6 +60,7 @@ NoSuchEntry = _error("NoSuchEntry", ResponseCode.NO_SUCH_ENTRY, False)
 BookieReadOnly = _error("BookieReadOnly", ResponseCode.BOOKIE_READ_ONLY, True)
 NotEnoughBookies = _error("NotEnoughBookies", ResponseCode.NOT_ENOUGH_BOOKIES, True)
 LedgerRecoveryFailed = _error("LedgerRecoveryFailed", ResponseCode.LEDGER_RECOVERY_FAILED, True)
+Unauthorized = _error("Unauthorized", ResponseCode.UNAUTHORIZED, False)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls
@@ -69,6 +70,6 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
         WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
         NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
-        NotEnoughBookies, LedgerRecoveryFailed,
+        NotEnoughBookies, LedgerRecoveryFailed, Unauthorized,
     )
 }

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Optional
 
 import typer
 
 from .bench import bench
 from .cluster import cluster_app
-from .common import EXIT_USAGE
+from ..transport.client_connection import TOKEN_ENV
+from .common import EXIT_USAGE, usage
 from .data import append, read, status, transfer_leader
 from .groups import group_app
 from .kv import kv_app
@@ -19,6 +22,30 @@ from .soak import soak
 
 app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DLedger-style Raft).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.callback()
+def _global(token: Optional[str] = typer.Option(
+        None, "--token", help="The cluster's shared token (visible to `ps`: prefer QUORUMLOG_TOKEN or --token-file)"),
+        token_file: Optional[str] = typer.Option(
+        None, "--token-file", help="A file whose first line is the cluster's shared token (or set QUORUMLOG_TOKEN); "
+        "every connection this command makes carries it, and `cluster up` / `cluster add-node` give it to the "
+        "nodes they start")) -> None:
+    """The token goes in the environment of this process (and of the nodes `cluster up` starts): never on a
+    command line another user can read with `ps`, never in cluster.json."""
+    if token is not None and token_file is not None:
+        usage("--token and --token-file: give one of them")
+    if token is not None:
+        os.environ[TOKEN_ENV] = token
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+        except OSError as e:
+            usage(f"--token-file {token_file!r}: {e.strerror}")
+        if not token:
+            usage(f"--token-file {token_file!r}: empty")
+        os.environ[TOKEN_ENV] = token
 app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")(node_command())
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")

@@ -66,8 +66,9 @@ class Client:
                  timeout_ms: int = DEFAULT_TIMEOUT_MS, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  max_retries: int = DEFAULT_MAX_RETRIES, client_id: int | None = None, linger_ms: float = 0,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, token: str | None = None) -> None:
         self._closed = True  # until fully constructed, so __del__ of a failed __init__ stays quiet
+        self._token = token  # the cluster's shared token; None: QUORUMLOG_TOKEN if set
         self.peers: dict[str, Address] = dict(parse_peers(peers) if isinstance(peers, str) else peers)
         if not self.peers:
             raise ValueError("peers: no members")
@@ -86,7 +87,7 @@ class Client:
         self.max_batch_bytes = max_batch_bytes
         self.max_in_flight = max_in_flight
         self._pool = ConnectionPool(self.peers, group=group, client_name=f"client-{self.client_id:016x}",
-                                    max_frame_bytes=max_frame_bytes)
+                                    max_frame_bytes=max_frame_bytes, token=token)
         self._rng = random.Random()
         self._next_request_id = 0
         self._next_seq = 0
@@ -458,7 +459,7 @@ class Client:
         if self._kv_calls is None:
             meta = self if self.group == META_GROUP else Client(
                 self.peers, group=META_GROUP, timeout_ms=self.timeout_ms, request_timeout_ms=self.request_timeout_ms,
-                max_retries=self.max_retries)
+                max_retries=self.max_retries, token=self._token)
             self._kv_calls = KvCalls(meta)
         return self._kv_calls
 

@@ -67,10 +67,11 @@ def spread_leader(members: list[str], leading: dict[str, int]) -> str:
 class GroupAdmin:
     """Node-level requests to a cluster's nodes. `async with GroupAdmin(nodes) as admin:`."""
 
-    def __init__(self, nodes: dict[str, Address], *, timeout_ms: int = 10_000) -> None:
+    def __init__(self, nodes: dict[str, Address], *, timeout_ms: int = 10_000, token: str | None = None) -> None:
         self.nodes = dict(nodes)
         self.timeout_ms = timeout_ms
-        self._pool = ConnectionPool(self.nodes, group=NODE_LINK, client_name="group-admin")
+        self._token = token
+        self._pool = ConnectionPool(self.nodes, group=NODE_LINK, client_name="group-admin", token=token)
         self._request_id = 0
         self._meta: Any = None
 
@@ -86,7 +87,7 @@ class GroupAdmin:
     def _meta_client(self) -> Any:
         if self._meta is None:
             from .client import Client
-            self._meta = Client(self.nodes, group=META_GROUP, timeout_ms=self.timeout_ms)
+            self._meta = Client(self.nodes, group=META_GROUP, timeout_ms=self.timeout_ms, token=self._token)
         return self._meta
 
     async def create_meta(self, *, segment_bytes: int | None = None) -> GroupPlacement:

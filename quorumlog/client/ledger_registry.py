@@ -42,12 +42,12 @@ def ledger_key(ledger_id: int) -> str:
 
 class LedgerRegistry:
     def __init__(self, peers: dict[str, Address], *, timeout_ms: int, bookie_timeout_ms: int,
-                 client_name: str) -> None:
-        self.meta = Client(peers, group=META_GROUP, timeout_ms=timeout_ms)
+                 client_name: str, token: str | None = None) -> None:
+        self.meta = Client(peers, group=META_GROUP, timeout_ms=timeout_ms, token=token)
         self.addresses: dict[str, Address] = dict(peers)
         self.bookie_timeout_ms = bookie_timeout_ms
         # every bookie request goes to the node as such (NODE_LINK), whatever groups it hosts
-        self.pool = ConnectionPool(self.addresses, group=NODE_LINK, client_name=client_name)
+        self.pool = ConnectionPool(self.addresses, group=NODE_LINK, client_name=client_name, token=token)
         self._request_id = 0
         self._rng = random.Random()
         self.decommissioned: set[str] = set()  # bookies being drained (`bookie decommission`): no new ledgers

@@ -19,8 +19,9 @@ DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 class ConnectionPool:
     def __init__(self, peers: dict[str, Address], *, group: str, client_name: str,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, token: str | None = None) -> None:
         self.peers = peers
+        self.token = token  # None: QUORUMLOG_TOKEN, if set (transport/client_connection.py)
         self.group = group
         self.client_name = client_name
         self.max_frame_bytes = max_frame_bytes
@@ -48,7 +49,7 @@ class ConnectionPool:
                 try:
                     conn = await ClientConnection.open(
                         host, port, group=self.group, client_name=self.client_name,
-                        timeout_ms=max(1, int(timeout_ms)), max_frame_bytes=self.max_frame_bytes)
+                        timeout_ms=max(1, int(timeout_ms)), max_frame_bytes=self.max_frame_bytes, token=self.token)
                 except QuorumLogError:
                     raise
                 except (OSError, asyncio.TimeoutError) as e:

@@ -64,7 +64,8 @@ class ClusterCalls:
         conn = self._conns.get(key)
         if conn is None:
             conn = await ClientConnection.open(*address, group=group, client_name=self.name,
-                                               timeout_ms=max(1, int(timeout_ms)))
+                                               timeout_ms=max(1, int(timeout_ms)),
+                                               token=self.node.config.auth_token() or "")
             self._conns[key] = conn
         try:
             return await conn.call(request, max(1, int(timeout_ms)))

@@ -1,11 +1,17 @@
 """A small HTTP/1.1 responder for /status and /metrics: GET only, bounded request size, one response per
-request, keep-alive honoured. Enough for curl, Prometheus and the CLI; not a web framework."""
+request, keep-alive honoured. Enough for curl, Prometheus and the CLI; not a web framework.
+
+With a token (the node's `token`), every request must carry it — `Authorization: Bearer TOKEN` (what
+Prometheus's `authorization` scrape setting sends) or `?token=TOKEN` — compared in constant time; 401
+otherwise, and nothing of the node's state in the answer."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from typing import Callable
+from urllib.parse import parse_qs
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +22,10 @@ Route = Callable[[], tuple[str, bytes]]  # () -> (content type, body)
 
 
 class HttpServer:
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(self, routes: dict[str, Route], token: str | None = None) -> None:
         self._routes = routes
+        self._token = token
+        self.unauthorized = 0
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -65,7 +73,13 @@ class HttpServer:
                 if method not in ("GET", "HEAD"):
                     await self._respond(writer, 405, "text/plain", b"method not allowed\n", close=True)
                     return
-                if route is None:
+                if self._token is not None and not self._authorized(headers, target):
+                    self.unauthorized += 1
+                    log.warning("http request refused: bad or missing token path=%s peer=%s", path,
+                                writer.get_extra_info("peername"))
+                    await self._respond(writer, 401, "text/plain", b"unauthorized: bad or missing token\n",
+                                        close=close)
+                elif route is None:
                     await self._respond(writer, 404, "text/plain", b"not found\n", close=close)
                 else:
                     try:
@@ -82,13 +96,24 @@ class HttpServer:
             self._writers.discard(writer)
             writer.close()
 
+    def _authorized(self, headers: dict[str, str], target: str) -> bool:
+        assert self._token is not None
+        given = ""
+        auth = headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        elif "?" in target:
+            given = parse_qs(target.split("?", 1)[1]).get("token", [""])[0]
+        return hmac.compare_digest(given.encode(), self._token.encode())
+
     @staticmethod
     async def _respond(writer: asyncio.StreamWriter, status: int, content_type: str, body: bytes, *,
                        close: bool, length: int | None = None) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
                   500: "Internal Server Error"}[status]
+        challenge = "WWW-Authenticate: Bearer\r\n" if status == 401 else ""
         head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body) if length is None else length}\r\n"
+                f"Content-Length: {len(body) if length is None else length}\r\n{challenge}"
                 f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode()
         writer.write(head + body)
         try:

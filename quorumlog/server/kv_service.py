@@ -150,7 +150,8 @@ class KvService:
                     continue
                 try:
                     conn = await ClientConnection.open(*address, group=r.group,
-                                                       client_name=f"{r.config.node_id}-snapshot")
+                                                       client_name=f"{r.config.node_id}-snapshot",
+                                                       token=r.config.auth_token() or "")
                     try:
                         resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot"),
                                                SNAPSHOT_FETCH_TIMEOUT_MS)

@@ -179,7 +179,8 @@ class Node:
         self._flush_transport = getattr(self._transport, "flush", None)
         if cfg.http_port:
             from .http import HttpServer
-            self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics})
+            self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics},
+                                    token=cfg.auth_token())
             await self._http.start(cfg.listen_host, cfg.http_port)
         self._tasks = [
             asyncio.create_task(self._ticker(), name="ticker"),

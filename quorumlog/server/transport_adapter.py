@@ -39,13 +39,13 @@ class RealTransport:
         cfg = self._config
         self._links = PeerLinks(group=NODE_LINK, node_id=cfg.node_id,
                                 peers={p: a for p, a in cfg.peers.items() if p != cfg.node_id},
-                                max_frame_bytes=cfg.max_frame_bytes)
+                                max_frame_bytes=cfg.max_frame_bytes, token=cfg.auth_token())
         self._server = await TransportServer.start(
             cfg.listen_host, cfg.listen_port, node_id=cfg.node_id, members_of=members_of,
             on_peer_message=on_peer_message,
             on_client_request=lambda request, session: on_client_request(session, request), max_frame_bytes=cfg.max_frame_bytes,
             max_connections=cfg.max_connections, handshake_timeout_ms=cfg.handshake_timeout_ms,
-            on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
+            token=cfg.auth_token(), on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
         self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
         log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.listen_port)
 

@@ -40,7 +40,7 @@ class LedgerRunPartition(InputPartition):
 def _client(opts: SourceOptions):
     from ..client.ledgers import LedgerClient
 
-    return LedgerClient(opts.peers, timeout_ms=opts.timeout_ms)
+    return LedgerClient(opts.peers, timeout_ms=opts.timeout_ms, token=opts.token)
 
 
 async def _plan(opts: SourceOptions) -> list[LedgerRunPartition]:

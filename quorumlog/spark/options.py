@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..peers import format_peers, parse_peers
@@ -115,6 +115,7 @@ class SourceOptions:
     writes_in_flight: int = DEFAULT_WRITES_IN_FLIGHT
     write_id: str | None = None  # fixes the writer's identity (idempotence key) instead of a fresh job id
     ledger_stream: str | None = None  # read this ledger stream (client/ledger_stream.py) instead of a group
+    token: str | None = field(default=None, repr=False)  # the cluster's token; None: QUORUMLOG_TOKEN (a secret)
 
     @property
     def node_ids(self) -> list[str]:
@@ -164,4 +165,5 @@ class SourceOptions:
             writes_in_flight=_int(options, "writesInFlight", DEFAULT_WRITES_IN_FLIGHT, minimum=1),
             write_id=_get(options, "writeId"),
             ledger_stream=_get(options, "ledgerStream"),
+            token=_get(options, "token"),
         )

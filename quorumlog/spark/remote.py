@@ -57,9 +57,9 @@ class Remote:
         give up, so a partition fails over to the leader instead of waiting out a dead follower)."""
         o = self.opts
         replica_ms = max(REPLICA_MIN_TIMEOUT_MS, o.follower_wait_ms)
-        return (Client(o.peers, group=o.group, timeout_ms=o.timeout_ms),
+        return (Client(o.peers, group=o.group, timeout_ms=o.timeout_ms, token=o.token),
                 Client(o.peers, group=o.group, timeout_ms=replica_ms,
-                       request_timeout_ms=min(replica_ms, REPLICA_REQUEST_TIMEOUT_MS), max_retries=1))
+                       request_timeout_ms=min(replica_ms, REPLICA_REQUEST_TIMEOUT_MS), max_retries=1, token=o.token))
 
     def submit(self, coro: Coroutine) -> Future:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -106,7 +106,7 @@ _REMOTES_LOCK = threading.Lock()
 
 def remote_for(opts: SourceOptions) -> Remote:
     """This process's Remote for opts' cluster (made on first use; a forked child makes its own)."""
-    key = (os.getpid(), opts.peers, opts.group, opts.timeout_ms)
+    key = (os.getpid(), opts.peers, opts.group, opts.timeout_ms, opts.token)
     with _REMOTES_LOCK:
         remote = _REMOTES.get(key)
         if remote is None or remote._closed:
@@ -116,7 +116,7 @@ def remote_for(opts: SourceOptions) -> Remote:
 
 def drop_remote(opts: SourceOptions) -> None:
     """Forget (and close) this process's Remote, e.g. after its connections broke in a way retries missed."""
-    key = (os.getpid(), opts.peers, opts.group, opts.timeout_ms)
+    key = (os.getpid(), opts.peers, opts.group, opts.timeout_ms, opts.token)
     with _REMOTES_LOCK:
         remote = _REMOTES.pop(key, None)
     if remote is not None:

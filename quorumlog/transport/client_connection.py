@@ -3,8 +3,10 @@ reader, a bound on in-flight requests."""
 
 from __future__ import annotations
 
+
 import asyncio
 import logging
+import os
 
 from ..errors import NetworkError, ProtocolError, QuorumLogError, Timeout
 from ..wire.client import ClientRequest, ClientResponse
@@ -90,6 +92,9 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 w.set_result(None)
 
 
+TOKEN_ENV = "QUORUMLOG_TOKEN"  # the shared token (INTERFACES.md "Security"), when not given
+
+
 class ClientConnection:
     """One pipelined client connection to one node. Many `call`s may be in flight; responses match by request_id.
 
@@ -116,7 +121,10 @@ class ClientConnection:
     async def open(cls, host: str, port: int, *, group: str, client_name: str,
                    timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS, max_frame_bytes: int = MAX_FRAME_BYTES,
                    max_in_flight: int = 1024, token: str | None = None) -> "ClientConnection":
-        """Connect and handshake. Raises NetworkError/Timeout, or the server's refusal (UnknownGroup, ...)."""
+        """Connect and handshake. Raises NetworkError/Timeout, or the server's refusal (UnknownGroup,
+        Unauthorized, ...). token None: the QUORUMLOG_TOKEN environment variable, if set."""
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
         self = cls(group=group, client_name=client_name, max_in_flight=max_in_flight)
         self.host, self.port, self.default_timeout_ms = host, port, timeout_ms
         loop = asyncio.get_running_loop()

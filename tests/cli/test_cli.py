@@ -91,7 +91,8 @@ def test_node_bad_environment_variable_exits_2_naming_it(tmp_path):
 def test_node_has_a_flag_for_every_config_key():
     from quorumlog.config import CONFIG_KEYS
 
-    r = invoke("node", "--help")
+    # wide enough that rich prints the longest flag whole (at 80 columns it cuts them with an ellipsis)
+    r = runner.invoke(app, ["node", "--help"], catch_exceptions=False, env={"COLUMNS": "300"})
     assert r.exit_code == 0
     text = r.stdout.replace("\n", " ")
     for k in CONFIG_KEYS:
