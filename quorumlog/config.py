@@ -178,6 +178,13 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "the environment variable or `token_file` to a flag (a flag shows in `ps`). Never logged, never in "
        "status or metrics.", "Not in DLedger (it has no authentication)."),
     _k("token_file", "", "str", "A file whose first line is the token (instead of `token`).", "Not in DLedger."),
+    _k("tls_cert", "", "str", "PEM certificate of this node (its node id as a DNS subjectAltName): with it every "
+       "port speaks TLS (1.2 at least); `cluster up --tls` makes one.", "Not in DLedger (plain TCP only)."),
+    _k("tls_key", "", "str", "PEM private key of `tls_cert`.", "Not in DLedger."),
+    _k("tls_ca", "", "str", "PEM of the cluster CA: peers must present a certificate it issued naming them (mutual "
+       "TLS), and this node verifies the peers it dials the same way.", "Not in DLedger."),
+    _k("tls_require_client_cert", False, "bool", "Refuse clients without a certificate of the cluster CA (peers "
+       "always need one).", "Not in DLedger."),
     # -- runtime --------------------------------------------------------------------------------------------
     _k("tick_interval_ms", 10, "int", "How often the core is told the time.", "Not in DLedger (its threads sleep).",
        minimum=1, maximum=1000),
@@ -236,6 +243,10 @@ class NodeConfig:
     handshake_timeout_ms: int = 5_000
     token: str = dataclasses.field(default="", repr=False)  # a secret: never in a repr (or a log line)
     token_file: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_require_client_cert: bool = False
     tick_interval_ms: int = 10
     log_level: str = "info"
 
@@ -245,6 +256,10 @@ class NodeConfig:
     @property
     def address(self) -> Address:
         return self.peers[self.node_id]
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
 
     def auth_token(self) -> str | None:
         """The token connections and HTTP requests must carry (None: none required)."""
@@ -317,6 +332,12 @@ def _validate(c: NodeConfig) -> None:
     if c.bookie_disk_usage_lwm > c.bookie_disk_usage_threshold:
         raise ConfigError(f"bookie_disk_usage_lwm={c.bookie_disk_usage_lwm}: must be ≤ bookie_disk_usage_threshold "
                           f"({c.bookie_disk_usage_threshold})")
+    if (c.tls_cert or c.tls_key or c.tls_ca or c.tls_require_client_cert) and not (c.tls_cert and c.tls_key
+                                                                                    and c.tls_ca):
+        raise ConfigError("tls_cert, tls_key and tls_ca: give all three (TLS between nodes is mutual)")
+    for name in ("tls_cert", "tls_key", "tls_ca"):
+        if getattr(c, name) and not os.path.isfile(getattr(c, name)):
+            raise ConfigError(f"{name}={getattr(c, name)!r}: no such file")
     if c.token and c.token_file:
         raise ConfigError("token and token_file: give one of them")
     if c.token_file:

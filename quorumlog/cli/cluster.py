@@ -25,6 +25,8 @@ from ..errors import QuorumLogError
 from ..codes import ResponseCode
 from ..config import ConfigError, load_config
 from ..peers import format_address, format_peers
+from ..transport.tls import TLS_CA_ENV
+from .certs import node_tls_settings
 from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, run, setup_logging,
                      usage)
 
@@ -45,6 +47,19 @@ def node_argv(node_id: str, peers: str, data_dir: str, group: str, flush: str, h
     for key, value in settings:
         argv += ["--" + key.replace("_", "-"), value]
     return argv
+
+
+def _make_tls(data_dir: str, ids: list[str], host: str) -> str:
+    """A CA and a certificate per node under data_dir/tls; this process's clients use the CA from now on.
+    Returns the CA certificate's path."""
+    from .certs import TLS_DIR, make_ca, make_node_cert
+
+    directory = os.path.join(data_dir, TLS_DIR)
+    ca_pem, _ = make_ca(directory)
+    for nid in ids:
+        make_node_cert(directory, nid, [host])
+    os.environ[TLS_CA_ENV] = ca_pem
+    return ca_pem
 
 
 def _parse_settings(items: list[str]) -> list[tuple[str, str]]:
@@ -180,6 +195,8 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
        config: Optional[str] = typer.Option(None, "--config", help="TOML config file passed to every node"),
        settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE config for every node (repeat)"),
        timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up if no leader by then"),
+       tls: bool = typer.Option(False, "--tls", help="TLS on every port: make a CA and one certificate per node "
+                                "under D/tls (mutual TLS between nodes); commands given --cluster D use its CA"),
        json_out: bool = JsonOpt) -> None:
     """Start N nodes in the background, write D/cluster.json, return once a leader is elected."""
     setup_logging()
@@ -221,6 +238,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         die(f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
 
     os.makedirs(data_dir, exist_ok=True)
+    tls_ca = _make_tls(data_dir, ids, host) if tls else None
     procs: dict[str, subprocess.Popen] = {}
     node_docs = []
     try:
@@ -229,7 +247,8 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             os.makedirs(node_dir, exist_ok=True)
             log_file = os.path.join(data_dir, f"{nid}.log")
             http_port = http_base_port + i if http_base_port else 0
-            argv = node_argv(nid, peers_text, node_dir, group, flush, http_port, config, kv)
+            node_kv = kv + (node_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
+            argv = node_argv(nid, peers_text, node_dir, group, flush, http_port, config, node_kv)
             with open(log_file, "ab") as log:
                 # A new session: the nodes outlive this command and ignore the terminal's Ctrl-C.
                 procs[nid] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -239,6 +258,8 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
                               "log_file": log_file, "argv": argv, "http_port": http_port})
         doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs,
                "config": config, "settings": [list(kv_pair) for kv_pair in kv], "retired": []}
+        if tls_ca:
+            doc["tls_ca"] = tls_ca  # (the CA certificate, public: clients verify the nodes with it)
         _write_json_atomic(existing, doc)
         try:
             elected = run(wait_for_leader(peers, group, procs, timeout_s))
@@ -381,6 +402,11 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     os.makedirs(node_dir, exist_ok=True)
     log_file = os.path.join(data_dir, f"{node_id}.log")
     settings = [tuple(kv_pair) for kv_pair in doc.get("settings", [])] + [("join", "true")]
+    if doc.get("tls_ca"):  # a certificate for the new node from the cluster's CA
+        from .certs import make_node_cert
+        make_node_cert(os.path.dirname(doc["tls_ca"]), node_id, [host])
+        settings += node_tls_settings(os.path.dirname(doc["tls_ca"]), node_id)
+        os.environ[TLS_CA_ENV] = doc["tls_ca"]
     argv = node_argv(node_id, peers_text, node_dir, doc["group"], doc.get("flush", "sync"), http_port,
                      doc.get("config"), settings)
     with open(log_file, "ab") as log:

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from ..errors import QuorumLogError
 from ..peers import Address, format_peers, parse_peers
+from ..transport.tls import TLS_CA_ENV
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -120,6 +121,8 @@ def resolve_target(peers: str | None, cluster: str | None, group: str | None) ->
         doc = read_cluster_file(cluster)
         peers = doc["peers"]
         group = group or doc.get("group")
+        if doc.get("tls_ca"):  # a `cluster up --tls` cluster: verify its nodes with its CA
+            os.environ.setdefault(TLS_CA_ENV, doc["tls_ca"])
     try:
         parsed = parse_peers(peers)
     except ValueError as e:

@@ -11,6 +11,7 @@ import typer
 from .bench import bench
 from .cluster import cluster_app
 from ..transport.client_connection import TOKEN_ENV
+from ..transport.tls import TLS_CA_ENV
 from .common import EXIT_USAGE, usage
 from .data import append, read, status, transfer_leader
 from .groups import group_app
@@ -27,12 +28,19 @@ app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DL
 @app.callback()
 def _global(token: Optional[str] = typer.Option(
         None, "--token", help="The cluster's shared token (visible to `ps`: prefer QUORUMLOG_TOKEN or --token-file)"),
+        tls_ca: Optional[str] = typer.Option(
+            None, "--tls-ca", help="Connect with TLS, verifying the nodes against this CA certificate (or set "
+            "QUORUMLOG_TLS_CA; commands given --cluster D of a `cluster up --tls` cluster use its CA)"),
         token_file: Optional[str] = typer.Option(
         None, "--token-file", help="A file whose first line is the cluster's shared token (or set QUORUMLOG_TOKEN); "
         "every connection this command makes carries it, and `cluster up` / `cluster add-node` give it to the "
         "nodes they start")) -> None:
     """The token goes in the environment of this process (and of the nodes `cluster up` starts): never on a
     command line another user can read with `ps`, never in cluster.json."""
+    if tls_ca is not None:
+        if not os.path.isfile(tls_ca):
+            usage(f"--tls-ca {tls_ca!r}: no such file")
+        os.environ[TLS_CA_ENV] = os.path.abspath(tls_ca)
     if token is not None and token_file is not None:
         usage("--token and --token-file: give one of them")
     if token is not None:

@@ -19,6 +19,7 @@ from ..codes import ResponseCode
 from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexOutOfRange, NetworkError, NotLeader,
                       QuorumLogError, UnknownGroup)
 from ..peers import Address, parse_address, parse_peers
+from ..transport.tls import client_context as tls_client_context
 from ..format.log_entry import Records
 from ..format.log_entry import decode_records
 from ..wire.client import (AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest,
@@ -66,9 +67,12 @@ class Client:
                  timeout_ms: int = DEFAULT_TIMEOUT_MS, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  max_retries: int = DEFAULT_MAX_RETRIES, client_id: int | None = None, linger_ms: float = 0,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, token: str | None = None) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, token: str | None = None,
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None) -> None:
         self._closed = True  # until fully constructed, so __del__ of a failed __init__ stays quiet
         self._token = token  # the cluster's shared token; None: QUORUMLOG_TOKEN if set
+        self._tls = (tls_ca, tls_cert, tls_key)  # tls_ca: TLS to nodes whose certificates it issued
+        ssl_context = tls_client_context(*self._tls) if tls_ca or tls_cert else None
         self.peers: dict[str, Address] = dict(parse_peers(peers) if isinstance(peers, str) else peers)
         if not self.peers:
             raise ValueError("peers: no members")
@@ -87,7 +91,7 @@ class Client:
         self.max_batch_bytes = max_batch_bytes
         self.max_in_flight = max_in_flight
         self._pool = ConnectionPool(self.peers, group=group, client_name=f"client-{self.client_id:016x}",
-                                    max_frame_bytes=max_frame_bytes, token=token)
+                                    max_frame_bytes=max_frame_bytes, token=token, ssl_context=ssl_context)
         self._rng = random.Random()
         self._next_request_id = 0
         self._next_seq = 0
@@ -459,7 +463,8 @@ class Client:
         if self._kv_calls is None:
             meta = self if self.group == META_GROUP else Client(
                 self.peers, group=META_GROUP, timeout_ms=self.timeout_ms, request_timeout_ms=self.request_timeout_ms,
-                max_retries=self.max_retries, token=self._token)
+                max_retries=self.max_retries, token=self._token, tls_ca=self._tls[0], tls_cert=self._tls[1],
+                tls_key=self._tls[2])
             self._kv_calls = KvCalls(meta)
         return self._kv_calls
 

@@ -24,6 +24,7 @@ from ..peers import Address, format_address
 from ..transport.handshake import NODE_LINK
 from ..wire.client import GroupRequest, StatusRequest
 from .kv import META_GROUP
+from ..transport.tls import client_context as tls_client_context
 from .pool import ConnectionPool
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,14 @@ def spread_leader(members: list[str], leading: dict[str, int]) -> str:
 class GroupAdmin:
     """Node-level requests to a cluster's nodes. `async with GroupAdmin(nodes) as admin:`."""
 
-    def __init__(self, nodes: dict[str, Address], *, timeout_ms: int = 10_000, token: str | None = None) -> None:
+    def __init__(self, nodes: dict[str, Address], *, timeout_ms: int = 10_000, token: str | None = None,
+                 tls_ca: str | None = None) -> None:
         self.nodes = dict(nodes)
         self.timeout_ms = timeout_ms
         self._token = token
-        self._pool = ConnectionPool(self.nodes, group=NODE_LINK, client_name="group-admin", token=token)
+        self._tls_ca = tls_ca
+        self._pool = ConnectionPool(self.nodes, group=NODE_LINK, client_name="group-admin", token=token,
+                                    ssl_context=tls_client_context(tls_ca) if tls_ca else None)
         self._request_id = 0
         self._meta: Any = None
 
@@ -87,7 +91,8 @@ class GroupAdmin:
     def _meta_client(self) -> Any:
         if self._meta is None:
             from .client import Client
-            self._meta = Client(self.nodes, group=META_GROUP, timeout_ms=self.timeout_ms, token=self._token)
+            self._meta = Client(self.nodes, group=META_GROUP, timeout_ms=self.timeout_ms, token=self._token,
+                                tls_ca=self._tls_ca)
         return self._meta
 
     async def create_meta(self, *, segment_bytes: int | None = None) -> GroupPlacement:

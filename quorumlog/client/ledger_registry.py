@@ -26,6 +26,7 @@ from ..transport.handshake import NODE_LINK
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from .client import Client
 from .kv import META_GROUP
+from ..transport.tls import client_context as tls_client_context
 from .pool import ConnectionPool
 
 LEDGERS_PREFIX = "ledgers/"
@@ -42,12 +43,13 @@ def ledger_key(ledger_id: int) -> str:
 
 class LedgerRegistry:
     def __init__(self, peers: dict[str, Address], *, timeout_ms: int, bookie_timeout_ms: int,
-                 client_name: str, token: str | None = None) -> None:
-        self.meta = Client(peers, group=META_GROUP, timeout_ms=timeout_ms, token=token)
+                 client_name: str, token: str | None = None, tls_ca: str | None = None) -> None:
+        self.meta = Client(peers, group=META_GROUP, timeout_ms=timeout_ms, token=token, tls_ca=tls_ca)
         self.addresses: dict[str, Address] = dict(peers)
         self.bookie_timeout_ms = bookie_timeout_ms
         # every bookie request goes to the node as such (NODE_LINK), whatever groups it hosts
-        self.pool = ConnectionPool(self.addresses, group=NODE_LINK, client_name=client_name, token=token)
+        self.pool = ConnectionPool(self.addresses, group=NODE_LINK, client_name=client_name, token=token,
+                                   ssl_context=tls_client_context(tls_ca) if tls_ca else None)
         self._request_id = 0
         self._rng = random.Random()
         self.decommissioned: set[str] = set()  # bookies being drained (`bookie decommission`): no new ledgers

@@ -49,12 +49,13 @@ class LedgerEntry:
 
 class LedgerClient:
     def __init__(self, peers: str | dict[str, Address], *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
-                 bookie_timeout_ms: int = DEFAULT_BOOKIE_TIMEOUT_MS, token: str | None = None) -> None:
+                 bookie_timeout_ms: int = DEFAULT_BOOKIE_TIMEOUT_MS, token: str | None = None,
+                 tls_ca: str | None = None) -> None:
         nodes = parse_peers(peers) if isinstance(peers, str) else dict(peers)
         if not nodes:
             raise ValueError("peers: no nodes")
         self.registry = LedgerRegistry(nodes, timeout_ms=timeout_ms, bookie_timeout_ms=bookie_timeout_ms,
-                                       client_name="ledger-client", token=token)
+                                       client_name="ledger-client", token=token, tls_ca=tls_ca)
         self.timeout_ms = timeout_ms
 
     async def __aenter__(self) -> "LedgerClient":

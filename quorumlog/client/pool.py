@@ -19,8 +19,10 @@ DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 class ConnectionPool:
     def __init__(self, peers: dict[str, Address], *, group: str, client_name: str,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, token: str | None = None) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, token: str | None = None,
+                 ssl_context: Any = None) -> None:
         self.peers = peers
+        self.ssl_context = ssl_context  # None: TLS if QUORUMLOG_TLS_CA is set; a node's cert must name its id
         self.token = token  # None: QUORUMLOG_TOKEN, if set (transport/client_connection.py)
         self.group = group
         self.client_name = client_name
@@ -49,7 +51,8 @@ class ConnectionPool:
                 try:
                     conn = await ClientConnection.open(
                         host, port, group=self.group, client_name=self.client_name,
-                        timeout_ms=max(1, int(timeout_ms)), max_frame_bytes=self.max_frame_bytes, token=self.token)
+                        timeout_ms=max(1, int(timeout_ms)), max_frame_bytes=self.max_frame_bytes, token=self.token,
+                        ssl_context=self.ssl_context, server_hostname=node_id)
                 except QuorumLogError:
                     raise
                 except (OSError, asyncio.TimeoutError) as e:

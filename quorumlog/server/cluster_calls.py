@@ -65,7 +65,8 @@ class ClusterCalls:
         if conn is None:
             conn = await ClientConnection.open(*address, group=group, client_name=self.name,
                                                timeout_ms=max(1, int(timeout_ms)),
-                                               token=self.node.config.auth_token() or "")
+                                               token=self.node.config.auth_token() or "",
+                                               ssl_context=self.node.client_tls(), server_hostname=node_id)
             self._conns[key] = conn
         try:
             return await conn.call(request, max(1, int(timeout_ms)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,10 @@ class HttpServer:
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
-    async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_HEAD_BYTES)
-        log.info("http listening host=%s port=%d", host, port)
+    async def start(self, host: str, port: int, ssl_context: Any = None) -> None:
+        tls = {"ssl": ssl_context, "ssl_handshake_timeout": REQUEST_TIMEOUT_S} if ssl_context is not None else {}
+        self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_HEAD_BYTES, **tls)
+        log.info("http listening host=%s port=%d tls=%s", host, port, ssl_context is not None)
 
     @property
     def port(self) -> int:

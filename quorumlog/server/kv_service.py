@@ -151,7 +151,9 @@ class KvService:
                 try:
                     conn = await ClientConnection.open(*address, group=r.group,
                                                        client_name=f"{r.config.node_id}-snapshot",
-                                                       token=r.config.auth_token() or "")
+                                                       token=r.config.auth_token() or "",
+                                                       ssl_context=getattr(r.host, "client_tls", lambda: None)(),
+                                                       server_hostname=leader)
                     try:
                         resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot"),
                                                SNAPSHOT_FETCH_TIMEOUT_MS)

@@ -88,6 +88,7 @@ class Node:
         self._members_cache: frozenset[str] | None = None
         self._http = None
         self.started_at = time.time()
+        self._client_tls: Any = None
         self.calls = ClusterCalls(self)
         self.bookie = BookieService(self)
         self.auto_recovery = AutoRecovery(self)
@@ -133,6 +134,17 @@ class Node:
                 peers.update(r.links)
             peers.pop(self.config.node_id, None)
             set_peers(peers)
+
+    def client_tls(self) -> Any:
+        """The context of this node's own connections to other nodes (kv calls, bookie calls, snapshot
+        fetches): TLS with its certificate when the cluster runs TLS, False (plain TCP) otherwise."""
+        cfg = self.config
+        if not cfg.tls:
+            return False
+        if self._client_tls is None:
+            from ..transport.tls import client_context
+            self._client_tls = client_context(cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
+        return self._client_tls
 
     def known_addresses(self) -> dict[str, tuple[str, int]]:
         """Every node this node knows an address of: its own config's peers and every hosted group's members."""
@@ -181,7 +193,12 @@ class Node:
             from .http import HttpServer
             self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics},
                                     token=cfg.auth_token())
-            await self._http.start(cfg.listen_host, cfg.http_port)
+            if cfg.tls:
+                from ..transport.tls import http_context
+                await self._http.start(cfg.listen_host, cfg.http_port, ssl_context=http_context(cfg.tls_cert,
+                                                                                                  cfg.tls_key))
+            else:
+                await self._http.start(cfg.listen_host, cfg.http_port)
         self._tasks = [
             asyncio.create_task(self._ticker(), name="ticker"),
             asyncio.create_task(self._periodic(DISK_CHECK_INTERVAL_MS, self._check_disk), name="disk-guard"),

@@ -36,18 +36,24 @@ class RealTransport:
         send their messages (transport/handshake.py)."""
         from ..transport import NODE_LINK, PeerLinks, TransportServer
 
+        from ..transport.tls import client_context, server_context
+
         cfg = self._config
         self._links = PeerLinks(group=NODE_LINK, node_id=cfg.node_id,
                                 peers={p: a for p, a in cfg.peers.items() if p != cfg.node_id},
-                                max_frame_bytes=cfg.max_frame_bytes, token=cfg.auth_token())
+                                max_frame_bytes=cfg.max_frame_bytes, token=cfg.auth_token(),
+                                ssl_context=client_context(cfg.tls_ca, cfg.tls_cert, cfg.tls_key) if cfg.tls else None)
         self._server = await TransportServer.start(
             cfg.listen_host, cfg.listen_port, node_id=cfg.node_id, members_of=members_of,
             on_peer_message=on_peer_message,
             on_client_request=lambda request, session: on_client_request(session, request), max_frame_bytes=cfg.max_frame_bytes,
             max_connections=cfg.max_connections, handshake_timeout_ms=cfg.handshake_timeout_ms,
-            token=cfg.auth_token(), on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
+            token=cfg.auth_token(), verify_peers=cfg.tls,
+            ssl_context=server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca,
+                                       require_client_cert=cfg.tls_require_client_cert) if cfg.tls else None,
+            on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
         self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
-        log.info("listening node=%s address=%s:%d", cfg.node_id, cfg.listen_host, cfg.listen_port)
+        log.info("listening node=%s address=%s:%d tls=%s", cfg.node_id, cfg.listen_host, cfg.listen_port, cfg.tls)
 
     def send(self, group: str, msg: Any) -> None:
         links = self._links

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
+from typing import Any
 
 from ..errors import NetworkError, ProtocolError, QuorumLogError, Timeout
 from ..wire.client import ClientRequest, ClientResponse
@@ -17,6 +19,7 @@ from .handshake import (
     DEFAULT_HANDSHAKE_TIMEOUT_MS, Hello, HelloError, HelloOk, Role, decode_hello_error, decode_hello_ok, encode_hello,
 )
 from .kinds import CLIENT_RESPONSE_KINDS, Kind
+from .tls import default_client_context, describe_ssl_error
 
 log = logging.getLogger(__name__)
 
@@ -120,20 +123,28 @@ class ClientConnection:
     @classmethod
     async def open(cls, host: str, port: int, *, group: str, client_name: str,
                    timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS, max_frame_bytes: int = MAX_FRAME_BYTES,
-                   max_in_flight: int = 1024, token: str | None = None) -> "ClientConnection":
+                   max_in_flight: int = 1024, token: str | None = None, ssl_context: Any = None,
+                   server_hostname: str | None = None) -> "ClientConnection":
         """Connect and handshake. Raises NetworkError/Timeout, or the server's refusal (UnknownGroup,
-        Unauthorized, ...). token None: the QUORUMLOG_TOKEN environment variable, if set."""
+        Unauthorized, ...). token None: the QUORUMLOG_TOKEN environment variable, if set. ssl_context None: TLS
+        if QUORUMLOG_TLS_CA is set (transport/tls.py), False: plain TCP; server_hostname is the name the
+        node's certificate must carry (its node id; default the host)."""
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
+        if ssl_context is None:
+            ssl_context = default_client_context()
+        tls = {"ssl": ssl_context, "server_hostname": server_hostname or host} if ssl_context else {}
         self = cls(group=group, client_name=client_name, max_in_flight=max_in_flight)
         self.host, self.port, self.default_timeout_ms = host, port, timeout_ms
         loop = asyncio.get_running_loop()
         timeout_s = timeout_ms / 1000
         try:
             _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: _ClientProtocol(self, max_frame_bytes), host, port), timeout_s)
+                loop.create_connection(lambda: _ClientProtocol(self, max_frame_bytes), host, port, **tls), timeout_s)
         except asyncio.TimeoutError:
             raise Timeout(f"connect to {host}:{port} timed out after {timeout_ms} ms") from None
+        except ssl.SSLError as e:
+            raise NetworkError(describe_ssl_error(e, host, port)) from None
         except OSError as e:
             raise NetworkError(f"cannot connect to {host}:{port}: {e}") from None
         self._protocol = proto
@@ -144,6 +155,12 @@ class ClientConnection:
         except asyncio.TimeoutError:
             self._abort()
             raise Timeout(f"handshake with {host}:{port} timed out after {timeout_ms} ms") from None
+        except NetworkError as e:
+            self._abort()
+            if not tls:  # a TLS port drops a plain Hello without a word
+                raise NetworkError(f"{host}:{port} closed the connection during the handshake ({e}): a TLS "
+                                   f"port? (give tls_ca / --tls-ca / QUORUMLOG_TLS_CA)") from None
+            raise
         except BaseException:
             self._abort()
             raise

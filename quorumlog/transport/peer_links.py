@@ -13,7 +13,7 @@ import logging
 import random
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import NetworkError, ProtocolError, QuorumLogError
 from ..wire.messages import Message
@@ -227,7 +227,9 @@ class _PeerLink:
         timeout_s = links.connect_timeout_ms / 1000
         _, proto = await asyncio.wait_for(
             loop.create_connection(lambda: _LinkProtocol(self.wakeup.set, links.max_frame_bytes),
-                                   self.host, self.port), timeout_s)
+                                   self.host, self.port,
+                                   **({"ssl": links.ssl_context, "server_hostname": self.peer_id}
+                                      if links.ssl_context is not None else {})), timeout_s)
         self.protocol = proto
         self.wire_group = links.group  # a new connection reads frames as the Hello's group
         assert proto.transport is not None
@@ -279,7 +281,8 @@ class PeerLinks:
     """
 
     def __init__(self, *, group: str, node_id: str, peers: Mapping[str, tuple[str, int]] | None = None,
-                 members: Mapping[str, tuple[str, int]] | None = None, token: str | None = None, max_queue_messages: int = DEFAULT_MAX_QUEUE_MESSAGES,
+                 members: Mapping[str, tuple[str, int]] | None = None, token: str | None = None,
+                 ssl_context: Any = None, max_queue_messages: int = DEFAULT_MAX_QUEUE_MESSAGES,
                  max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                  write_timeout_ms: int = DEFAULT_WRITE_TIMEOUT_MS,
@@ -294,6 +297,7 @@ class PeerLinks:
         self.group = group
         self.node_id = node_id
         self.token = token
+        self.ssl_context = ssl_context  # mutual TLS: ours is presented, the peer's must name the node dialled
         self.max_queue_messages = max_queue_messages
         self.max_queue_bytes = max_queue_bytes
         self.connect_timeout_ms = connect_timeout_ms

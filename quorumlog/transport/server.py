@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from ..codes import ResponseCode
 from ..errors import ProtocolError
@@ -34,6 +34,7 @@ from .handshake import (
     decode_group_select, decode_hello, encode_hello_error, encode_hello_ok,
 )
 from .kinds import CLIENT_REQUEST_KINDS, PEER_KINDS, Kind
+from .tls import peer_names
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,10 @@ class _ServerConnection(asyncio.Protocol):
             return
         hello = decode_hello(payload)
         err = check_hello(hello, members_of=srv.members_of, token=srv.token)
+        if err is None and hello.role == Role.PEER and srv.verify_peers \
+                and hello.node_id not in peer_names(self.transport):
+            err = HelloError(ResponseCode.UNAUTHORIZED, f"peer {hello.node_id!r} presented no certificate of the "
+                                                        f"cluster CA naming it")
         if err is not None:
             self._reject(err)
             return
@@ -372,6 +377,8 @@ class TransportServer:
         self.connections: set[_ServerConnection] = set()
         self.handshaking: dict[_ServerConnection, None] = {}  # insertion order: oldest first
         self.closing = False
+        self.tls = False
+        self.verify_peers = False
         self.dirty_corks: list[_WriteCork] = []  # corks holding responses not yet written (see flush)
         self._server: asyncio.AbstractServer | None = None
         # Request handlers the runtime returned; kept so they are not garbage-collected mid-flight and are
@@ -388,7 +395,7 @@ class TransportServer:
                     handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS,
                     max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                     token: str | None = None, on_protocol_error: OnConnectionClosed | None = None,
-                    backlog: int = 1024) -> "TransportServer":
+                    backlog: int = 1024, ssl_context: Any = None, verify_peers: bool = False) -> "TransportServer":
         """Listen on host:port (port 0: any free port, see `.port`). `members` are the group's member ids
         (a dict of id → address works too). `on_protocol_error(counter, reason)` is called for every
         connection closed for bad input (counter names the TransportStats field it incremented)."""
@@ -397,9 +404,12 @@ class TransportServer:
                    on_client_request=on_client_request, max_frame_bytes=max_frame_bytes,
                    handshake_timeout_ms=handshake_timeout_ms, max_connections=max_connections,
                    max_in_flight=max_in_flight, token=token, on_protocol_error=on_protocol_error)
+        self.tls = ssl_context is not None
+        self.verify_peers = verify_peers  # a PEER Hello needs a CA-issued certificate naming its node id
         loop = asyncio.get_running_loop()
+        tls = {"ssl": ssl_context, "ssl_handshake_timeout": handshake_timeout_ms / 1000} if ssl_context else {}
         self._server = await loop.create_server(lambda: _ServerConnection(self), host, port, backlog=backlog,
-                                                reuse_address=True)
+                                                reuse_address=True, **tls)
         log.info("transport listening node=%s group=%s address=%s:%d", node_id, group, host, self.port)
         return self
 
