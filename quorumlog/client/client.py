@@ -101,6 +101,7 @@ class Client:
         self._accumulator: Accumulator | None = None
         self._kv_calls: KvCalls | None = None
         self._located = False  # the `_meta` lookup of the group's members was tried (_locate_group)
+        self._unreachable: list[str] = []  # the last leader discovery's unreachable members, with why
         self._closed = False
         self._close_done = False
         self.frames_sent = 0  # AppendRequest frames sent (first tries and retries), for tests and bench
@@ -284,7 +285,9 @@ class Client:
             self._discovery = asyncio.ensure_future(self._discover_leader())
         leader = await asyncio.shield(self._discovery)
         if leader is None:
-            raise NotLeader("no leader known yet (election in progress or members unreachable)")
+            why = "; ".join(self._unreachable[:3])
+            raise NotLeader("no leader known yet (election in progress or members unreachable"
+                            + (f": {why})" if why else ")"))
         self._leader_id = leader
         return leader
 
@@ -294,12 +297,14 @@ class Client:
         tasks = [asyncio.ensure_future(self._status_or_error(nid)) for nid in self.peers]
         best: tuple[int, str] | None = None
         fatal: QuorumLogError | None = None
+        self._unreachable = []
         try:
             for fut in asyncio.as_completed(tasks):
                 st, err = await fut
                 if err is not None and not is_retriable(err):
                     fatal = err
                 if not st.reachable:
+                    self._unreachable.append(f"{st.id}: {st.error}")  # (why, for the error if none leads)
                     continue
                 if st.role == "leader":
                     return st.id if st.id in self.peers else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from asyncio import sslproto
 import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable
@@ -57,6 +58,7 @@ class TransportStats:
     closed_handshake_errors: int = 0  # a readable Hello we refused: other group, unknown member, bad token
     closed_handshake_timeouts: int = 0
     closed_handshake_evictions: int = 0  # dropped mid-handshake to make room under max_connections
+    closed_tls_errors: int = 0  # a TLS handshake that failed (plain TCP on a TLS port, a certificate refused)
     frames_in: int = 0
     bytes_in: int = 0
     frames_out: int = 0
@@ -136,8 +138,37 @@ class _ServerConnection(asyncio.Protocol):
         srv.stats.connections_active = len(srv.connections)
         _nodelay(transport)
         transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER_BYTES, low=_WRITE_LOW_WATER_BYTES)
-        self.handshake_timer = asyncio.get_running_loop().call_later(
-            srv.handshake_timeout_ms / 1000, self._handshake_timed_out)
+        loop = asyncio.get_running_loop()
+        # (the handshake timeout covers the TLS handshake too: a peer that never finishes it is closed)
+        self.handshake_timer = loop.call_later(srv.handshake_timeout_ms / 1000, self._handshake_timed_out)
+        if srv.ssl_context is not None:
+            # TLS is layered here rather than by the listener, so a failed TLS handshake reaches our log with
+            # its reason (the listener's fails silently) and counts like any refused handshake. Synchronously:
+            # from now on every byte goes through the TLS layer, none can reach data_received in clear.
+            waiter = loop.create_future()
+            tls = sslproto.SSLProtocol(loop, self, srv.ssl_context, waiter, server_side=True,
+                                       call_connection_made=False,
+                                       ssl_handshake_timeout=srv.handshake_timeout_ms / 1000)
+            transport.set_protocol(tls)
+            tls.connection_made(transport)
+            waiter.add_done_callback(lambda f: self._tls_done(f, transport, tls))
+
+    def _tls_done(self, f: asyncio.Future, raw: asyncio.BaseTransport, tls: Any) -> None:
+        e = None if f.cancelled() else f.exception()
+        if f.cancelled() or e is not None:
+            reason = f"TLS handshake failed: {e!r}"
+            if self.state != _CLOSED:
+                self._close(reason, count="closed_tls_errors", abort=True)
+            else:  # the TLS layer closed the connection first (its connection_lost came before this)
+                self.server.stats.closed_tls_errors += 1
+                log.info("closed connection node=%s remote=%s state=tls peer=- reason=%s", self.server.node_id,
+                         self.remote, reason)
+            return
+        if self.state == _CLOSED:
+            return
+        app = tls._app_transport  # what our protocol writes to from now on
+        self.transport = app  # type: ignore[assignment]
+        self.cork = _WriteCork(app, self.server.dirty_corks)
 
     def data_received(self, data: bytes) -> None:
         if self.state == _CLOSED:
@@ -377,7 +408,7 @@ class TransportServer:
         self.connections: set[_ServerConnection] = set()
         self.handshaking: dict[_ServerConnection, None] = {}  # insertion order: oldest first
         self.closing = False
-        self.tls = False
+        self.ssl_context: Any = None
         self.verify_peers = False
         self.dirty_corks: list[_WriteCork] = []  # corks holding responses not yet written (see flush)
         self._server: asyncio.AbstractServer | None = None
@@ -404,12 +435,11 @@ class TransportServer:
                    on_client_request=on_client_request, max_frame_bytes=max_frame_bytes,
                    handshake_timeout_ms=handshake_timeout_ms, max_connections=max_connections,
                    max_in_flight=max_in_flight, token=token, on_protocol_error=on_protocol_error)
-        self.tls = ssl_context is not None
+        self.ssl_context = ssl_context  # each connection starts TLS itself (_ServerConnection._start_tls)
         self.verify_peers = verify_peers  # a PEER Hello needs a CA-issued certificate naming its node id
         loop = asyncio.get_running_loop()
-        tls = {"ssl": ssl_context, "ssl_handshake_timeout": handshake_timeout_ms / 1000} if ssl_context else {}
         self._server = await loop.create_server(lambda: _ServerConnection(self), host, port, backlog=backlog,
-                                                reuse_address=True, **tls)
+                                                reuse_address=True)
         log.info("transport listening node=%s group=%s address=%s:%d", node_id, group, host, self.port)
         return self
 
