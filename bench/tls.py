@@ -1,0 +1,98 @@
+"""What TLS and the token cost (issue 17): the same cluster and workloads with plain TCP and with TLS + token.
+
+    python bench/tls.py [--duration-s 5] [--warmup-s 1] [--reps 3]
+
+Two `quorumlog cluster up --nodes 3 --flush sync` clusters in one run (one plain, one `--tls` with a token),
+each measured with `quorumlog bench`: 64 writers of single 1 KiB appends (appends/s) and 4 writers of 1 MiB
+append_batch calls (MB/s); the runs alternate plain / TLS `--reps` times and the medians are compared.
+Results: bench/results/tls-<date>.json. Target: TLS costs at most 20% of either figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
+TOKEN = "bench-token-0123456789abcdef"
+WORKLOADS = {"single_64_writers": (64, 1), "batched_4_writers": (4, 1024)}
+
+
+def _up(data_dir: str, port: int, tls: bool) -> None:
+    argv = [QUORUMLOG, "cluster", "up", "--nodes", "3", "--data-dir", data_dir, "--flush", "sync",
+            "--base-port", str(port), "--set", "data_segment_size=67108864"] + (["--tls"] if tls else [])
+    subprocess.run(argv, check=True, timeout=120, stdout=subprocess.DEVNULL, env=_env(tls))
+
+
+def _env(tls: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("QUORUMLOG_TOKEN", "QUORUMLOG_TLS_CA")}
+    if tls:
+        env["QUORUMLOG_TOKEN"] = TOKEN
+    return env
+
+
+def _bench(data_dir: str, tls: bool, writers: int, batch: int, a) -> dict:
+    out = subprocess.run([QUORUMLOG, "bench", "--cluster", data_dir, "--writers", str(writers), "--batch", str(batch),
+                          "--value-bytes", "1024", "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s),
+                          "--json"], capture_output=True, text=True, timeout=a.duration_s + a.warmup_s + 120,
+                         env=_env(tls))
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration-s", type=float, default=5.0)
+    p.add_argument("--warmup-s", type=float, default=1.0)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = p.parse_args()
+    base = tempfile.mkdtemp(prefix="quorumlog-tls-bench-")
+    dirs = {False: os.path.join(base, "plain"), True: os.path.join(base, "tls")}
+    runs: dict = {name: {"plain": [], "tls": []} for name in WORKLOADS}
+    try:
+        _up(dirs[False], 27700, False)
+        _up(dirs[True], 27710, True)
+        for rep in range(a.reps):
+            for name, (writers, batch) in WORKLOADS.items():
+                for tls in (False, True):
+                    d = _bench(dirs[tls], tls, writers, batch, a)
+                    runs[name]["tls" if tls else "plain"].append(
+                        {"appends_per_s": d["appends_per_s"], "mb_per_s": d["mb_per_s"], "errors": d["errors"],
+                         "p50_ms": d["latency_ms"]["p50"], "p99_ms": d["latency_ms"]["p99"]})
+                    print(rep, name, "tls" if tls else "plain", runs[name]["tls" if tls else "plain"][-1],
+                          flush=True)
+    finally:
+        for tls, d in dirs.items():
+            subprocess.run([QUORUMLOG, "cluster", "down", "--data-dir", d], timeout=60, env=_env(tls),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(base, ignore_errors=True)
+    summary = {}
+    for name in WORKLOADS:
+        key = "appends_per_s" if name.startswith("single") else "mb_per_s"
+        plain = statistics.median(r[key] for r in runs[name]["plain"])
+        tls = statistics.median(r[key] for r in runs[name]["tls"])
+        summary[name] = {"metric": key, "plain": plain, "tls_and_token": tls, "ratio": round(tls / plain, 3),
+                         "cost_pct": round(100 * (1 - tls / plain), 1), "within_20pct": tls >= 0.8 * plain}
+    doc = {"bench": "TLS + token cost (issue 17)", "date_utc": dt.datetime.now(dt.timezone.utc)
+           .strftime("%Y-%m-%dT%H:%MZ"), "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+           "setup": "quorumlog cluster up --nodes 3 --flush sync [--tls, QUORUMLOG_TOKEN]; quorumlog bench; "
+                    f"{a.reps} alternating repetitions of {a.duration_s} s after {a.warmup_s} s warm-up, medians",
+           "command": "python bench/tls.py " + " ".join(sys.argv[1:]), "runs": runs, "summary": summary}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, f"tls-{dt.date.today().isoformat()}.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
