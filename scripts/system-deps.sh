@@ -8,6 +8,10 @@ command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 # cc: the store's compiled record codec and the soak's failing-disk shim (both fall back without it).
 command -v cc >/dev/null || need+=(gcc libc6-dev)
+# chromium + its driver: the status page's test in a real headless browser (selenium drives Debian's own
+# chromedriver; nothing is downloaded at run time).
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then echo "system-deps: missing ${need[*]} and not root; install them by hand" >&2; exit 1; fi
 apt-get update -qq

@@ -19,7 +19,7 @@ from ..ledger.metadata import LedgerMetadata
 from ..peers import parse_address
 from ..transport import ClientConnection
 from ..transport.handshake import NODE_LINK
-from ..wire.client import KvItem, KvRequest, KvResponse
+from ..wire.client import KvItem, KvRequest, KvResponse, StatusRequest
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ BOOKIES_PREFIX = "bookies/"
 META_CALL_TIMEOUT_MS = 5_000
 BOOKIE_CALL_TIMEOUT_MS = 5_000
 INFO_TIMEOUT_MS = 1_000
+STATUS_TIMEOUT_MS = 1_000
 
 
 def ledger_key(ledger_id: int) -> str:
@@ -126,6 +127,20 @@ class ClusterCalls:
 
     async def ledgers(self) -> list[LedgerMetadata]:
         return [LedgerMetadata.from_json(it.value or b"{}", it.version) for it in await self.meta_list(LEDGERS_PREFIX)]
+
+    # -- the status page -------------------------------------------------------------------------------------
+    async def node_status(self, node_id: str, timeout_ms: float = STATUS_TIMEOUT_MS) -> dict:
+        """Another node's status document (what its /status serves); {"id", "error"} if it does not answer."""
+        address = self.node.known_addresses().get(node_id)
+        try:
+            if address is None:
+                raise QuorumLogError.for_code(ResponseCode.NETWORK_ERROR, "no known address")
+            resp = await self._call(node_id, address, NODE_LINK, StatusRequest(self.request_id()), timeout_ms)
+            if resp.code != ResponseCode.SUCCESS:
+                raise QuorumLogError.for_code(resp.code, "status refused")
+            return json.loads(resp.status_json)
+        except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError, ValueError) as e:
+            return {"id": node_id, "error": str(e) or type(e).__name__}
 
     # -- bookies ---------------------------------------------------------------------------------------------
     async def bookies(self) -> dict[str, dict]:

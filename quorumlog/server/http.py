@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 from typing import Any, Callable
 from urllib.parse import parse_qs
@@ -18,7 +19,7 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_HEAD_BYTES = 8 * 1024
 REQUEST_TIMEOUT_S = 10.0
 
-Route = Callable[[], tuple[str, bytes]]  # () -> (content type, body)
+Route = Callable[[], Any]  # () -> (content type, body), or an awaitable of it
 
 
 class HttpServer:
@@ -84,7 +85,10 @@ class HttpServer:
                     await self._respond(writer, 404, "text/plain", b"not found\n", close=close)
                 else:
                     try:
-                        content_type, body = route()
+                        result = route()
+                        if inspect.isawaitable(result):
+                            result = await result
+                        content_type, body = result
                         status = 200
                     except Exception:  # noqa: BLE001 - a broken route must not kill the server
                         log.exception("http route failed path=%s", path)

@@ -72,6 +72,20 @@ class NodeMetrics:
                 if labels[:2] == (self.node_id, group):
                     family.remove(*labels)
 
+    def summary(self) -> dict[str, float]:
+        """Totals the status page turns into rates: committed appends and bytes as leader, and the commit
+        latency histogram's sum and count (a mean per interval is Δsum / Δcount)."""
+        out = {"appends": 0.0, "append_bytes": 0.0, "commit_seconds_sum": 0.0, "commit_seconds_count": 0.0}
+        names = {"quorumlog_appends_total": "appends", "quorumlog_append_bytes_total": "append_bytes",
+                 "quorumlog_commit_latency_seconds_sum": "commit_seconds_sum",
+                 "quorumlog_commit_latency_seconds_count": "commit_seconds_count"}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                key = names.get(sample.name)
+                if key is not None:
+                    out[key] += sample.value
+        return out
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

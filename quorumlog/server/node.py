@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ..codes import ResponseCode
 from ..config import ConfigError, NodeConfig
+from ..errors import QuorumLogError
 from ..peers import parse_address
 from ..raft.peer_liveness import PeerLiveness
 from ..raft.types import PeerSilent
@@ -42,6 +43,7 @@ from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
 from .metrics import NodeMetrics
 from .replica import Replica, now_ms
+from .status_page import status_page
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +193,8 @@ class Node:
         self._flush_transport = getattr(self._transport, "flush", None)
         if cfg.http_port:
             from .http import HttpServer
-            self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics},
-                                    token=cfg.auth_token())
+            self._http = HttpServer({"/status": self._http_status, "/metrics": self._http_metrics,
+                                     "/": status_page, "/cluster": self._http_cluster}, token=cfg.auth_token())
             if cfg.tls:
                 from ..transport.tls import http_context
                 await self._http.start(cfg.listen_host, cfg.http_port, ssl_context=http_context(cfg.tls_cert,
@@ -501,12 +503,28 @@ class Node:
         """The node and every group it hosts (`status --all-groups`, `group list`)."""
         doc = {"id": self.config.node_id, **self._node_fields()}
         doc["groups"] = [r.status() for r in self.replicas.values()]
+        doc["metrics"] = self.metrics.summary()
         if self.bookie.storage is not None:
             doc["bookie"] = {**self.bookie.info(), "fragments_replicated": self.auto_recovery.replicated}
         return doc
 
     def _http_status(self) -> tuple[str, bytes]:
         return "application/json", json.dumps(self.status(), indent=1).encode() + b"\n"
+
+    async def _http_cluster(self) -> tuple[str, bytes]:
+        """The status page's data: every node this node knows, as each reports itself (this one directly),
+        and the ledgers auto-recovery is re-replicating."""
+        others = [n for n in self.known_addresses() if n != self.config.node_id]
+        docs = await asyncio.gather(*(self.calls.node_status(n) for n in others))
+        nodes = [self.node_status(), *docs]
+        try:
+            under = [json.loads(it.value or b"{}") for it in await asyncio.wait_for(
+                self.calls.meta_list("underreplicated/"), 2)]
+        except (QuorumLogError, OSError, asyncio.TimeoutError, ValueError):
+            under = None  # (no `_meta` group, or it has no leader now)
+        doc = {"served_by": self.config.node_id, "time_ms": int(time.time() * 1000), "nodes": nodes,
+               "ledgers_underreplicated": under}
+        return "application/json", json.dumps(doc).encode()
 
     def _http_metrics(self) -> tuple[str, bytes]:
         for r in self.replicas.values():
