@@ -4,6 +4,9 @@ Steps: cluster up → load 336,776 flights as JSON entries (batched, many in fli
 batch job (flights and mean delays per carrier and per route, joined with airlines) printed as tables and
 drawn as a PNG → a streaming query that picks up entries appended meanwhile, while one follower is killed
 with SIGKILL → figures → cluster down (always). Outputs land in ./out (or $QUORUMLOG_DEMO_OUT).
+
+The cluster runs as an operator would run it: TLS on every port (`cluster up --tls`) and a token (a fresh
+random one, or $QUORUMLOG_TOKEN), with the status page's URL printed. QUORUMLOG_DEMO_PLAIN=1 runs without.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -47,9 +51,19 @@ def main() -> int:
 
     from .spark.local import LocalCluster
 
-    with console.status("starting a 3-node cluster on loopback (quorumlog cluster up) ..."):
-        cluster = LocalCluster.up(data_dir)
-    console.print(f"[green]✓[/green] cluster up: {cluster.peers}  (data and logs in {data_dir})")
+    secure = os.environ.get("QUORUMLOG_DEMO_PLAIN", "") in ("", "0")
+    if secure:  # before the cluster and Spark start: the nodes, this process and Spark's workers share it
+        os.environ.setdefault("QUORUMLOG_TOKEN", secrets.token_urlsafe(24))
+    with console.status("starting a 3-node cluster on loopback (quorumlog cluster up"
+                        + (" --tls, with a token) ..." if secure else ") ...")):
+        cluster = LocalCluster.up(data_dir, tls=secure, http=True)
+    console.print(f"[green]✓[/green] cluster up: {cluster.peers}  (data and logs in {data_dir})"
+                  + ("; TLS on every port, a token required" if secure else ""))
+    page = cluster.doc["nodes"][0]
+    scheme = "https" if secure else "http"
+    token = os.environ.get("QUORUMLOG_TOKEN") if secure else None
+    console.print(f"  status page: {scheme}://127.0.0.1:{page['http_port']}/" + (f"?token={token}" if token else "")
+                  + ("  (certificate from out/cluster/tls/ca.pem)" if secure else ""), highlight=False)
     spark_box: dict = {}
     spark_thread = threading.Thread(target=_start_spark, args=(spark_box,), daemon=True)
     spark_thread.start()  # the JVM starts while the data loads

@@ -40,7 +40,7 @@ class LedgerRunPartition(InputPartition):
 def _client(opts: SourceOptions):
     from ..client.ledgers import LedgerClient
 
-    return LedgerClient(opts.peers, timeout_ms=opts.timeout_ms, token=opts.token)
+    return LedgerClient(opts.peers, timeout_ms=opts.timeout_ms, token=opts.token, tls_ca=opts.tls_ca)
 
 
 async def _plan(opts: SourceOptions) -> list[LedgerRunPartition]:

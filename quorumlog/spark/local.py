@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..transport.tls import TLS_CA_ENV
+
 # Small segments: a node reserves a whole segment ahead of use, and 1 GiB ones cost disk.
 CLUSTER_SETTINGS = ("data_segment_size=67108864", "index_segment_size=8388608")
 CLUSTER_UP_TIMEOUT_S = 60
@@ -120,18 +122,27 @@ class LocalCluster:
         os.kill(self.pid(node_id), sig)
 
     @classmethod
-    def up(cls, data_dir: str | Path, nodes: int = 3, settings: tuple[str, ...] = CLUSTER_SETTINGS) -> "LocalCluster":
+    def up(cls, data_dir: str | Path, nodes: int = 3, settings: tuple[str, ...] = CLUSTER_SETTINGS, *,
+           tls: bool = False, http: bool = False) -> "LocalCluster":
+        """tls: `cluster up --tls` (this process's clients then verify the nodes with its CA); http: an HTTP
+        port per node (/, /status, /metrics). A token, if any, comes from QUORUMLOG_TOKEN."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        base = free_base_port(nodes)
+        base = free_base_port(2 * nodes if http else nodes)
         argv = [sys.executable, "-m", "quorumlog.cli", "cluster", "up", "--nodes", str(nodes), "--data-dir",
                 str(data_dir), "--base-port", str(base), "--json"]
+        if tls:
+            argv.append("--tls")
+        if http:
+            argv += ["--http-base-port", str(base + nodes)]
         for kv in settings:
             argv += ["--set", kv]
         res = subprocess.run(argv, capture_output=True, text=True, timeout=CLUSTER_UP_TIMEOUT_S + 30)
         if res.returncode != 0:
             raise RuntimeError(f"cluster up failed ({res.returncode}): {res.stderr[-2000:]}")
         doc = json.loads((data_dir / "cluster.json").read_text())
+        if doc.get("tls_ca"):
+            os.environ[TLS_CA_ENV] = doc["tls_ca"]  # (Spark's workers, started after this, inherit it)
         return cls(data_dir, doc)
 
     def down(self) -> None:

@@ -81,6 +81,12 @@ def _position(options: Mapping[str, str], name: str, default: str) -> str | int:
 
 def read_cluster_dir(path: str) -> tuple[str, str | None]:
     """`cluster up`'s directory → (peers text, group)."""
+    peers, group, _ = read_cluster_doc(path)
+    return peers, group
+
+
+def read_cluster_doc(path: str) -> tuple[str, str | None, str | None]:
+    """`cluster up`'s directory → (peers text, group, its TLS CA certificate if `cluster up --tls`)."""
     file = os.path.join(path, "cluster.json")
     try:
         with open(file, encoding="utf-8") as f:
@@ -92,7 +98,7 @@ def read_cluster_dir(path: str) -> tuple[str, str | None]:
         peers = ",".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v[0]}:{v[1]}" for k, v in peers.items())
     if not isinstance(peers, str):
         raise OptionError(f"option cluster: {file} has no peers")
-    return peers, doc.get("group")
+    return peers, doc.get("group"), doc.get("tls_ca")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,7 @@ class SourceOptions:
     write_id: str | None = None  # fixes the writer's identity (idempotence key) instead of a fresh job id
     ledger_stream: str | None = None  # read this ledger stream (client/ledger_stream.py) instead of a group
     token: str | None = field(default=None, repr=False)  # the cluster's token; None: QUORUMLOG_TOKEN (a secret)
+    tls_ca: str | None = None  # TLS to the nodes, verified with this CA; None: QUORUMLOG_TLS_CA if set
 
     @property
     def node_ids(self) -> list[str]:
@@ -129,9 +136,11 @@ class SourceOptions:
         if (peers is None) == (cluster is None):
             raise OptionError("give exactly one of option peers (n0=host:port,...) or option cluster (a directory "
                               "made by `quorumlog cluster up`)")
+        tls_ca = _get(options, "tlsCa")
         if cluster is not None:
-            peers, cluster_group = read_cluster_dir(cluster)
+            peers, cluster_group, cluster_ca = read_cluster_doc(cluster)
             group = group or cluster_group
+            tls_ca = tls_ca or cluster_ca
         try:
             peers = format_peers(parse_peers(peers))
         except ValueError as e:
@@ -166,4 +175,5 @@ class SourceOptions:
             write_id=_get(options, "writeId"),
             ledger_stream=_get(options, "ledgerStream"),
             token=_get(options, "token"),
+            tls_ca=tls_ca,
         )

@@ -57,9 +57,10 @@ class Remote:
         give up, so a partition fails over to the leader instead of waiting out a dead follower)."""
         o = self.opts
         replica_ms = max(REPLICA_MIN_TIMEOUT_MS, o.follower_wait_ms)
-        return (Client(o.peers, group=o.group, timeout_ms=o.timeout_ms, token=o.token),
+        return (Client(o.peers, group=o.group, timeout_ms=o.timeout_ms, token=o.token, tls_ca=o.tls_ca),
                 Client(o.peers, group=o.group, timeout_ms=replica_ms,
-                       request_timeout_ms=min(replica_ms, REPLICA_REQUEST_TIMEOUT_MS), max_retries=1, token=o.token))
+                       request_timeout_ms=min(replica_ms, REPLICA_REQUEST_TIMEOUT_MS), max_retries=1, token=o.token,
+                       tls_ca=o.tls_ca))
 
     def submit(self, coro: Coroutine) -> Future:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
