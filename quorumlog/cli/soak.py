@@ -29,6 +29,8 @@ def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (r
                                                                              "report (default: the temp dir)"),
          out: Optional[str] = typer.Option(None, "--out", help="Also write the figures (JSON) to this file"),
          log_level: str = typer.Option("warning", "--log-level", help="Soak runner's log level"),
+         tls: bool = typer.Option(False, "--tls", help="Run the nodes on mutual TLS with a token (a CA and "
+                                  "certificates made under the base dir)"),
          json_out: bool = JsonOpt) -> None:
     """Run a fault soak on local node processes and check every acknowledged append."""
     from ..soak.runner import ALL_KINDS, FAULT_KINDS, IS_ROOT, run_soak
@@ -49,7 +51,7 @@ def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (r
     if base_dir is not None:
         os.makedirs(base_dir, exist_ok=True)
     result = run_soak(seed, cycles, base_dir=base_dir, report_root=report_dir, writers=writers, kinds=chosen,
-                      network=network)
+                      network=network, tls=tls)
     figures = result.figures()
     figures["passed"] = result.passed
     figures["report_dir"] = result.report_dir

@@ -19,12 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", default=",".join(FAULT_KINDS), help="comma-separated fault kinds")
     p.add_argument("--network", choices=("auto", "proxy", "netns"), default="auto",
                    help="netns (root): real partitions by veth link down; proxy: TCP proxy only; auto: netns if root")
+    p.add_argument("--tls", action="store_true", help="nodes on mutual TLS with a token")
     p.add_argument("--out", help="write the figures (JSON) here too")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
-    result = run_soak(a.seed, a.cycles, writers=a.writers, kinds=tuple(a.kinds.split(",")), network=a.network)
+    result = run_soak(a.seed, a.cycles, writers=a.writers, kinds=tuple(a.kinds.split(",")), network=a.network, tls=a.tls)
     figures = result.figures()
     text = json.dumps(figures, indent=1)
     print(text)

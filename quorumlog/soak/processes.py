@@ -134,6 +134,7 @@ class Cluster:
     # Nodes that can join later (add_node): their ports are reserved now and clients know their addresses
     # from the start; the group's bootstrap members are the first n only.
     spares: int = 0
+    node_args: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node_id -> its own extra arguments
 
     def __post_init__(self) -> None:
         total = self.n + self.spares
@@ -154,7 +155,7 @@ class Cluster:
         data_dir = self.data_dirs.get(nid) or os.path.join(self.base_dir, nid)
         argv = [PYTHON, "-m", "quorumlog.server", "--id", nid, "--peers", peers, "--data-dir", data_dir,
                 "--http-port", str(self._ports[total + i]), "--bind-port", str(self._ports[i]), *NODE_ARGS,
-                *self.extra_args, *extra]
+                *self.extra_args, *self.node_args.get(nid, ()), *extra]
         return NodeProc(nid, self._ports[i], self._ports[total + i], data_dir,
                         os.path.join(self.base_dir, f"{nid}.log"), argv, self._env)
 

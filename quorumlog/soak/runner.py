@@ -190,6 +190,34 @@ def schedule(seed: int, cycles: int, kinds: tuple[str, ...] = FAULT_KINDS) -> li
     return out
 
 
+_TLS_ENV = ("QUORUMLOG_TLS_CA", "QUORUMLOG_TOKEN")
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _tls_node_args(base_dir: str, ids: list[str]) -> dict[str, tuple[str, ...]]:
+    """A CA and node certificates under base_dir/tls, a token in this process's environment (the nodes and the
+    writers inherit both), and each node's --tls-* arguments."""
+    from ..cli.certs import make_ca, make_node_cert, node_tls_settings
+    from ..transport.tls import TLS_CA_ENV
+
+    directory = os.path.join(base_dir, "tls")
+    ca, _ = make_ca(directory)
+    os.environ[TLS_CA_ENV] = ca
+    os.environ.setdefault("QUORUMLOG_TOKEN", "soak-" + os.urandom(12).hex())
+    args = {}
+    for nid in ids:
+        make_node_cert(directory, nid, ["127.0.0.1"])  # (clients and peers check its id, not its address)
+        args[nid] = tuple(x for k, v in node_tls_settings(directory, nid) for x in ("--" + k.replace("_", "-"), v))
+    return args
+
+
 def _tear_tail(data_dir: str, rng: random.Random) -> str:
     """Write garbage right after the last non-zero byte of the newest data segment (a torn, half-written
     record, as a crash mid-write leaves it). Segments are preallocated with zeros."""
@@ -227,7 +255,7 @@ def _fill_disk(data_dir: str) -> str:
 class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
                  kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0,
-                 network: str = "auto") -> None:
+                 network: str = "auto", tls: bool = False) -> None:
         os.makedirs(base_dir, exist_ok=True)
         self.base_dir = base_dir
         self.seed = seed
@@ -255,7 +283,11 @@ class Soak:
         # disk_full: every node's data dir is a small tmpfs that a filler file really fills (ENOSPC)
         self.disks = {nid: os.path.join(base_dir, f"disk-{nid}") for nid in all_ids} if "disk_full" in kinds else {}
         self._mounted: list[str] = []
-        self.cluster = Cluster(base_dir, n=3, data_dirs=dict(self.disks), spares=spares)
+        # tls: every node on mutual TLS with a token, as an operator runs it; the faults act on TLS connections
+        self.tls = tls
+        self._saved_env = {k: os.environ.get(k) for k in _TLS_ENV}  # put back when the run ends
+        self.cluster = Cluster(base_dir, n=3, data_dirs=dict(self.disks), spares=spares,
+                               node_args=_tls_node_args(base_dir, all_ids) if tls else {})
         self.members = list(self.cluster.nodes)  # in slot order: a replacement takes its predecessor's slot
         self.original = list(self.members)
         # failing_disk_leader: every node runs with the failing-disk shim; touching its trigger file makes
@@ -272,6 +304,8 @@ class Soak:
         self.links = netns.NetnsLinks(all_ids, os.getpid() + seed) if network == "netns" else None
         self.mechanism = ("network namespaces + veth link down (partitions), asyncio per-link TCP proxy (one-way "
                           "cut, delay, rate, resets)" if self.links else "asyncio per-link TCP proxy (no namespaces)")
+        if tls:
+            self.mechanism += "; nodes on mutual TLS with a token"
         host = self.links.host if self.links else {m: "127.0.0.1" for m in all_ids}
         proxy_host = self.links.bridge_host if self.links else "127.0.0.1"
         real = {nid: node.port for nid, node in self.cluster.nodes.items()}
@@ -597,6 +631,7 @@ class Soak:
             crash = e
         finally:
             self.cluster.stop()
+            _restore_env(self._saved_env)
             if self.links:
                 self.links.teardown()
             for d in self._mounted:
