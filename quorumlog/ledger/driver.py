@@ -110,12 +110,8 @@ async def _run_recovery(registry: LedgerIo, md: LedgerMetadata) -> NeedClose | R
                 core.ensemble_change_failed()
             elif isinstance(a, LedgerMetadata):
                 core.ensemble_changed(a)
-            elif isinstance(a, ReadLacResponse):
-                core.on_read_lac(a)
-            elif isinstance(a, ReadResponse):
-                core.on_read(a)
             else:
-                core.on_add(a)
+                core.on_answer(a)
     finally:
         for t in tasks:
             t.cancel()

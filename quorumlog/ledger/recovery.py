@@ -65,6 +65,15 @@ class LedgerRecoveryCore:
         out, self.messages = self.messages, []
         return out
 
+    def on_answer(self, m: ReadLacResponse | ReadResponse | AddResponse) -> None:
+        """A bookie's answer to any of take()'s messages."""
+        if isinstance(m, ReadLacResponse):
+            self.on_read_lac(m)
+        elif isinstance(m, ReadResponse):
+            self.on_read(m)
+        else:
+            self.on_add(m)
+
     def take_change(self) -> NeedEnsembleChange | None:
         out, self._change = self._change, None
         return out

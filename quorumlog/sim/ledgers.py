@@ -232,12 +232,7 @@ class LedgerWorld:
             self._pump_recovery(r)
 
     def _recovery_answer(self, r: LedgerRecoveryCore, resp) -> None:
-        if isinstance(resp, ReadLacResponse):
-            r.on_read_lac(resp)
-        elif isinstance(resp, ReadResponse):
-            r.on_read(resp)
-        else:
-            r.on_add(resp)
+        r.on_answer(resp)
         self._pump_recovery(r)
 
     def _recovery_timeout(self, r: LedgerRecoveryCore, m) -> None:

@@ -66,6 +66,21 @@ class NodeProc:
         log.close()
         self.starts += 1
 
+    def rss_kb(self) -> int:
+        """The process's resident memory now (Linux /proc)."""
+        with open(f"/proc/{self.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    def wait_log(self, text: str, timeout_s: float = 10.0) -> None:
+        """Wait until the node's log has `text` (AssertionError naming it after timeout_s)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with open(self.log_path, errors="replace") as f:
+                if text in f.read():
+                    return
+            assert time.monotonic() < deadline, f"{self.node_id}'s log never said {text!r}"
+            time.sleep(0.2)
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

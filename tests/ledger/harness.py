@@ -148,13 +148,7 @@ class Cluster:
                     resp = _error_response(m)
                 if resp is None:
                     continue
-                if isinstance(resp, ReadLacResponse):
-                    r.on_read_lac(resp)
-                elif isinstance(resp, ReadResponse):
-                    r.on_read(resp)
-                else:
-                    assert isinstance(resp, AddResponse)
-                    r.on_add(resp)
+                r.on_answer(resp)
         return r.result
 
     def _recovery_ensemble_change(self, r: LedgerRecoveryCore, change: NeedEnsembleChange) -> None:
