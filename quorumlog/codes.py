@@ -72,6 +72,11 @@ class ResponseCode(IntEnum):
     BOOKIE_READ_ONLY = 1304
     NOT_ENOUGH_BOOKIES = 1305
     LEDGER_RECOVERY_FAILED = 1306
+    # Master/slave groups (INTERFACES.md "Master/slave groups"; RocketMQ's PutMessageStatus names): too few
+    # slave acks within slave_timeout_ms; no slave connected; fewer in-sync members than min_in_sync_replicas.
+    FLUSH_SLAVE_TIMEOUT = 1400
+    SLAVE_NOT_AVAILABLE = 1401
+    IN_SYNC_REPLICAS_NOT_ENOUGH = 1402
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

@@ -61,6 +61,9 @@ BookieReadOnly = _error("BookieReadOnly", ResponseCode.BOOKIE_READ_ONLY, True)
 NotEnoughBookies = _error("NotEnoughBookies", ResponseCode.NOT_ENOUGH_BOOKIES, True)
 LedgerRecoveryFailed = _error("LedgerRecoveryFailed", ResponseCode.LEDGER_RECOVERY_FAILED, True)
 Unauthorized = _error("Unauthorized", ResponseCode.UNAUTHORIZED, False)
+FlushSlaveTimeout = _error("FlushSlaveTimeout", ResponseCode.FLUSH_SLAVE_TIMEOUT, True)
+SlaveNotAvailable = _error("SlaveNotAvailable", ResponseCode.SLAVE_NOT_AVAILABLE, True)
+InSyncReplicasNotEnough = _error("InSyncReplicasNotEnough", ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, True)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls
@@ -70,6 +73,7 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
         WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
         NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
-        NotEnoughBookies, LedgerRecoveryFailed, Unauthorized,
+        NotEnoughBookies, LedgerRecoveryFailed, Unauthorized, FlushSlaveTimeout, SlaveNotAvailable,
+        InSyncReplicasNotEnough,
     )
 }

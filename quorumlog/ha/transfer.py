@@ -1,0 +1,110 @@
+"""SYNC_MASTER's wait (RocketMQ's GroupTransferService, with 5.x's in-sync replicas): an append written to the
+master's log completes once `min_in_sync_replicas` members (the master included) hold its end offset, or fails.
+
+    g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=3000, not_catchup_ms=15000)
+    g.on_slave_offset("n1", offset, master_max_offset, now_ms)   # from each slave report
+    g.on_slave_gone("n1")                                         # its connection dropped
+    g.request(request_id, end_offset, now_ms) -> TransferDone | None  # None: wait
+    g.poll(now_ms) -> [TransferDone]     # acks and timeouts; call after reports and on a timer
+
+A slave is in sync while it caught up with the master's end within the last `not_catchup_ms` (RocketMQ's
+haMaxTimeSlaveNotCatchup); the SyncStateSet is the master and those slaves, and the confirm offset (what
+readers may see) is the lowest offset held across it. Refused at once: SLAVE_NOT_AVAILABLE when no slave is
+connected, IN_SYNC_REPLICAS_NOT_ENOUGH when fewer than `min_in_sync_replicas` members are in sync; after
+`slave_timeout_ms` without enough acks, FLUSH_SLAVE_TIMEOUT (the bytes stay in the master's log, as in
+RocketMQ; the idempotent producer's sequence numbers make the retry a no-op, not a duplicate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..codes import ResponseCode
+
+
+@dataclass(frozen=True, slots=True)
+class TransferDone:
+    request_id: int
+    code: ResponseCode
+    end_offset: int
+
+
+@dataclass(slots=True)
+class _Slave:
+    offset: int = -1
+    caught_up_ms: int | None = None  # the last time it held the master's end
+    connected: bool = True
+
+
+class GroupTransferService:
+    def __init__(self, min_in_sync_replicas: int, slave_timeout_ms: int = 3_000,
+                 not_catchup_ms: int = 15_000) -> None:
+        assert min_in_sync_replicas >= 1
+        self.min_in_sync_replicas = min_in_sync_replicas
+        self.slave_timeout_ms = slave_timeout_ms
+        self.not_catchup_ms = not_catchup_ms
+        self.slaves: dict[str, _Slave] = {}
+        self._waiting: dict[int, tuple[int, int]] = {}  # request id -> (end offset, deadline ms)
+        self._now_ms = 0
+
+    # -- what the slaves hold ----------------------------------------------------------------------------
+    def on_slave_offset(self, slave: str, offset: int, master_max_offset: int, now_ms: int) -> None:
+        """A slave's report; offset ≤ master_max_offset (the HAConnection refuses more)."""
+        assert offset <= master_max_offset, (offset, master_max_offset)
+        s = self.slaves.setdefault(slave, _Slave())
+        s.connected = True
+        s.offset = max(s.offset, offset)
+        if s.offset >= master_max_offset:
+            s.caught_up_ms = now_ms
+        self._now_ms = max(self._now_ms, now_ms)
+
+    def on_slave_gone(self, slave: str) -> None:
+        s = self.slaves.get(slave)
+        if s is not None:
+            s.connected = False
+
+    def in_sync(self, now_ms: int) -> list[str]:
+        return sorted(n for n, s in self.slaves.items() if s.connected and s.caught_up_ms is not None
+                      and now_ms - s.caught_up_ms <= self.not_catchup_ms)
+
+    def sync_state_set(self, master: str, now_ms: int) -> list[str]:
+        return [master, *self.in_sync(now_ms)]
+
+    def confirm_offset(self, master_max_offset: int, now_ms: int) -> int:
+        """The lowest offset held across the SyncStateSet: readers never see beyond it."""
+        return min([master_max_offset, *(self.slaves[n].offset for n in self.in_sync(now_ms))])
+
+    # -- waiting appends ---------------------------------------------------------------------------------
+    def request(self, request_id: int, end_offset: int, now_ms: int) -> TransferDone | None:
+        if self.min_in_sync_replicas <= 1:
+            return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
+        if not any(s.connected for s in self.slaves.values()):
+            return TransferDone(request_id, ResponseCode.SLAVE_NOT_AVAILABLE, end_offset)
+        if 1 + len(self.in_sync(now_ms)) < self.min_in_sync_replicas:
+            return TransferDone(request_id, ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, end_offset)
+        if self._acks(end_offset) + 1 >= self.min_in_sync_replicas:
+            return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
+        self._waiting[request_id] = (end_offset, now_ms + self.slave_timeout_ms)
+        return None
+
+    def poll(self, now_ms: int) -> list[TransferDone]:
+        done = []
+        for rid, (end, deadline) in list(self._waiting.items()):
+            if self._acks(end) + 1 >= self.min_in_sync_replicas:
+                done.append(TransferDone(rid, ResponseCode.SUCCESS, end))
+            elif now_ms >= deadline:
+                done.append(TransferDone(rid, ResponseCode.FLUSH_SLAVE_TIMEOUT, end))
+            else:
+                continue
+            del self._waiting[rid]
+        return done
+
+    def fail_all(self, code: ResponseCode) -> list[TransferDone]:
+        """The master stepped down: every waiting append gets `code` (its outcome is unknown)."""
+        out = [TransferDone(rid, code, end) for rid, (end, _) in self._waiting.items()]
+        self._waiting.clear()
+        return out
+
+    def _acks(self, end_offset: int) -> int:
+        # (a slave that reported the bytes holds them, whether or not its connection is still up)
+        return sum(1 for s in self.slaves.values() if s.offset >= end_offset)
