@@ -349,11 +349,14 @@ def _read_doc(data_dir: str) -> tuple[str, dict]:
     path = os.path.join(data_dir, CLUSTER_FILE)
     try:
         with open(path, encoding="utf-8") as f:
-            return path, json.load(f)
+            doc = json.load(f)
     except FileNotFoundError:
         usage(f"--data-dir {data_dir!r}: no {CLUSTER_FILE} there")
     except (OSError, ValueError) as e:
         usage(f"--data-dir {data_dir!r}: cannot read {path}: {e}")
+    if isinstance(doc, dict) and doc.get("tls_ca"):  # a `cluster up --tls` cluster: talk to it with its CA
+        os.environ.setdefault(TLS_CA_ENV, doc["tls_ca"])
+    return path, doc
 
 
 def _next_node_id(doc: dict) -> str:
