@@ -134,16 +134,17 @@ def test_a_member_added_after_retention_installs_the_leaders_snapshot(tmp_path):
             await add_member(target, new.node_id, f"127.0.0.1:{new.port}", 30)
             await client.kv_put("k/last", b"after the new member")
             deadline = time.monotonic() + 30
-            while True:
+            while True:  # (every node's bookie registers itself as bookies/ID, the new one's too)
+                bookies = len(await client.kv_list("bookies/"))  # (before the rows: they then include all four)
                 rows = await _meta_rows(cluster, list(cluster.nodes))
                 sm = {n: (r["state_machine"]["applied_index"], r["state_machine"]["keys"]) for n, r in rows.items()}
-                if len(sm) == 4 and len(set(sm.values())) == 1:
+                if len(sm) == 4 and len(set(sm.values())) == 1 and bookies == 4:
                     break
-                assert time.monotonic() < deadline, sm
+                assert time.monotonic() < deadline, (sm, bookies)
                 await asyncio.sleep(0.2)
             assert rows[new.node_id]["state_machine"]["snapshots_installed"] >= 1
             assert rows[new.node_id]["begin_index"] > 0  # it never had the deleted log
-            assert sm[new.node_id][1] == 100 + 1 + 3  # k/000..099, k/last and the nodes/ records
+            assert sm[new.node_id][1] == 100 + 1 + 3 + 4  # k/000..099, k/last, nodes/ and bookies/ records
             assert (await client.kv_get("k/099"))[0].startswith(b"399:")
         assert "installed a snapshot" in new.log_text()
 
