@@ -46,6 +46,9 @@ class GroupTransferService:
         self.slaves: dict[str, _Slave] = {}
         self._waiting: dict[int, tuple[int, int]] = {}  # request id -> (end offset, deadline ms)
         self._now_ms = 0
+        # With a controller: the SyncStateSet it accepted (master included). Only these members' acks count,
+        # so whichever of them is elected next holds every acknowledged byte. None: no controller.
+        self.accepted: frozenset[str] | None = None
 
     # -- what the slaves hold ----------------------------------------------------------------------------
     def on_slave_offset(self, slave: str, offset: int, master_max_offset: int, now_ms: int) -> None:
@@ -80,7 +83,7 @@ class GroupTransferService:
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
         if not any(s.connected for s in self.slaves.values()):
             return TransferDone(request_id, ResponseCode.SLAVE_NOT_AVAILABLE, end_offset)
-        if 1 + len(self.in_sync(now_ms)) < self.min_in_sync_replicas:
+        if self._in_sync_count(now_ms) < self.min_in_sync_replicas:
             return TransferDone(request_id, ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, end_offset)
         if self._acks(end_offset) + 1 >= self.min_in_sync_replicas:
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
@@ -105,6 +108,12 @@ class GroupTransferService:
         self._waiting.clear()
         return out
 
+    def _in_sync_count(self, now_ms: int) -> int:
+        if self.accepted is not None:
+            return len(self.accepted)
+        return 1 + len(self.in_sync(now_ms))
+
     def _acks(self, end_offset: int) -> int:
         # (a slave that reported the bytes holds them, whether or not its connection is still up)
-        return sum(1 for s in self.slaves.values() if s.offset >= end_offset)
+        return sum(1 for n, s in self.slaves.items() if s.offset >= end_offset
+                   and (self.accepted is None or n in self.accepted))

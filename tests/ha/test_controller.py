@@ -1,0 +1,79 @@
+"""The master/slave controller (quorumlog/ha/controller.py): elections from the SyncStateSet with the highest
+(epoch, max offset), a new epoch each time, the old master's lease over before anyone else is elected, unclean
+elections only when enabled, hand switches; and SYNC_MASTER counting only the accepted set's acks."""
+
+from __future__ import annotations
+
+from quorumlog.codes import ResponseCode
+from quorumlog.ha.controller import Elected, HAController
+from quorumlog.ha.transfer import GroupTransferService
+
+M = ["n0", "n1", "n2"]
+
+
+def _all(c: HAController, now: int, offsets=(0, 0, 0), epoch: int = 0) -> dict:
+    return {m: c.on_heartbeat(m, now, epoch, off) for m, off in zip(M, offsets)}
+
+
+def test_bootstrap_then_the_silent_masters_best_in_sync_member_takes_over_after_its_lease():
+    c = HAController(M, master_timeout_ms=300, lease_ms=200)
+    _all(c, 0)
+    first = c.tick(0)
+    assert first is not None and first.epoch == 1 and c.master == first.master
+    lease = c.on_heartbeat(first.master, 10, 1, 100)
+    assert lease == 210
+    others = [m for m in M if m != first.master]
+    assert c.alter_sync_state_set(first.master, 1, {first.master, *others})
+    assert not c.alter_sync_state_set(others[0], 1, set(M))  # only the master changes it
+    for t in range(20, 400, 20):  # the master goes silent; the others keep heartbeating
+        c.on_heartbeat(others[0], t, 1, 90)
+        c.on_heartbeat(others[1], t, 1, 100)
+        got = c.tick(t)
+        if t <= 310:
+            assert got is None, t  # not before master_timeout (and so not before its lease ended)
+        elif got is not None:
+            assert got == Elected(others[1], 2) and c.sync_state_set == {others[1]}  # highest max offset
+            break
+    else:
+        raise AssertionError("no election")
+    assert c.on_heartbeat(first.master, 500, 1, 120) is None  # the old master gets no lease any more
+
+
+def test_no_clean_candidate_no_election_unless_unclean_is_enabled():
+    for unclean in (False, True):
+        c = HAController(M, master_timeout_ms=300, lease_ms=200, enable_elect_unclean=unclean)
+        _all(c, 0)
+        m = c.tick(0).master
+        c.on_heartbeat(m, 0, 1, 100)  # its set is just itself: nobody else is in sync
+        others = [x for x in M if x != m]
+        for x in others:
+            c.on_heartbeat(x, 400, 1, 50)
+        got = c.tick(400)
+        assert (got is not None and not got.clean and got.master in others) if unclean else got is None
+
+
+def test_a_hand_switch_waits_for_the_masters_lease():
+    c = HAController(M, master_timeout_ms=300, lease_ms=200)
+    _all(c, 0)
+    m = c.tick(0).master
+    to = next(x for x in M if x != m)
+    c.alter_sync_state_set(m, 1, set(M))
+    c.on_heartbeat(m, 50, 1, 10)  # lease to 250
+    c.request_switch(to)
+    assert c.on_heartbeat(m, 100, 1, 10) is None  # no renewal while switching
+    _all(c, 100, (10, 10, 10), 1)
+    assert c.tick(240) is None
+    assert c.tick(250) == Elected(to, 2)
+
+
+def test_sync_master_counts_only_the_accepted_sets_acks():
+    g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=1_000)
+    g.on_slave_offset("n1", 100, 100, 0)
+    g.on_slave_offset("n2", 100, 100, 0)
+    g.accepted = frozenset({"n0", "n2"})
+    assert g.request(1, 100, 0).code == ResponseCode.SUCCESS  # n2 holds it
+    g.on_slave_offset("n1", 200, 200, 1)
+    assert g.request(2, 200, 1) is None  # n1 holds 200 but is not in the accepted set
+    assert [d.code for d in g.poll(1_001)] == [ResponseCode.FLUSH_SLAVE_TIMEOUT]
+    g.accepted = frozenset({"n0"})
+    assert g.request(3, 200, 2).code == ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
