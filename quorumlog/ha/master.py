@@ -31,6 +31,10 @@ class HAConfig:
     heartbeat_interval_ms: int = 5_000  # RocketMQ haSendHeartbeatInterval
     housekeeping_ms: int = 20_000  # RocketMQ haHousekeepingInterval
     max_unacked_bytes: int = 4 * 1024 * 1024  # bytes sent beyond the slave's last report (bounds buffering)
+    # An empty slave starts at the master's current segment (RocketMQ's way: recent data, fast) or, False,
+    # at the first byte the master holds: what a member must hold to be elected master without losing
+    # acknowledged history (a group with a controller runs so).
+    empty_slave_from_current_segment: bool = True
 
 
 class HAConnection:
@@ -60,7 +64,9 @@ class HAConnection:
             return [Reset(start)]
         if self.slave_request_offset < 0:
             self.slave_request_offset = m.offset
-            self.next_transfer_from_where = m.offset if m.offset > 0 else max(start, self.log.segment_start(end))
+            from_segment = self.config.empty_slave_from_current_segment
+            self.next_transfer_from_where = m.offset if m.offset > 0 else (
+                max(start, self.log.segment_start(end)) if from_segment else start)
             if m.offset == 0 and self.next_transfer_from_where > 0:
                 return [Reset(self.next_transfer_from_where)]
         self.slave_ack_offset = max(self.slave_ack_offset, m.offset)

@@ -1,0 +1,328 @@
+"""Master/slave groups with the controller in the deterministic simulator: switches.
+
+    python -m quorumlog.sim.ha_switch --seeds 500 [--start S] [--seed S --trace] [--bug no_lease|no_truncate]
+
+Three members and the controller (quorumlog/ha/controller.py). Every member heartbeats the controller; the
+master holds a lease and accepts SYNC_MASTER writes (min_in_sync_replicas 2) only under it; slaves pull
+from the master they know (HAClient / HAConnection), truncating to the consistent point of the epoch entries
+first (ha/epochs.py). Faults: kill -9 of the master or a slave (restarted later: an old master comes back as
+a slave), a member isolated from everyone (the controller too) for a while.
+
+Checker: never two members writable at one instant; at every election the new master holds every byte
+acknowledged so far, and so does the final master; after healing every member converges to the master's log
+and a new write is acknowledged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass, field
+
+from ..codes import ResponseCode
+from ..ha import GroupTransferService, HAClient, HAConnection, MemoryHALog
+from ..ha.controller import HAController
+from ..ha.epochs import EpochCache, consistent_point
+from ..ha.master import HAConfig
+from ..ha.messages import Drop, SlaveReport
+
+PLANTED = ("no_lease", "no_truncate")
+MEMBERS = ("m0", "m1", "m2")
+STEP_MS = 5
+HEARTBEAT_MS = 50
+
+
+class Violation(Exception):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+@dataclass
+class Member:
+    name: str
+    log: MemoryHALog = field(default_factory=lambda: MemoryHALog(segment_bytes=2_048))
+    epochs: EpochCache = field(default_factory=EpochCache)
+    alive: bool = True
+    isolated: bool = False
+    known_master: str | None = None
+    known_epoch: int = 0
+    lease_until: int = 0
+    last_heartbeat: int = -HEARTBEAT_MS
+    gts: GroupTransferService | None = None  # while it is master
+    conns: dict = field(default_factory=dict)  # master side: slave -> HAConnection
+    client: HAClient | None = None  # slave side
+    upstream: str | None = None  # the master it pulls from
+    to_master: list = field(default_factory=list)
+    to_slave: list = field(default_factory=list)
+
+    @property
+    def reachable(self) -> bool:
+        return self.alive and not self.isolated
+
+
+class HASwitchSim:
+    def __init__(self, seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> None:
+        self.rng = random.Random(seed)
+        self.bugs = bugs
+        self.trace = trace
+        self.now = 0
+        self.cfg = HAConfig(transfer_batch_bytes=512, heartbeat_interval_ms=100, housekeeping_ms=600,
+                            max_unacked_bytes=4_096, empty_slave_from_current_segment=False)
+        self.m = {n: Member(n) for n in MEMBERS}
+        self.ctl = HAController(list(MEMBERS), master_timeout_ms=400, lease_ms=250)
+        self.acked: list[tuple[int, bytes]] = []  # (start offset, bytes) of every acknowledged write
+        self.pending: dict[int, tuple[str, int, bytes]] = {}  # rid -> (master, start, data)
+        self.next_rid = 0
+        self.last: tuple[int, ResponseCode] | None = None
+        self.elections = 0
+        self.faults_until = 0
+        self.restart_at: dict[str, int] = {}
+
+    def log(self, text: str) -> None:
+        if self.trace:
+            self.trace(f"{self.now:7d} {text}")
+
+    # -- roles -----------------------------------------------------------------------------------------
+    def _learn(self, x: Member) -> None:
+        """What a member hears from the controller (at each heartbeat, when it can reach it)."""
+        master, epoch = self.ctl.master, self.ctl.epoch
+        if epoch == x.known_epoch:
+            return
+        x.known_master, x.known_epoch = master, epoch
+        self._disconnect(x)
+        x.gts = None
+        if master == x.name:
+            if x.epochs.last_epoch != epoch:  # (a master restarted within its own epoch continues it)
+                x.epochs.begin(epoch, x.log.max_offset())
+            x.gts = GroupTransferService(2, slave_timeout_ms=500, not_catchup_ms=800)
+            x.gts.accepted = self.ctl.sync_state_set
+            self.log(f"{x.name} is master, epoch {epoch}, from offset {x.log.max_offset()}")
+
+    def _heartbeat(self, x: Member) -> None:
+        if not x.reachable or self.now - x.last_heartbeat < HEARTBEAT_MS:
+            return
+        x.last_heartbeat = self.now
+        lease = self.ctl.on_heartbeat(x.name, self.now, x.epochs.last_epoch, x.log.max_offset())
+        self._learn(x)
+        if lease is not None and x.known_master == x.name:
+            x.lease_until = lease
+        if x.gts is not None and x.known_master == x.name:  # grow / shrink the SyncStateSet
+            want = frozenset({x.name, *x.gts.in_sync(self.now)})
+            if want != self.ctl.sync_state_set and self.ctl.alter_sync_state_set(x.name, x.known_epoch, want):
+                x.gts.accepted = want
+
+    def _writable(self, x: Member) -> bool:
+        return x.alive and x.gts is not None and x.known_master == x.name and (
+            "no_lease" in self.bugs or self.now < x.lease_until)
+
+    # -- connections -----------------------------------------------------------------------------------
+    def _disconnect(self, s: Member) -> None:
+        if s.upstream is not None:
+            up = self.m[s.upstream]
+            up.conns.pop(s.name, None)
+            if up.gts is not None:
+                up.gts.on_slave_gone(s.name)
+        s.upstream, s.client, s.to_master, s.to_slave = None, None, [], []
+
+    def _connect(self, s: Member) -> None:
+        up = self.m[s.known_master]  # type: ignore[index]
+        if s.known_master == s.name or not (s.reachable and up.reachable and up.gts is not None
+                                            and up.known_epoch == s.known_epoch):
+            return
+        cp = consistent_point(s.epochs, s.log.max_offset(), up.epochs, up.log.max_offset())
+        if "no_truncate" in self.bugs:  # PLANTED BUG: keep a diverged tail, pull after it
+            cp = min(s.log.max_offset(), up.log.max_offset())
+        if cp < s.log.max_offset():
+            self.log(f"{s.name} truncates {s.log.max_offset()} -> {cp} (epochs {s.epochs.entries})")
+        s.log.truncate(cp)
+        s.epochs.truncate(cp)
+        if s.log.max_offset() < up.log.min_offset():
+            s.log.reset(up.log.min_offset())
+        s.upstream = up.name
+        s.client = HAClient(s.log, self.cfg, self.now)
+        up.conns[s.name] = HAConnection(s.name, up.log, self.cfg, self.now)
+        self._to_master(s, s.client.on_connected(self.now))
+
+    def _to_master(self, s: Member, msgs: list) -> None:
+        for msg in msgs:
+            if isinstance(msg, Drop):
+                return self._disconnect(s)
+            s.to_master.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
+
+    def _to_slave(self, s: Member, msgs: list) -> None:
+        for msg in msgs:
+            if isinstance(msg, Drop):
+                return self._disconnect(s)
+            s.to_slave.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
+
+    def _move(self, s: Member) -> None:
+        up = self.m[s.upstream] if s.upstream else None
+        if up is None or not (s.reachable and up.reachable) or up.known_epoch != s.known_epoch:
+            return self._disconnect(s)
+        conn = up.conns.get(s.name)
+        if conn is None:
+            return self._disconnect(s)
+        while s.upstream and s.to_master and s.to_master[0][0] <= self.now:
+            _, msg = s.to_master.pop(0)
+            assert isinstance(msg, SlaveReport)
+            out = conn.on_report(msg, self.now)
+            if conn.slave_ack_offset >= 0 and up.gts is not None:
+                up.gts.on_slave_offset(s.name, conn.slave_ack_offset, up.log.max_offset(), self.now)
+            self._to_slave(s, out)
+        while s.upstream and s.to_slave and s.to_slave[0][0] <= self.now:
+            _, msg = s.to_slave.pop(0)
+            before = s.log.max_offset()
+            out = s.client.on_message(msg, self.now)  # type: ignore[union-attr]
+            after = s.log.max_offset()
+            for e in up.epochs.entries:  # the epoch entries of the bytes it just got (the runtime sends them)
+                if before <= e.start_offset < after:
+                    s.epochs.begin(e.epoch, e.start_offset)
+            self._to_master(s, out)
+        if s.upstream:
+            self._to_slave(s, conn.poll(self.now))
+            self._to_master(s, s.client.poll(self.now))  # type: ignore[union-attr]
+
+    # -- the run ---------------------------------------------------------------------------------------
+    def _write(self) -> None:
+        writers = [x for x in self.m.values() if self._writable(x)]
+        if len(writers) > 1:
+            raise Violation("two_writable_masters", f"{[(x.name, x.known_epoch) for x in writers]}")
+        if not writers:
+            return
+        x = writers[0]
+        data = bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(1, 200)))
+        start = x.log.max_offset()
+        x.log.append(start, data)
+        self.next_rid += 1
+        self.pending[self.next_rid] = (x.name, start, data)
+        done = x.gts.request(self.next_rid, x.log.max_offset(), self.now)  # type: ignore[union-attr]
+        if done is not None:
+            self._done(done)
+
+    def _done(self, d) -> None:
+        master, start, data = self.pending.pop(d.request_id)
+        self.last = (d.request_id, d.code)
+        if d.code == ResponseCode.SUCCESS:
+            self.acked.append((start, data))
+
+    def _check_holds_acked(self, x: Member, when: str) -> None:
+        for start, data in self.acked:
+            if x.log.max_offset() < start + len(data) or x.log.read(start, len(data)) != data:
+                raise Violation("acked_lost", f"{when}: {x.name} lacks the acknowledged bytes {start}.."
+                                              f"{start + len(data)} (holds up to {x.log.max_offset()})")
+
+    def _fault(self) -> None:
+        master = self.ctl.master
+        x = self.m[master if master and self.rng.random() < 0.6 else self.rng.choice(MEMBERS)]
+        hold = self.rng.randint(200, 2_000)
+        if self.rng.random() < 0.6 and x.alive:
+            x.alive = False
+            for s in self.m.values():
+                if s.upstream == x.name or s is x:
+                    self._disconnect(s)
+            x.gts, x.conns, x.known_epoch, x.known_master, x.lease_until = None, {}, 0, None, 0
+            self.restart_at[x.name] = self.now + hold
+            self.log(f"kill -9 {x.name} for {hold} ms")
+        else:
+            x.isolated = True
+            self.restart_at[x.name] = self.now + hold
+            self.log(f"isolate {x.name} for {hold} ms")
+        self.faults_until = max(self.faults_until, self.now + hold)
+
+    def _heal(self, force: bool = False) -> None:
+        for name, at in list(self.restart_at.items()):
+            if force or self.now >= at:
+                x = self.m[name]
+                if not x.alive:
+                    self.log(f"{name} restarts")
+                x.alive, x.isolated = True, False
+                del self.restart_at[name]
+
+    def _step(self) -> None:
+        self.now += STEP_MS
+        self._heal()
+        for x in self.m.values():
+            self._heartbeat(x)
+        e = self.ctl.tick(self.now)
+        if e is not None:
+            self.elections += 1
+            self.log(f"controller elects {e.master}, epoch {e.epoch}")
+            self._check_holds_acked(self.m[e.master], f"election of {e.master} (epoch {e.epoch})")
+        for x in self.m.values():
+            if x.reachable and x.known_master and x.known_master != x.name and x.upstream is None:
+                self._connect(x)
+            if x.upstream:
+                self._move(x)
+            if x.gts is not None:
+                for d in x.gts.poll(self.now):
+                    self._done(d)
+
+    def run(self, steps: int = 3_000) -> None:
+        for _ in range(steps):
+            if self.rng.random() < 0.3:
+                self._write()
+            if self.rng.random() < 0.003 and not self.restart_at:
+                self._fault()
+            self._step()
+        self._heal(force=True)
+        for _ in range(2_000):  # 10 s healed
+            self._step()
+            master = self.m.get(self.ctl.master or "")
+            if master is not None and master.gts is not None and all(
+                    x.log.max_offset() == master.log.max_offset() for x in self.m.values()) and not self.pending:
+                break
+        master = self.m[self.ctl.master]  # type: ignore[index]
+        self._check_holds_acked(master, "the end")
+        for x in self.m.values():
+            if x.log.max_offset() != master.log.max_offset() or \
+                    x.log.read(x.log.min_offset(), x.log.max_offset()) != \
+                    master.log.read(x.log.min_offset(), x.log.max_offset() - x.log.min_offset()):
+                raise Violation("not_converged", f"{x.name} ({x.log.max_offset()}) differs from master "
+                                                 f"{master.name} ({master.log.max_offset()}) 10 s after healing")
+        for _ in range(200):  # back in the SyncStateSet, then a write is acknowledged
+            self._step()
+        self._write()
+        for _ in range(400):
+            if not self.pending:
+                break
+            self._step()
+        if self.last is None or self.last[0] != self.next_rid or self.last[1] != ResponseCode.SUCCESS:
+            raise Violation("liveness", f"the write after healing ended {self.last}")
+
+
+def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Violation | None:
+    try:
+        HASwitchSim(seed, bugs, trace).run()
+    except Violation as v:
+        return v
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m quorumlog.sim.ha_switch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=200)
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--trace", action="store_true")
+    p.add_argument("--bug", action="append", default=[], choices=PLANTED)
+    a = p.parse_args(argv)
+    bugs = frozenset(a.bug)
+    if a.seed is not None:
+        v = run_seed(a.seed, bugs, print if a.trace else None)
+        print(f"seed {a.seed}: {v or 'ok'}")
+        return 1 if v else 0
+    failures = 0
+    for seed in range(a.start, a.start + a.seeds):
+        v = run_seed(seed, bugs)
+        if v is not None:
+            failures += 1
+            print(f"FAIL seed={seed}: {v}\n  replay: python -m quorumlog.sim.ha_switch --seed {seed} --trace")
+    print(f"ha_switch seeds={a.seeds} from {a.start} violations={failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
