@@ -1,0 +1,129 @@
+"""A topic message inside a log entry (RocketMQ's message model, as DLedgerCommitLog stores it, compact):
+
+    magic b"QLM" | version u8 | flags u32 | queue_id u16 | born_timestamp_ms i64
+    | topic (u8 length) | key (u16 length) | tags (u16 length)
+    | properties: count u16, each key (u16 length) value (u16 length), UTF-8
+    | body (the rest of the entry)
+
+An entry is a message if it starts with the magic and parses whole; anything else is a raw entry, so raw-log
+readers and writers keep working on the same groups. The queue offset is not in the entry: it is assigned
+when the committed entry is dispatched to its queue's consume queue (consume_queue.py), in log order, so it is
+dense per queue and the same on every replica and after every failover. `store_timestamp` is the entry's own
+timestamp (the leader's clock when it appended it).
+
+Limits, checked where the message is made (the producer's side) and again where it is parsed: topic
+1..127 characters of `[A-Za-z0-9_%|-]` (RocketMQ's), key ≤ 1 KiB, tags ≤ 255 bytes, properties ≤ 32 KiB
+in all (RocketMQ's Short.MAX_VALUE), the whole message ≤ `max_message_bytes` (RocketMQ's maxMessageSize,
+4 MiB).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from ..errors import BadRequest, EntryTooLarge
+
+MAGIC = b"QLM"
+VERSION = 1
+_HEAD = struct.Struct(">3sBIHq")
+_U8, _U16 = struct.Struct(">B"), struct.Struct(">H")
+TOPIC_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
+MAX_KEY_BYTES = 1024
+MAX_TAGS_BYTES = 255
+MAX_PROPERTIES_BYTES = 32 * 1024 - 1
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_QUEUE_ID = 0xFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    key: str = ""
+    tags: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+    born_timestamp_ms: int = 0
+    flags: int = 0
+
+    @property
+    def tag_hash(self) -> int:
+        return tag_hash(self.tags)
+
+
+def tag_hash(tags: str) -> int:
+    """The consume queue's tag code: what a node filters on (a client filters again on the exact tag)."""
+    return crc32c(tags.encode()) if tags else 0
+
+
+def _short(text: str, limit: int, what: str, size: struct.Struct = _U16) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) > limit:
+        raise BadRequest(f"{what} is {len(raw)} bytes, more than {limit}")
+    return size.pack(len(raw)) + raw
+
+
+def encode(m: Message, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> bytes:
+    """The entry body for m. Raises BadRequest (a malformed field) or EntryTooLarge."""
+    if not TOPIC_RE.match(m.topic or ""):
+        raise BadRequest(f"topic {m.topic!r}: 1..127 characters of letters, digits, _ % | -")
+    if not 0 <= m.queue_id <= MAX_QUEUE_ID:
+        raise BadRequest(f"queue_id {m.queue_id} outside 0..{MAX_QUEUE_ID}")
+    if not 0 <= m.flags < 1 << 32:
+        raise BadRequest(f"flags {m.flags} outside 32 bits")
+    props = [_U16.pack(len(m.properties))]
+    for k, v in m.properties.items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k:
+            raise BadRequest(f"property {k!r}: keys and values are strings, keys not empty")
+        props += [_short(k, MAX_PROPERTIES_BYTES, "a property key"), _short(v, MAX_PROPERTIES_BYTES, "a property")]
+    props_raw = b"".join(props)
+    if len(props_raw) > MAX_PROPERTIES_BYTES:
+        raise BadRequest(f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_BYTES}")
+    out = b"".join((_HEAD.pack(MAGIC, VERSION, m.flags, m.queue_id, m.born_timestamp_ms),
+                    _short(m.topic, 127, "topic", _U8), _short(m.key, MAX_KEY_BYTES, "key"),
+                    _short(m.tags, MAX_TAGS_BYTES, "tags"), props_raw, bytes(m.body)))
+    if len(out) > max_message_bytes:
+        raise EntryTooLarge(f"message of {len(out)} bytes is over max_message_bytes {max_message_bytes}")
+    return out
+
+
+def decode(entry: bytes | memoryview) -> Message | None:
+    """The message in an entry body, or None if the entry is not one (a raw entry, or damaged)."""
+    p = memoryview(entry)
+    if len(p) < _HEAD.size or bytes(p[:3]) != MAGIC:
+        return None
+    try:
+        magic, version, flags, queue_id, born = _HEAD.unpack_from(p)
+        if version != VERSION:
+            return None
+        pos = _HEAD.size
+        (n,) = _U8.unpack_from(p, pos)
+        topic, pos = str(p[pos + 1:pos + 1 + n], "utf-8"), pos + 1 + n
+        texts = []
+        for _ in range(2):
+            (n,) = _U16.unpack_from(p, pos)
+            if pos + 2 + n > len(p):
+                return None
+            texts.append(str(p[pos + 2:pos + 2 + n], "utf-8"))
+            pos += 2 + n
+        (count,) = _U16.unpack_from(p, pos)
+        pos += 2
+        props = {}
+        for _ in range(count):
+            kv = []
+            for _ in range(2):
+                (n,) = _U16.unpack_from(p, pos)
+                if pos + 2 + n > len(p):
+                    return None
+                kv.append(str(p[pos + 2:pos + 2 + n], "utf-8"))
+                pos += 2 + n
+            props[kv[0]] = kv[1]
+        if not TOPIC_RE.match(topic):
+            return None
+        return Message(topic, bytes(p[pos:]), queue_id, texts[0], texts[1], props, born, flags)
+    except (struct.error, UnicodeDecodeError):
+        return None
