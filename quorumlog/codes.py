@@ -77,6 +77,12 @@ class ResponseCode(IntEnum):
     FLUSH_SLAVE_TIMEOUT = 1400
     SLAVE_NOT_AVAILABLE = 1401
     IN_SYNC_REPLICAS_NOT_ENOUGH = 1402
+    # Topics and consumer groups (INTERFACES.md "Topics, queues and consumer groups"): a pull or commit from
+    # a generation that is no longer current (Kafka's name); a topic that does not exist (RocketMQ's);
+    # a consumer offset below what retention kept (RocketMQ's OFFSET_TOO_SMALL).
+    ILLEGAL_GENERATION = 1500
+    TOPIC_NOT_EXIST = 1501
+    OFFSET_TOO_SMALL = 1502
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

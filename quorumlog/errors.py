@@ -64,6 +64,9 @@ Unauthorized = _error("Unauthorized", ResponseCode.UNAUTHORIZED, False)
 FlushSlaveTimeout = _error("FlushSlaveTimeout", ResponseCode.FLUSH_SLAVE_TIMEOUT, True)
 SlaveNotAvailable = _error("SlaveNotAvailable", ResponseCode.SLAVE_NOT_AVAILABLE, True)
 InSyncReplicasNotEnough = _error("InSyncReplicasNotEnough", ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, True)
+IllegalGeneration = _error("IllegalGeneration", ResponseCode.ILLEGAL_GENERATION, False)
+TopicNotExist = _error("TopicNotExist", ResponseCode.TOPIC_NOT_EXIST, False)
+OffsetTooSmall = _error("OffsetTooSmall", ResponseCode.OFFSET_TOO_SMALL, False)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls
@@ -74,6 +77,6 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
         NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
         NotEnoughBookies, LedgerRecoveryFailed, Unauthorized, FlushSlaveTimeout, SlaveNotAvailable,
-        InSyncReplicasNotEnough,
+        InSyncReplicasNotEnough, IllegalGeneration, TopicNotExist, OffsetTooSmall,
     )
 }

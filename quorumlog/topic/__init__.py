@@ -1,4 +1,5 @@
 """Topics, queues and consumer groups on the log (RocketMQ's message model; issue 16), started: the message
-layout inside a log entry (`message.py`) and the consume queue built by dispatching committed entries
-(`consume_queue.py`). Not yet: placement of queues over groups, the node's dispatcher and pull path, the
-producer and consumer clients, consumer-group offsets and rebalance, the CLI and Spark by topic."""
+layout inside a log entry (`message.py`), the consume queue built by dispatching committed entries
+(`consume_queue.py`) and a consumer group's members and queue owners with generations
+(`group_coordinator.py`). Not yet: placement of queues over groups, the node's dispatcher and pull path, the
+producer and consumer clients, committed offsets in `_meta`, the CLI and Spark by topic."""
