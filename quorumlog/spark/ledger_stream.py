@@ -15,7 +15,8 @@ import math
 from typing import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from ..ledger.metadata import LedgerMetadata
 from .arrow import SCHEMA
@@ -43,14 +44,28 @@ def _client(opts: SourceOptions):
     return LedgerClient(opts.peers, timeout_ms=opts.timeout_ms, token=opts.token, tls_ca=opts.tls_ca)
 
 
-async def _plan(opts: SourceOptions) -> list[LedgerRunPartition]:
+async def _extent(opts: SourceOptions):
     from ..client.ledger_stream import stream_extent
 
     async with _client(opts) as lc:
-        extent = await stream_extent(lc, opts.ledger_stream)
-    end_all = max((x.first_offset + last + 1 for x, _, last in extent), default=0)
+        return await stream_extent(lc, opts.ledger_stream)
+
+
+def _readable_end(extent) -> int:
+    """One past the last acknowledged offset: closed ledgers whole, the open one up to its LAC."""
+    return max((x.first_offset + last + 1 for x, _, last in extent), default=0)
+
+
+async def _plan(opts: SourceOptions) -> list[LedgerRunPartition]:
+    extent = await _extent(opts)
+    end_all = _readable_end(extent)
     start = {EARLIEST: 0, LATEST: end_all}.get(opts.starting_index, opts.starting_index)
     end = end_all if opts.ending_index == LATEST else min(int(opts.ending_index), end_all)
+    return _cut(opts, extent, int(start), int(end))
+
+
+def _cut(opts: SourceOptions, extent, start: int, end: int) -> list[LedgerRunPartition]:
+    """Offsets [start, end) as runs of one ledger's entries of about maxBytesPerPartition each."""
     parts: list[LedgerRunPartition] = []
     for x, md, last in extent:
         lo, hi = max(start - x.first_offset, 0), min(last, end - 1 - x.first_offset)
@@ -105,6 +120,57 @@ def read_run(opts: SourceOptions, p: LedgerRunPartition) -> Iterator[pa.RecordBa
     finally:
         loop.run_until_complete(it.aclose())
         loop.close()
+
+
+class LedgerStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """readStream of a ledger stream: offsets {"offset": N} (the next stream offset to read). A micro-batch is
+    [start, end) of acknowledged offsets, which never change (closed ledgers are immutable, and a recovery
+    closes the open one at or after its last add confirmed), so a replay reads exactly the same entries."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        if opts.read_from != "leader":
+            raise OptionError("option readFrom does not apply to a ledgerStream (entries are read from bookies)")
+        self.opts = opts
+        self._available_now_end: int | None = None  # Trigger.AvailableNow's target (exclusive)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = _readable_end(asyncio.run(_extent(self.opts)))
+
+    def initialOffset(self) -> dict:
+        start = self.opts.starting_index
+        if start == EARLIEST:
+            return {"offset": 0}
+        if start == LATEST:
+            return {"offset": _readable_end(asyncio.run(_extent(self.opts)))}
+        return {"offset": int(start)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_records_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = int(start["offset"])
+        end = _readable_end(asyncio.run(_extent(self.opts)))
+        if self._available_now_end is not None:
+            end = min(end, self._available_now_end)
+        if self.opts.ending_index not in (EARLIEST, LATEST):
+            end = min(end, int(self.opts.ending_index))
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        return {"offset": max(begin, end)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo, hi = int(start["offset"]), int(end["offset"])
+        if hi <= lo:
+            return []
+        return _cut(self.opts, asyncio.run(_extent(self.opts)), lo, hi)
+
+    def read(self, partition: LedgerRunPartition) -> Iterator[pa.RecordBatch]:
+        return read_run(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # ledgers are kept until deleted, not by consumer progress
 
 
 class LedgerStreamBatchReader(DataSourceReader):

@@ -38,9 +38,14 @@ class QuorumLogDataSource(DataSource):
         return QuorumLogBatchReader(opts)
 
     def streamReader(self, schema):
+        opts = self._opts()
+        if opts.ledger_stream is not None:
+            from .ledger_stream import LedgerStreamStreamReader
+
+            return LedgerStreamStreamReader(opts)
         from .stream import QuorumLogStreamReader
 
-        return QuorumLogStreamReader(_group_only(self._opts(), "a streaming read"))
+        return QuorumLogStreamReader(opts)
 
     def writer(self, schema, overwrite: bool):
         from .write import QuorumLogWriter
@@ -57,7 +62,7 @@ class QuorumLogDataSource(DataSource):
 
 def _group_only(opts: SourceOptions, what: str) -> SourceOptions:
     if opts.ledger_stream is not None:
-        raise OptionError(f"option ledgerStream: {what} of a ledger stream is not supported yet (batch reads are; "
+        raise OptionError(f"option ledgerStream: {what} of a ledger stream is not supported yet (reads are; "
                           f"write with quorumlog.LedgerClient.open_stream_writer)")
     return opts
 

@@ -56,3 +56,34 @@ def test_a_ledger_stream_rolls_is_fenced_by_a_new_writer_and_reads_in_spark(spar
     assert [r["index"] for r in part] == list(range(290, 310))
     with pytest.raises(Exception, match="no ledger stream named"):
         spark.read.format("quorumlog").option("peers", cluster.peers).option("ledgerStream", "nope").load().collect()
+
+
+def test_a_ledger_stream_streams_each_acknowledged_entry_once_while_its_writer_goes_on(spark, cluster, tmp_path):
+    async def write(w, first: int, n: int) -> dict[int, bytes]:
+        return {await w.add(b"ev-%05d" % i): b"ev-%05d" % i for i in range(first, first + n)}
+
+    def query():
+        return (spark.readStream.format("quorumlog").option("peers", cluster.peers).option("ledgerStream", "events")
+                .option("maxRecordsPerTrigger", 50).load()
+                .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+
+    async def main():
+        async with LedgerClient(cluster.peers) as lc:
+            w = await lc.open_stream_writer("events", roll_bytes=600)
+            acked = await write(w, 0, 120)
+            q = query()
+            assert q.awaitTermination(180)
+            sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+            # the writer is idle: its last entry becomes visible with the next add's last-add-confirmed
+            assert sizes == [50, 50, 19]  # maxRecordsPerTrigger holds across ledgers
+            acked.update(await write(w, 120, 80))  # the writer goes on
+            await w.close()  # (closing makes its last entry visible too)
+            q = query()  # the same checkpoint: it resumes after offset 118
+            assert q.awaitTermination(180)
+            return acked
+
+    acked = asyncio.run(main())
+    rows = spark.read.parquet(str(tmp_path / "out")).orderBy("index").collect()
+    assert [r["index"] for r in rows] == list(range(200))  # each once, none missing
+    assert {r["index"]: bytes(r["body"]) for r in rows} == acked
