@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT_MS = 10_000
 DEFAULT_BOOKIE_TIMEOUT_MS = 5_000  # BookKeeper addEntryTimeout is 10 s; a silent bookie is replaced sooner
 READ_AHEAD = 64  # entries read at once (BookKeeper's readahead batches)
+# An idle writer tells its last ensemble its last add confirmed after this long, so readers see its last entry
+# without waiting for the next add (BookKeeper's explicitLacInterval, off by default there). 0: never.
+DEFAULT_EXPLICIT_LAC_INTERVAL_MS = 100
 METADATA_ATTEMPTS = 5  # compare-and-set retries of one metadata change
 
 
@@ -50,8 +53,9 @@ class LedgerEntry:
 class LedgerClient:
     def __init__(self, peers: str | dict[str, Address], *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  bookie_timeout_ms: int = DEFAULT_BOOKIE_TIMEOUT_MS, token: str | None = None,
-                 tls_ca: str | None = None) -> None:
+                 tls_ca: str | None = None, explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS) -> None:
         nodes = parse_peers(peers) if isinstance(peers, str) else dict(peers)
+        self.explicit_lac_interval_ms = explicit_lac_interval_ms
         if not nodes:
             raise ValueError("peers: no nodes")
         self.registry = LedgerRegistry(nodes, timeout_ms=timeout_ms, bookie_timeout_ms=bookie_timeout_ms,
@@ -76,7 +80,7 @@ class LedgerClient:
         lid = await self.registry.next_ledger_id()
         md = await self.registry.put(new_metadata(lid, bookies, write_quorum, ack_quorum))
         log.info("ledger created id=%d ensemble=%s W=%d A=%d", lid, bookies, write_quorum, ack_quorum)
-        return LedgerWriter(self.registry, md)
+        return LedgerWriter(self.registry, md, self.explicit_lac_interval_ms)
 
     async def open_ledger(self, ledger_id: int, recovery: bool = True) -> "LedgerReader":
         """recovery=True: fence the ledger, recover its last entries and close it (a writer still adding gets
@@ -148,9 +152,13 @@ class LedgerClient:
 class LedgerWriter:
     """The handle of a ledger this client created (BookKeeper's LedgerHandle): adds, then close."""
 
-    def __init__(self, registry: LedgerRegistry, md: LedgerMetadata) -> None:
+    def __init__(self, registry: LedgerRegistry, md: LedgerMetadata,
+                 explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS) -> None:
         self.registry = registry
         self.core = LedgerWriterCore(md)
+        self._explicit_lac_interval_ms = explicit_lac_interval_ms
+        self._lac_sent = -1  # the last add confirmed the bookies were told (on an add or explicitly)
+        self._lac_timer: asyncio.TimerHandle | None = None
         self._waiters: dict[int, asyncio.Future] = {}
         self._next_request = 0
         self._tasks: set[asyncio.Task] = set()
@@ -210,6 +218,29 @@ class LedgerWriter:
             asyncio.get_running_loop().call_soon(self._flush)
         for r in requests:
             self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
+        if messages:
+            self._lac_sent = max(self._lac_sent, messages[-1].lac)  # (every add carries it)
+        core = self.core
+        if self._explicit_lac_interval_ms and core.lac > self._lac_sent and not core.pending \
+                and core.error is None and self._lac_timer is None:
+            self._lac_timer = asyncio.get_running_loop().call_later(self._explicit_lac_interval_ms / 1000,
+                                                                    self._explicit_lac)
+
+    def _explicit_lac(self) -> None:
+        self._lac_timer = None
+        core = self.core
+        if core.pending or core.error is not None or core.lac <= self._lac_sent:
+            return  # adds resumed (they carry it), or nothing new, or the ledger is done
+        self._lac_sent = lac = core.lac
+        for bookie in core.md.last_ensemble:
+            self._spawn(self._write_lac(bookie, lac))
+
+    async def _write_lac(self, bookie: str, lac: int) -> None:
+        try:
+            await self.registry.call(bookie, BookieOpRequest(self.registry.request_id(), BookieOp.WRITE_LAC,
+                                                             self.ledger_id, lac=lac))
+        except (QuorumLogError, OSError) as e:  # best effort: readers then wait for the next add
+            log.debug("ledger %d: explicit LAC %d to %s failed: %s", self.ledger_id, lac, bookie, e)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -141,6 +141,16 @@ class BookieService:
             return refuse(ResponseCode.BAD_REQUEST, f"bad ledger {req.ledger_id} / entry {req.entry_id}")
         if req.op is BookieOp.ADD_BATCH:
             return self._add_batch(req, answer, refuse)
+        if req.op is BookieOp.WRITE_LAC:
+            st = self.storage.ledger_state(req.ledger_id)
+            if st is not None and (st.fenced or st.deleted):
+                return refuse(ResponseCode.LEDGER_FENCED if st.fenced else ResponseCode.NO_SUCH_LEDGER,
+                              f"ledger {req.ledger_id} is {'fenced' if st.fenced else 'deleted'}")
+            fut = self.storage.set_explicit_lac(req.ledger_id, req.lac)
+            loop = asyncio.get_running_loop()
+            fut.add_done_callback(lambda f: loop.call_soon_threadsafe(
+                answer, BookieOpResponse(rid, _code(f), req.op, req.ledger_id, lac=req.lac)))
+            return None
         try:
             if req.op is BookieOp.DELETE:
                 fut: Future = self.storage.delete_ledger(req.ledger_id)

@@ -90,6 +90,7 @@ class BookieOp(IntEnum):
     INFO = 4  # the bookie's state: JSON {bookie_id, instance_id, state, disk_used, ledgers}
     DELETE = 5  # drop a deleted ledger's entries (garbage collected later)
     ADD_BATCH = 6  # data = pack_adds([...]): several adds of one ledger to one bookie; answer pack_add_results
+    WRITE_LAC = 7  # lac: an idle writer's last add confirmed (BookKeeper's WriteLac, explicitLacInterval)
 
 
 FLAG_FENCE, FLAG_RECOVERY = 0x01, 0x02
