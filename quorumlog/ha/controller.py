@@ -2,7 +2,7 @@
 the master, its epoch and the SyncStateSet, and the election when the master goes silent.
 
     c = HAController(["n0", "n1", "n2"], master_timeout_ms=3_000, lease_ms=2_000)
-    c.on_heartbeat(member, now_ms, last_epoch, max_offset) -> lease end (for the master) or None
+    c.on_heartbeat(member, now_ms, last_epoch, max_offset, restarted=False) -> lease end (master) or None
     c.alter_sync_state_set(master, epoch, members) -> bool     # the master grows or shrinks its set
     c.tick(now_ms) -> Elected | None                            # the master silent past master_timeout_ms
     c.request_switch(to)        # `ha elect --to ID`: no more lease for the master; tick elects `to` after it
@@ -48,10 +48,17 @@ class HAController:
         self.heard: dict[str, _Heard] = {}
         self.lease_end_ms = 0  # the last lease granted to the master
         self.switching_to: str | None = None
+        self.master_restarted = False  # the master came back from a crash: elect again, it may have lost its tail
 
-    def on_heartbeat(self, member: str, now_ms: int, last_epoch: int, max_offset: int) -> int | None:
+    def on_heartbeat(self, member: str, now_ms: int, last_epoch: int, max_offset: int,
+                     restarted: bool = False) -> int | None:
+        """`restarted`: the member's first heartbeat since its process started. A master that crashed never
+        resumes its epoch: what it had not flushed is gone while its slaves may hold it and more, and they
+        would truncate to it (RocketMQ #2706). The controller elects again once its last lease ran out."""
         self.heard[member] = _Heard(now_ms, last_epoch, max_offset)
-        if member != self.master or self.switching_to is not None:
+        if restarted and member == self.master:
+            self.master_restarted = True
+        if member != self.master or self.switching_to is not None or self.master_restarted:
             return None
         self.lease_end_ms = now_ms + self.lease_ms
         return self.lease_end_ms
@@ -77,7 +84,7 @@ class HAController:
             if now_ms < self.lease_end_ms:
                 return None  # the master's last lease first runs out
             to = self.switching_to
-        elif self.master is not None and self.master in self._alive(now_ms):
+        elif self.master is not None and self.master in self._alive(now_ms) and not self.master_restarted:
             return None
         elif now_ms < self.lease_end_ms:
             return None  # (silent, but its lease is not over yet)
@@ -90,7 +97,9 @@ class HAController:
 
     def _elect(self, now_ms: int, to: str | None) -> Elected:
         alive = self._alive(now_ms)
-        alive.discard(self.master)  # type: ignore[arg-type]
+        if not self.master_restarted:
+            alive.discard(self.master)  # type: ignore[arg-type]  (silent, or handing over)
+        # (a master back from a crash may be elected again, with a new epoch, if its set has nobody better)
         clean = alive & self.sync_state_set if self.master is not None else alive
         pool, is_clean = (clean, True) if clean else ((alive, False) if self.enable_elect_unclean else (set(), True))
         if to is not None:
@@ -102,4 +111,5 @@ class HAController:
             raise ValueError(f"no electable member (alive {sorted(alive)}, SyncStateSet {sorted(self.sync_state_set)})")
         new = max(pool, key=lambda m: (self.heard[m].last_epoch, self.heard[m].max_offset, m))
         self.master, self.epoch, self.sync_state_set = new, self.epoch + 1, frozenset({new})
+        self.master_restarted = False
         return Elected(new, self.epoch, is_clean)

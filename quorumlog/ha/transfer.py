@@ -61,6 +61,12 @@ class GroupTransferService:
             s.caught_up_ms = now_ms
         self._now_ms = max(self._now_ms, now_ms)
 
+    def on_slave_connected(self, slave: str) -> None:
+        """A new connection from `slave`: what it held before counts for nothing until it reports again (a
+        slave that crashed may have lost its tail, and must not stay in sync on its old offset)."""
+        s = self.slaves[slave] = _Slave()
+        s.connected = True
+
     def on_slave_gone(self, slave: str) -> None:
         s = self.slaves.get(slave)
         if s is not None:

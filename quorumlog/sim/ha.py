@@ -76,6 +76,7 @@ class HASim:
         link = self.links[s]
         link.connected, link.to_slave, link.to_master = True, [], []
         link.conn = HAConnection(s, self.master, self.config, self.now)
+        self.gts.on_slave_connected(s)
         self._send_master(s, self.clients[s].on_connected(self.now))
         self.log(f"{s} connected")
 

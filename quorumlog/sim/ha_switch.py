@@ -5,8 +5,9 @@
 Three members and the controller (quorumlog/ha/controller.py). Every member heartbeats the controller; the
 master holds a lease and accepts SYNC_MASTER writes (min_in_sync_replicas 2) only under it; slaves pull
 from the master they know (HAClient / HAConnection), truncating to the consistent point of the epoch entries
-first (ha/epochs.py). Faults: kill -9 of the master or a slave (restarted later: an old master comes back as
-a slave), a member isolated from everyone (the controller too) for a while.
+first (ha/epochs.py). Faults: kill -9 of the master or a slave, losing what it had not flushed (up to 2 KiB of
+its tail, never an acknowledged byte: members flush before they count or report them; restarted later: an old master comes back as a slave, possibly behind the new one — RocketMQ #2706),
+a member isolated from everyone (the controller too) for a while.
 
 Checker: never two members writable at one instant; at every election the new master holds every byte
 acknowledged so far, and so does the final master; after healing every member converges to the master's log
@@ -50,6 +51,7 @@ class Member:
     known_epoch: int = 0
     lease_until: int = 0
     last_heartbeat: int = -HEARTBEAT_MS
+    restarted: bool = False  # its process started since its last heartbeat
     gts: GroupTransferService | None = None  # while it is master
     conns: dict = field(default_factory=dict)  # master side: slave -> HAConnection
     client: HAClient | None = None  # slave side
@@ -73,6 +75,7 @@ class HASwitchSim:
         self.m = {n: Member(n) for n in MEMBERS}
         self.ctl = HAController(list(MEMBERS), master_timeout_ms=400, lease_ms=250)
         self.acked: list[tuple[int, bytes]] = []  # (start offset, bytes) of every acknowledged write
+        self.acked_end = 0
         self.pending: dict[int, tuple[str, int, bytes]] = {}  # rid -> (master, start, data)
         self.next_rid = 0
         self.last: tuple[int, ResponseCode] | None = None
@@ -104,7 +107,9 @@ class HASwitchSim:
         if not x.reachable or self.now - x.last_heartbeat < HEARTBEAT_MS:
             return
         x.last_heartbeat = self.now
-        lease = self.ctl.on_heartbeat(x.name, self.now, x.epochs.last_epoch, x.log.max_offset())
+        lease = self.ctl.on_heartbeat(x.name, self.now, x.epochs.last_epoch, x.log.max_offset(),
+                                      restarted=x.restarted)
+        x.restarted = False
         self._learn(x)
         if lease is not None and x.known_master == x.name:
             x.lease_until = lease
@@ -128,8 +133,10 @@ class HASwitchSim:
 
     def _connect(self, s: Member) -> None:
         up = self.m[s.known_master]  # type: ignore[index]
+        # a master serves its slaves only under the controller's lease: a master that restarted after a crash
+        # gets none (the controller elects again), so no slave truncates to the tail it lost
         if s.known_master == s.name or not (s.reachable and up.reachable and up.gts is not None
-                                            and up.known_epoch == s.known_epoch):
+                                            and up.known_epoch == s.known_epoch and self.now < up.lease_until):
             return
         cp = consistent_point(s.epochs, s.log.max_offset(), up.epochs, up.log.max_offset())
         if "no_truncate" in self.bugs:  # PLANTED BUG: keep a diverged tail, pull after it
@@ -143,6 +150,7 @@ class HASwitchSim:
         s.upstream = up.name
         s.client = HAClient(s.log, self.cfg, self.now)
         up.conns[s.name] = HAConnection(s.name, up.log, self.cfg, self.now)
+        up.gts.on_slave_connected(s.name)
         self._to_master(s, s.client.on_connected(self.now))
 
     def _to_master(self, s: Member, msgs: list) -> None:
@@ -205,7 +213,13 @@ class HASwitchSim:
         master, start, data = self.pending.pop(d.request_id)
         self.last = (d.request_id, d.code)
         if d.code == ResponseCode.SUCCESS:
+            holders = [y.name for y in self.m.values() if y.name != master and y.log.max_offset() >= start + len(data)
+                       and y.log.min_offset() <= start and y.log.read(start, len(data)) == data]
+            if len(holders) + 1 < 2:
+                raise Violation("acked_not_held", f"write {start}..{start + len(data)} acknowledged by {master}, "
+                                                  f"held by no slave")
             self.acked.append((start, data))
+            self.acked_end = max(self.acked_end, start + len(data))
 
     def _check_holds_acked(self, x: Member, when: str) -> None:
         for start, data in self.acked:
@@ -219,6 +233,15 @@ class HASwitchSim:
         hold = self.rng.randint(200, 2_000)
         if self.rng.random() < 0.6 and x.alive:
             x.alive = False
+            # what it had not flushed: never an acknowledged byte (a master flushes before it counts itself, a
+            # slave before it reports: flush sync), but anything after them
+            lost = self.rng.choice((0, 0, self.rng.randint(1, 2_048)))
+            keep = max(x.log.min_offset(), x.log.max_offset() - lost, min(self.acked_end, x.log.max_offset()))
+            lost = x.log.max_offset() - keep
+            if lost:
+                x.log.truncate(keep)
+                x.epochs.truncate(keep)
+                self.log(f"{x.name} loses its last {lost} bytes: holds up to {keep}")
             for s in self.m.values():
                 if s.upstream == x.name or s is x:
                     self._disconnect(s)
@@ -237,6 +260,7 @@ class HASwitchSim:
                 x = self.m[name]
                 if not x.alive:
                     self.log(f"{name} restarts")
+                    x.restarted = True
                 x.alive, x.isolated = True, False
                 del self.restart_at[name]
 

@@ -77,3 +77,18 @@ def test_sync_master_counts_only_the_accepted_sets_acks():
     assert [d.code for d in g.poll(1_001)] == [ResponseCode.FLUSH_SLAVE_TIMEOUT]
     g.accepted = frozenset({"n0"})
     assert g.request(3, 200, 2).code == ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
+
+
+def test_a_master_back_from_a_crash_never_resumes_its_epoch():  # RocketMQ #2706
+    c = HAController(M, master_timeout_ms=300, lease_ms=200)
+    _all(c, 0)
+    m = c.tick(0).master
+    others = [x for x in M if x != m]
+    c.alter_sync_state_set(m, 1, set(M))
+    assert c.on_heartbeat(m, 50, 1, 500) == 250
+    for x in others:
+        c.on_heartbeat(x, 100, 1, 700)  # they hold more than the master kept through its crash
+    assert c.on_heartbeat(m, 120, 1, 400, restarted=True) is None  # no lease for the restarted master
+    assert c.tick(200) is None  # its last lease runs to 250
+    got = c.tick(250)
+    assert got is not None and got.epoch == 2 and got.master in others  # the most data wins, a new epoch
