@@ -15,7 +15,6 @@ appends succeed. Not simulated yet: master crashes and switches (the controller 
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ..codes import ResponseCode
 from ..ha import GroupTransferService, HAClient, HAConnection, MemoryHALog
 from ..ha.master import HAConfig
 from ..ha.messages import Drop, Reset, SlaveReport, Transfer
+from .seed_cli import seed_main
 
 PLANTED = ("ack_on_send",)
 STEP_MS = 5
@@ -239,27 +239,7 @@ def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Viola
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quorumlog.sim.ha", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=200)
-    p.add_argument("--start", type=int, default=0)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--trace", action="store_true")
-    p.add_argument("--bug", action="append", default=[], choices=PLANTED)
-    a = p.parse_args(argv)
-    bugs = frozenset(a.bug)
-    if a.seed is not None:
-        v = run_seed(a.seed, bugs, print if a.trace else None)
-        print(f"seed {a.seed}: {v or 'ok'}")
-        return 1 if v else 0
-    failures = 0
-    for seed in range(a.start, a.start + a.seeds):
-        v = run_seed(seed, bugs)
-        if v is not None:
-            failures += 1
-            print(f"FAIL seed={seed}: {v}\n  replay: python -m quorumlog.sim.ha --seed {seed} --trace")
-    print(f"ha seeds={a.seeds} from {a.start} violations={failures}")
-    return 1 if failures else 0
+    return seed_main("quorumlog.sim.ha", __doc__, run_seed, PLANTED, "ha", argv)
 
 
 if __name__ == "__main__":

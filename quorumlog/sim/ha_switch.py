@@ -16,7 +16,6 @@ and a new write is acknowledged.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from ..ha.controller import HAController
 from ..ha.epochs import EpochCache, consistent_point
 from ..ha.master import HAConfig
 from ..ha.messages import Drop, SlaveReport
+from .seed_cli import seed_main
 
 PLANTED = ("no_lease", "no_truncate")
 MEMBERS = ("m0", "m1", "m2")
@@ -325,27 +325,7 @@ def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Viola
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quorumlog.sim.ha_switch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, default=200)
-    p.add_argument("--start", type=int, default=0)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--trace", action="store_true")
-    p.add_argument("--bug", action="append", default=[], choices=PLANTED)
-    a = p.parse_args(argv)
-    bugs = frozenset(a.bug)
-    if a.seed is not None:
-        v = run_seed(a.seed, bugs, print if a.trace else None)
-        print(f"seed {a.seed}: {v or 'ok'}")
-        return 1 if v else 0
-    failures = 0
-    for seed in range(a.start, a.start + a.seeds):
-        v = run_seed(seed, bugs)
-        if v is not None:
-            failures += 1
-            print(f"FAIL seed={seed}: {v}\n  replay: python -m quorumlog.sim.ha_switch --seed {seed} --trace")
-    print(f"ha_switch seeds={a.seeds} from {a.start} violations={failures}")
-    return 1 if failures else 0
+    return seed_main("quorumlog.sim.ha_switch", __doc__, run_seed, PLANTED, "ha_switch", argv)
 
 
 if __name__ == "__main__":

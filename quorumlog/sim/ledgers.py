@@ -14,7 +14,6 @@ never changes; after the faults heal the ledger ends CLOSED (liveness).
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ from ..ledger.metadata import LedgerMetadata, Segment, State
 from ..wire.ledger import AddEntry, AddResponse, ReadEntry, ReadLac, ReadLacResponse, ReadResponse, unpack_entry
 from .checker import Violation
 from .scheduler import Scheduler
+from .seed_cli import seed_main
 
 QUORUMS = ((3, 2, 2), (3, 3, 2), (3, 3, 3), (4, 3, 2), (5, 3, 2), (4, 2, 2))
 PLANTED = ("trust_one_no_such_entry", "read_from_replacement")
@@ -352,26 +352,7 @@ def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Viola
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quorumlog.sim.ledgers", description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=200)
-    p.add_argument("--start", type=int, default=0)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--trace", action="store_true")
-    p.add_argument("--bug", action="append", default=[], choices=PLANTED)
-    a = p.parse_args(argv)
-    bugs = frozenset(a.bug)
-    if a.seed is not None:
-        v = run_seed(a.seed, bugs, print if a.trace else None)
-        print(f"seed={a.seed} {Options.from_seed(a.seed)} {'ok' if v is None else f'VIOLATION {v}'}")
-        return 0 if v is None else 1
-    failed = 0
-    for seed in range(a.start, a.start + a.seeds):
-        v = run_seed(seed, bugs)
-        if v is not None:
-            failed += 1
-            print(f"FAIL seed={seed}: {v}\n  replay: python -m quorumlog.sim.ledgers --seed {seed} --trace")
-    print(f"ledger seeds={a.seeds} from {a.start} violations={failed}")
-    return 1 if failed else 0
+    return seed_main("quorumlog.sim.ledgers", __doc__.split("\n\n")[0], run_seed, PLANTED, "ledger", argv, describe=lambda s: str(Options.from_seed(s)))
 
 
 if __name__ == "__main__":
