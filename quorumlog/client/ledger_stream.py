@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 from ..errors import BadRequest, LedgerFenced, MetadataVersionConflict
 from ..ledger.metadata import LedgerMetadata
@@ -194,7 +194,3 @@ async def read_stream(lc: "LedgerClient", name: str, start: int = 0,
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def describe(rec: StreamRecord) -> dict[str, Any]:
-    return {"stream": rec.name, **json.loads(rec.to_json()), "version": rec.version}

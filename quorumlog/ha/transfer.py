@@ -108,12 +108,6 @@ class GroupTransferService:
             del self._waiting[rid]
         return done
 
-    def fail_all(self, code: ResponseCode) -> list[TransferDone]:
-        """The master stepped down: every waiting append gets `code` (its outcome is unknown)."""
-        out = [TransferDone(rid, code, end) for rid, (end, _) in self._waiting.items()]
-        self._waiting.clear()
-        return out
-
     def _in_sync_count(self, now_ms: int) -> int:
         if self.accepted is not None:
             return len(self.accepted)

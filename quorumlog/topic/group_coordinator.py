@@ -79,8 +79,3 @@ class GroupCoordinator:
         if gone:
             self._rebalance()
         return gone
-
-    def set_queues(self, queues: list[Queue]) -> None:
-        """The topic's queues changed (created, deleted, more queues): a new generation."""
-        self.queues = sorted(queues)
-        self._rebalance()

@@ -91,39 +91,35 @@ def encode(m: Message, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> by
     return out
 
 
+def _text(p: memoryview, pos: int, size: struct.Struct = _U16) -> tuple[str, int]:
+    """A length-prefixed UTF-8 string at pos, and the position after it; struct.error if truncated."""
+    (n,) = size.unpack_from(p, pos)
+    pos += size.size
+    if pos + n > len(p):
+        raise struct.error("string runs past the entry")
+    return str(p[pos:pos + n], "utf-8"), pos + n
+
+
 def decode(entry: bytes | memoryview) -> Message | None:
     """The message in an entry body, or None if the entry is not one (a raw entry, or damaged)."""
     p = memoryview(entry)
     if len(p) < _HEAD.size or bytes(p[:3]) != MAGIC:
         return None
     try:
-        magic, version, flags, queue_id, born = _HEAD.unpack_from(p)
+        _magic, version, flags, queue_id, born = _HEAD.unpack_from(p)
         if version != VERSION:
             return None
-        pos = _HEAD.size
-        (n,) = _U8.unpack_from(p, pos)
-        topic, pos = str(p[pos + 1:pos + 1 + n], "utf-8"), pos + 1 + n
-        texts = []
-        for _ in range(2):
-            (n,) = _U16.unpack_from(p, pos)
-            if pos + 2 + n > len(p):
-                return None
-            texts.append(str(p[pos + 2:pos + 2 + n], "utf-8"))
-            pos += 2 + n
+        topic, pos = _text(p, _HEAD.size, _U8)
+        key, pos = _text(p, pos)
+        tags, pos = _text(p, pos)
         (count,) = _U16.unpack_from(p, pos)
-        pos += 2
+        pos += _U16.size
         props = {}
         for _ in range(count):
-            kv = []
-            for _ in range(2):
-                (n,) = _U16.unpack_from(p, pos)
-                if pos + 2 + n > len(p):
-                    return None
-                kv.append(str(p[pos + 2:pos + 2 + n], "utf-8"))
-                pos += 2 + n
-            props[kv[0]] = kv[1]
+            k, pos = _text(p, pos)
+            props[k], pos = _text(p, pos)
         if not TOPIC_RE.match(topic):
             return None
-        return Message(topic, bytes(p[pos:]), queue_id, texts[0], texts[1], props, born, flags)
+        return Message(topic, bytes(p[pos:]), queue_id, key, tags, props, born, flags)
     except (struct.error, UnicodeDecodeError):
         return None
