@@ -33,19 +33,18 @@ class MembershipChanger:
         bugs = core.config.planted_bugs
         self._bug_early_change = "change_before_term_commit" in bugs
         self._bug_promote_lagging = "promote_lagging_learner" in bugs
-        # A promotion waiting for its learner: the request, until when (ms), and the commit point it must reach.
-        self._promoting: tuple[ChangeMembership, int, int] | None = None
+        # A promotion waiting for its learner to hold every committed entry, and until when (ms).
+        self._promoting: tuple[ChangeMembership, int] | None = None
 
     def start(self, e: ChangeMembership) -> None:
         core = self.core
         code, why = self._refusal(e)
         if (code is ResponseCode.LEARNER_NOT_CAUGHT_UP and self._promoting is None
                 and e.node_id in core.live_voters({e.node_id})):
-            # Under load a live learner trails the commit point by the batches in flight, and the commit point
-            # moves on without it (it does not vote): waiting for it to equal the moving point may never end.
-            # Wait instead, for up to an election timeout, until it holds everything committed when the
-            # request came: then it is a batch or two behind, as any voter is (the thesis's catch-up round).
-            self._promoting = (e, core.now_ms + core.config.election_timeout_min_ms, core.committed_index)
+            # Under load a live learner trails the commit point by the batch in flight at almost any instant a
+            # request arrives; it holds every committed entry at the instants its acks land. Wait for one of
+            # those (checked after every step) for up to an election timeout, instead of refusing at once.
+            self._promoting = (e, core.now_ms + core.config.election_timeout_min_ms)
             return
         self._answer_or_apply(e, code, why)
 
@@ -54,8 +53,8 @@ class MembershipChanger:
         deadline."""
         if self._promoting is None:
             return
-        e, deadline, target = self._promoting
-        code, why = self._refusal(e, target)
+        e, deadline = self._promoting
+        code, why = self._refusal(e)
         if code is ResponseCode.LEARNER_NOT_CAUGHT_UP and self.core.now_ms < deadline:
             return
         self._promoting = None
@@ -64,7 +63,7 @@ class MembershipChanger:
     def reset(self) -> None:
         """Leadership lost: a waiting promotion fails like every other waiting request."""
         if self._promoting is not None:
-            e = self._promoting[0]
+            e, _ = self._promoting
             self._promoting = None
             core = self.core
             core.complete(Completion(e.request_id, ResponseCode.TERM_CHANGED, leader_id=core.member.leader_id))
@@ -83,9 +82,7 @@ class MembershipChanger:
         pa = core.pending.add(first, last, core.member.term, None)
         core.pending.wait(pa, e.request_id, core.now_ms + core.config.max_wait_ack_ms)
 
-    def _refusal(self, e: ChangeMembership, target: int | None = None) -> tuple[ResponseCode | None, str]:
-        """Why e cannot be applied now (None: it can). target: the commit point a promoted learner must hold
-        (default: the current one)."""
+    def _refusal(self, e: ChangeMembership) -> tuple[ResponseCode | None, str]:
         core = self.core
         current: Membership = core.membership
         node = e.node_id
@@ -117,7 +114,7 @@ class MembershipChanger:
         if change is Change.PROMOTE:
             if node not in current.learners:
                 return ResponseCode.MEMBER_EXISTS, f"{node} is already a voter"
-            if not self._bug_promote_lagging and not self._caught_up(node, target):
+            if not self._bug_promote_lagging and not self._caught_up(node):
                 return ResponseCode.LEARNER_NOT_CAUGHT_UP, f"{node} does not hold every committed entry yet"
             voters = current.voters | {node}
         else:
@@ -137,15 +134,13 @@ class MembershipChanger:
         ci = core.committed_index
         return ci >= core.log.begin_index and core.log.term_at(ci) == core.member.term
 
-    def _caught_up(self, node: str, target: int | None = None) -> bool:
-        """A learner may vote once it holds everything committed (up to `target`, default now) and answered
-        within the election timeout: a voter that has to fetch the committed log first is a voter the new
-        majority waits for."""
+    def _caught_up(self, node: str) -> bool:
+        """A learner may vote once it holds everything committed and answered within the election timeout: a
+        voter that has to fetch the committed log first is a voter the new majority waits for."""
         core = self.core
         d = core.dispatchers.get(node)
-        target = core.committed_index if target is None else target
         # (its durable watermark: match_index also counts entries a TRUNCATE round matched but not yet synced)
-        return d is not None and d.watermark >= target and node in core.live_voters({node})
+        return d is not None and d.watermark >= core.committed_index and node in core.live_voters({node})
 
     def after_commit(self) -> None:
         """Leader, once its commit point moved: if the configuration that removed us is committed, hand over to
