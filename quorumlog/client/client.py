@@ -264,6 +264,8 @@ class Client:
                 log.debug("redirect to leader=%s", self._leader_id)
                 continue  # a named new leader: go there at once
             await asyncio.sleep(min(backoff_ms(attempt, self._rng, last), deadline.remaining_ms()) / 1000)
+            if deadline.expired:  # a last attempt with no time left would only turn the real error into Timeout
+                raise timeout_error(f"{what}: {attempt} attempts", last)
 
     def _on_not_leader(self, asked: str, named: str | None) -> bool:
         """Remember the leader a NOT_LEADER named; True when it names a member we did not just ask."""
@@ -383,6 +385,8 @@ class Client:
             if other_failures > self.max_retries or deadline.expired:
                 raise timeout_error(f"read from {start}: {attempt} attempts", last)
             await asyncio.sleep(min(backoff_ms(attempt, self._rng, last), deadline.remaining_ms()) / 1000)
+            if deadline.expired:
+                raise timeout_error(f"read from {start}: {attempt} attempts", last)
 
     async def get(self, index: int) -> Entry:
         """The committed entry at `index`; IndexOutOfRange if it is not committed or no longer kept.

@@ -281,7 +281,7 @@ class RaftCore:
         elif t is Durable:
             self._on_durable(event.index)
         elif t is ClientAppend:
-            self._on_client_append(event)
+            self.on_client_append(event)
         elif t is Stored:
             pass  # the leader pushes whatever the log holds after every step
         elif t is Tick:
@@ -581,7 +581,7 @@ class RaftCore:
         return best if self.dispatchers[best].match_index >= self.committed_index else None
 
     # -- client appends --------------------------------------------------------------------------------
-    def _on_client_append(self, e: ClientAppend) -> None:
+    def on_client_append(self, e: ClientAppend) -> None:
         member = self.member
         code = None
         if not e.bodies:
@@ -592,10 +592,13 @@ class RaftCore:
             code = ResponseCode.LEADER_TRANSFERRING
         elif self.now_ms < self._disk_full_until_ms:
             code = ResponseCode.DISK_FULL
-        elif len(self.pending) >= self.config.max_pending_requests:
+        elif len(self.pending) + self.membership_changer.held >= self.config.max_pending_requests:
             code = ResponseCode.LEADER_PENDING_FULL
         if code is not None:
             self._completions.append(Completion(e.request_id, code, leader_id=member.leader_id))
+            return
+        if self.membership_changer.holding:
+            self.membership_changer.hold(e)  # a promotion's final round (raft/membership_change.py)
             return
         deadline = self.now_ms + self.config.max_wait_ack_ms
         producer = None

@@ -15,7 +15,7 @@ from ..codes import ResponseCode
 from ..format.log_entry import MEMBERSHIP_PRODUCER_ID
 from ..wire.messages import TakeLeadershipRequest
 from .membership import Change, Membership
-from .types import ChangeMembership, Completion, Role
+from .types import ChangeMembership, ClientAppend, Completion, Role
 
 if TYPE_CHECKING:
     from .core import RaftCore
@@ -26,47 +26,73 @@ _PLANTED = frozenset({"change_before_term_commit", "promote_lagging_learner"})
 
 
 class MembershipChanger:
-    __slots__ = ("core", "_bug_early_change", "_bug_promote_lagging", "_promoting")
+    __slots__ = ("core", "_bug_early_change", "_bug_promote_lagging", "_promoting", "holding", "_held")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
         bugs = core.config.planted_bugs
         self._bug_early_change = "change_before_term_commit" in bugs
         self._bug_promote_lagging = "promote_lagging_learner" in bugs
-        # A promotion waiting for its learner to hold every committed entry, and until when (ms).
-        self._promoting: tuple[ChangeMembership, int] | None = None
+        # A promotion waiting for its learner to hold every committed entry: (request, until when in ms, the
+        # commit point when it came). While `holding`, client appends wait in `_held` (the final round below).
+        self._promoting: tuple[ChangeMembership, int, int] | None = None
+        self.holding = False
+        self._held: list[ClientAppend] = []
 
     def start(self, e: ChangeMembership) -> None:
         core = self.core
         code, why = self._refusal(e)
         if (code is ResponseCode.LEARNER_NOT_CAUGHT_UP and self._promoting is None
                 and e.node_id in core.live_voters({e.node_id})):
-            # Under load a live learner trails the commit point by the batch in flight at almost any instant a
-            # request arrives; it holds every committed entry at the instants its acks land. Wait for one of
-            # those (checked after every step) for up to an election timeout, instead of refusing at once.
-            self._promoting = (e, core.now_ms + core.config.election_timeout_min_ms)
+            # Under load a live learner trails the commit point by the batch in flight, and as a learner does
+            # not vote, the commit point runs ahead of it for as long as writers write. Catch-up rounds (thesis
+            # §4.2.1): first wait, for up to an election timeout, until it holds what was committed when the
+            # request came; then the final round: hold new appends (as a leadership transfer does, but queued,
+            # not refused) until the commit point stops and the learner holds it, again bounded by an election
+            # timeout. The hold costs writers about one round trip and fsync of the learner.
+            self._promoting = (e, core.now_ms + core.config.election_timeout_min_ms, core.committed_index)
             return
         self._answer_or_apply(e, code, why)
 
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def hold(self, e: ClientAppend) -> None:
+        self._held.append(e)
+
     def after_leader_step(self) -> None:
-        """Leader, after each step: apply a waiting promotion once its learner caught up, or refuse it at its
-        deadline."""
+        """Leader, after each step: move a waiting promotion on (catch-up round, final round, apply), or refuse
+        it at its deadline."""
         if self._promoting is None:
             return
-        e, deadline = self._promoting
+        core = self.core
+        e, deadline, target = self._promoting
         code, why = self._refusal(e)
-        if code is ResponseCode.LEARNER_NOT_CAUGHT_UP and self.core.now_ms < deadline:
+        if code is ResponseCode.LEARNER_NOT_CAUGHT_UP and core.now_ms < deadline:
+            if not self.holding and self._holds(e.node_id, target):
+                self.holding = True
+                self._promoting = (e, core.now_ms + core.config.election_timeout_min_ms, target)
             return
         self._promoting = None
         self._answer_or_apply(e, code, why)
+        self._release()
 
     def reset(self) -> None:
-        """Leadership lost: a waiting promotion fails like every other waiting request."""
+        """Leadership lost: a waiting promotion fails like every other waiting request (held appends too: the
+        core refuses them as NOT_LEADER)."""
         if self._promoting is not None:
-            e, _ = self._promoting
+            e = self._promoting[0]
             self._promoting = None
             core = self.core
             core.complete(Completion(e.request_id, ResponseCode.TERM_CHANGED, leader_id=core.member.leader_id))
+        self._release()
+
+    def _release(self) -> None:
+        self.holding = False
+        held, self._held = self._held, []
+        for e in held:
+            self.core.on_client_append(e)
 
     def _answer_or_apply(self, e: ChangeMembership, code: ResponseCode | None, why: str) -> None:
         core = self.core
@@ -137,10 +163,13 @@ class MembershipChanger:
     def _caught_up(self, node: str) -> bool:
         """A learner may vote once it holds everything committed and answered within the election timeout: a
         voter that has to fetch the committed log first is a voter the new majority waits for."""
+        return self._holds(node, self.core.committed_index)
+
+    def _holds(self, node: str, index: int) -> bool:
         core = self.core
         d = core.dispatchers.get(node)
         # (its durable watermark: match_index also counts entries a TRUNCATE round matched but not yet synced)
-        return d is not None and d.watermark >= core.committed_index and node in core.live_voters({node})
+        return d is not None and d.watermark >= index and node in core.live_voters({node})
 
     def after_commit(self) -> None:
         """Leader, once its commit point moved: if the configuration that removed us is committed, hand over to

@@ -279,6 +279,19 @@ def test_max_retries_bounds_busy_leaders_but_not_the_search_for_a_leader():
     run(go())
 
 
+def test_retries_that_run_out_of_time_raise_the_real_error_not_a_timeout():
+    # CI: a promote retried LEARNER_NOT_CAUGHT_UP until its backoff slept to the deadline, then sent one more
+    # attempt with 1 ms left and raised "no response within 1 ms" instead of the error a caller handles.
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, timeout_ms=400, max_retries=10_000) as c:
+            fc.group.error_codes = [ResponseCode.LEADER_PENDING_FULL] * 10_000
+            fc.group.append_delay_s = 0.005  # longer than the 1 ms a last attempt had
+            for _ in range(5):
+                with pytest.raises(quorumlog.errors.LeaderPendingFull):
+                    await c.append(b"x")
+    run(go())
+
+
 def test_no_leader_gives_up_within_the_timeout_with_not_leader():
     async def go():
         async with FakeCluster(leader=None) as fc, quorumlog.Client(fc.peers_text, timeout_ms=600) as c:

@@ -1,5 +1,7 @@
 """Membership change in the core: learners, promotion, removal (the leader's too), and the guarded traps."""
 
+from collections import deque
+
 from quorumlog.codes import ResponseCode
 from quorumlog.raft.membership import Membership, majorities_overlap
 from quorumlog.raft.types import Role
@@ -105,6 +107,49 @@ def test_a_promotion_of_a_live_learner_a_batch_behind_waits_for_its_ack():
     c.nodes["n3"].auto_flush = True
     assert _answer(c, rid) is OK
     assert c.core(leader).membership.voters == {"n0", "n1", "n2", "n3"}
+
+
+def test_a_promotion_under_steady_load_holds_appends_for_a_final_round_and_loses_none():
+    # A learner does not vote, so under load the commit point moves on before its acks land: every message
+    # from n3 reaches the leader two ticks late while a writer appends every tick. Without the final round
+    # (appends held until the learner holds the frozen commit point) the promotion was refused after an
+    # election timeout.
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
+    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
+    c.run(300)
+    late, replayed = deque([[], []]), set()
+
+    def two_ticks_late(m):
+        if m.frm != "n3" or id(m) in replayed:
+            return False
+        late[-1].append(m)
+        return True
+
+    c.drop_filter = two_ticks_late
+    writes, promote, held_seen = [], None, False
+    for i in range(300):
+        due = late.popleft()
+        late.append([])
+        replayed.update(id(m) for m in due)
+        c.net.extend(due)
+        writes.append(c.append(leader, [b"w%d" % i]))
+        if i == 20:
+            promote = c.change(leader, "promote", "n3")
+        held_seen |= getattr(c.core(leader).membership_changer, "held", 0) > 0
+        c.tick()
+        if promote in c.completions and i > 40:
+            break
+    assert c.completions[promote].code is OK and held_seen
+    c.drop_filter = None
+    c.run_until(lambda: all(w in c.completions for w in writes))
+    assert all(c.completions[w].code is OK for w in writes)  # held, never refused
+    assert c.core(leader).membership.voters == {"n0", "n1", "n2", "n3"}
+    bodies = c.bodies(leader)
+    assert [b for b in bodies if b[:1] == b"w" and b[1:].isdigit()] == [b"w%d" % i for i in range(len(writes))]
 
 
 def test_a_waiting_promotion_is_refused_after_an_election_timeout():
