@@ -29,7 +29,7 @@ from ..errors import QuorumLogError
 from ..peers import parse_address
 from ..raft.peer_liveness import PeerLiveness
 from ..raft.types import PeerSilent
-from ..transport.handshake import NODE_LINK
+from ..transport.handshake import ANY_MEMBER, NODE_LINK
 from ..wire.messages import HeartbeatRequest
 from ..wire.client import (
     AppendRequest, AppendResponse, GroupRequest, GroupResponse, MemberChangeRequest, MemberChangeResponse,
@@ -88,6 +88,7 @@ class Node:
         self._liveness = PeerLiveness(config.election_timeout_min_ms)
         self._next_node_heartbeat_ms = 0
         self._members_cache: frozenset[str] | None = None
+        self.heard_addresses: dict[str, tuple[str, int]] = {}  # where peers that linked to us said they listen
         self._http = None
         self.started_at = time.time()
         self._client_tls: Any = None
@@ -124,6 +125,19 @@ class Node:
         self._stopping.set()
         self.fatal.set()
 
+    def _on_peer_hello(self, node_id: str, address: str) -> None:
+        """A peer linked to us and said where it listens: a group still joining links back to it (replica.py
+        `members`), as it may be the leader that added us, unknown to our bootstrap peers."""
+        try:
+            parsed = parse_address(address, what=f"peer {node_id!r}")
+        except ValueError as e:
+            log.warning("peer gave a bad address node=%s peer=%s: %s", self.config.node_id, node_id, e)
+            return
+        if self.heard_addresses.get(node_id) != parsed:
+            self.heard_addresses[node_id] = parsed
+            for r in self.replicas.values():
+                r.peer_heard(node_id)
+
     def links_changed(self) -> None:
         """Some group's members changed: link to every node any group here needs, accept links from them."""
         self._members_cache = None
@@ -159,7 +173,9 @@ class Node:
         """The transport's question (handshake.py): who may send messages of `group` here; None if not hosted."""
         if group == NODE_LINK:
             if self._members_cache is None:
-                self._members_cache = frozenset().union(*(r.members for r in self.replicas.values()))
+                members = [r.members for r in self.replicas.values()]
+                self._members_cache = (ANY_MEMBER if any(m is ANY_MEMBER for m in members)
+                                       else frozenset().union(*members))
             return self._members_cache
         r = self.replicas.get(group)
         return None if r is None else r.members
@@ -189,7 +205,8 @@ class Node:
         if self._transport is None:
             from .transport_adapter import RealTransport
             self._transport = RealTransport(cfg, self.metrics)
-        await self._transport.start(self._on_peer_message, self._on_client_request, self.members_of)
+        await self._transport.start(self._on_peer_message, self._on_client_request, self.members_of,
+                                    self._on_peer_hello)
         self._flush_transport = getattr(self._transport, "flush", None)
         if cfg.http_port:
             from .http import HttpServer

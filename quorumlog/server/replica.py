@@ -26,6 +26,7 @@ from ..config import NodeConfig
 from ..errors import QuorumLogError
 from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
 from ..peers import parse_address
+from ..transport.handshake import ANY_MEMBER
 from ..raft.types import (
     AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Durable, Ready, Receive, Role,
     StoreFailed, Stored, Tick, TransferLeadership,
@@ -341,6 +342,11 @@ class Replica:
         # Removed members are dropped once their removal is committed: a leader that removed itself needs the
         # others' acknowledgements of that very entry.
         wanted = set(m.members) | set(self.config.peers)
+        if self._joining(m):
+            # Whoever linked to us may be the leader that added us: answer it (node.py _on_peer_hello).
+            heard = self.host.heard_addresses
+            wanted |= heard.keys()
+            addresses = {**heard, **addresses}
         if committed:
             wanted -= m.retired
         wanted.discard(self.config.node_id)
@@ -354,12 +360,24 @@ class Replica:
 
     @property
     def members(self) -> frozenset[str]:
-        """Who may open a peer link for this group's messages: its configuration's members and our peers."""
+        """Who may open a peer link for this group's messages: its configuration's members and our peers; anyone
+        while we joined (`--join`) and our log has not yet reached the configuration that adds us (ANY_MEMBER)."""
         m = getattr(self.core, "membership", None)
+        if m is not None and self._joining(m):
+            return ANY_MEMBER
         ids = set(self.links) | {self.config.node_id}
         if m is not None:
             ids |= m.members
         return frozenset(ids)
+
+    def _joining(self, m: Any) -> bool:
+        me = self.config.node_id
+        return self.config.join and me not in m.members and me not in m.retired
+
+    def peer_heard(self, node_id: str) -> None:
+        """The node heard where `node_id` listens: a joining group links to it."""
+        if self._membership is not None and self._joining(self._membership[0]) and node_id not in self.links:
+            self._on_membership(self._membership[0])
 
     def _complete(self, p: _Pending, c) -> None:
         if p.kind == "append":

@@ -31,15 +31,18 @@ class RealTransport:
 
     async def start(self, on_peer_message: Callable[[str, Any], None],
                     on_client_request: Callable[[Any, Any], None],
-                    members_of: Callable[[str], frozenset[str] | None]) -> None:
+                    members_of: Callable[[str], frozenset[str] | None],
+                    on_peer_hello: Callable[[str, str], None] | None = None) -> None:
         """`on_peer_message(group, msg)`; `members_of(group)` says which groups are hosted here and who may
-        send their messages (transport/handshake.py)."""
+        send their messages (transport/handshake.py); `on_peer_hello(node_id, address)` where a peer that
+        linked to us listens."""
         from ..transport import NODE_LINK, PeerLinks, TransportServer
 
         from ..transport.tls import client_context, server_context
 
         cfg = self._config
-        self._links = PeerLinks(group=NODE_LINK, node_id=cfg.node_id,
+        host, port = cfg.peers[cfg.node_id]
+        self._links = PeerLinks(group=NODE_LINK, node_id=cfg.node_id, advertise=f"{host}:{port}",
                                 peers={p: a for p, a in cfg.peers.items() if p != cfg.node_id},
                                 max_frame_bytes=cfg.max_frame_bytes, token=cfg.auth_token(),
                                 ssl_context=client_context(cfg.tls_ca, cfg.tls_cert, cfg.tls_key) if cfg.tls else None)
@@ -51,7 +54,7 @@ class RealTransport:
             token=cfg.auth_token(), verify_peers=cfg.tls,
             ssl_context=server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca,
                                        require_client_cert=cfg.tls_require_client_cert) if cfg.tls else None,
-            on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc())
+            on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc(), on_peer_hello=on_peer_hello)
         self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
         log.info("listening node=%s address=%s:%d tls=%s", cfg.node_id, cfg.listen_host, cfg.listen_port, cfg.tls)
 

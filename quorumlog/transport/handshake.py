@@ -1,6 +1,7 @@
 """The handshake: the first frame on every connection is a Hello; the server answers HelloOk or HelloError.
 
-    Hello       magic b"QLOG" | version u16 | role u8 | group | node_id | token (short strings; token may be None)
+    Hello       magic b"QLOG" | version u16 | role u8 | group | node_id | token | address (short strings; token
+                and address may be None; address, since version 3: where a PEER listens, host:port)
     HelloOk     version u16 | group | node_id (the server's member id)
     HelloError  code i32 | message (u32 text); the server closes the connection after sending it
     GroupSelect group (short string): on a peer connection, the frames that follow belong to this group
@@ -11,6 +12,8 @@ NODE_LINK ("*": any node that is a member of some group here) and a GroupSelect 
 another group than the one before it. For role CLIENT node_id is a free-form client name and the group is
 the one its requests are for. A wrong magic or an unsupported version is PROTOCOL_ERROR, a group not hosted
 here UNKNOWN_GROUP, a wrong token UNAUTHORIZED. `check_hello` is pure so the rules are tested without sockets.
+A peer's address tells a node that is still joining where the leader that added it listens: that leader may be
+a node its own bootstrap peers do not name, and only that leader can send it the log that would name it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from .frames import FRAME_HEADER
 from .kinds import Kind
 
 MAGIC = b"QLOG"
-PROTOCOL_VERSION = 2  # 2: GroupSelect frames on peer links (many groups per node)
-SUPPORTED_VERSIONS = frozenset({1, 2})  # a version-1 peer or client simply never selects a group
+PROTOCOL_VERSION = 3  # 2: GroupSelect frames on peer links (many groups per node); 3: the peer's address
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})  # a version-1 peer or client simply never selects a group
 NODE_LINK = "*"  # the group a shared peer link opens with
 # A Hello is three short strings and a few bytes; before the handshake a connection may not make us buffer more.
 MAX_HELLO_FRAME_BYTES = 4096
@@ -38,6 +41,18 @@ _HELLO = struct.Struct(">4sHB")
 _HELLO_OK = struct.Struct(">H")
 _HELLO_ERROR = struct.Struct(">iI")
 _U16 = struct.Struct(">H")
+
+
+class _AnyMember(frozenset):
+    """What `members_of` answers while this node still waits for the configuration that adds it: the leader
+    that added it may be a node its bootstrap peers do not name, so it accepts any peer (the token and, with
+    TLS, the cluster CA still guard the port)."""
+
+    def __contains__(self, node_id: object) -> bool:
+        return True
+
+
+ANY_MEMBER: frozenset[str] = _AnyMember()
 
 
 class Role(IntEnum):
@@ -53,6 +68,7 @@ class Hello:
     token: str | None = None
     version: int = PROTOCOL_VERSION
     magic: bytes = MAGIC
+    address: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +108,10 @@ def _frame(kind: Kind, payload: bytes) -> bytes:
 
 
 def encode_hello(h: Hello) -> bytes:
-    return _frame(Kind.HELLO, _HELLO.pack(h.magic, h.version, h.role) + _short(h.group) + _short(h.node_id)
-                  + _short(h.token))
+    payload = _HELLO.pack(h.magic, h.version, h.role) + _short(h.group) + _short(h.node_id) + _short(h.token)
+    if h.version >= 3:
+        payload += _short(h.address)
+    return _frame(Kind.HELLO, payload)
 
 
 def encode_hello_ok(h: HelloOk) -> bytes:
@@ -134,6 +152,9 @@ def decode_hello(p: memoryview) -> Hello:
     group, pos = _read_short(p, pos)
     node_id, pos = _read_short(p, pos)
     token, pos = _read_short(p, pos)
+    address = None
+    if version >= 3:
+        address, pos = _read_short(p, pos)
     if pos != len(p):
         raise ProtocolError("trailing bytes in Hello")
     if group is None or node_id is None:
@@ -142,7 +163,7 @@ def decode_hello(p: memoryview) -> Hello:
         r = Role(role)
     except ValueError:
         raise ProtocolError(f"unknown role {role}") from None
-    return Hello(group, node_id, r, token, version, bytes(magic))
+    return Hello(group, node_id, r, token, version, bytes(magic), address)
 
 
 @_guard

@@ -233,7 +233,8 @@ class _PeerLink:
         self.protocol = proto
         self.wire_group = links.group  # a new connection reads frames as the Hello's group
         assert proto.transport is not None
-        proto.transport.write(encode_hello(Hello(links.group, links.node_id, Role.PEER, links.token)))
+        proto.transport.write(encode_hello(Hello(links.group, links.node_id, Role.PEER, links.token,
+                                                 address=links.advertise)))
         reply = await asyncio.wait_for(asyncio.shield(proto.hello_reply), timeout_s)
         if isinstance(reply, HelloError):
             err = QuorumLogError.for_code(reply.code, reply.message)
@@ -288,7 +289,7 @@ class PeerLinks:
                  write_timeout_ms: int = DEFAULT_WRITE_TIMEOUT_MS,
                  reconnect_backoff_min_ms: int = DEFAULT_RECONNECT_BACKOFF_MIN_MS,
                  reconnect_backoff_max_ms: int = DEFAULT_RECONNECT_BACKOFF_MAX_MS,
-                 max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+                 max_frame_bytes: int = MAX_FRAME_BYTES, advertise: str | None = None) -> None:
         if peers is None:
             peers = members  # the same thing under the server's parameter name
         assert peers is not None, "PeerLinks needs peers={id: (host, port)}"
@@ -296,6 +297,7 @@ class PeerLinks:
         assert 0 < reconnect_backoff_min_ms <= reconnect_backoff_max_ms
         self.group = group
         self.node_id = node_id
+        self.advertise = advertise  # where we listen (host:port), told to every peer in the Hello
         self.token = token
         self.ssl_context = ssl_context  # mutual TLS: ours is presented, the peer's must name the node dialled
         self.max_queue_messages = max_queue_messages

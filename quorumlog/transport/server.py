@@ -258,6 +258,8 @@ class _ServerConnection(asyncio.Protocol):
         self._write([encode_hello_ok(HelloOk(hello.group, srv.node_id))])
         if hello.role == Role.PEER:
             self.state = _PEER
+            if hello.address and srv.on_peer_hello is not None:
+                srv.on_peer_hello(hello.node_id, hello.address)
             srv.stats.peer_connections_active += 1
             log.info("peer connected node=%s peer=%s remote=%s", srv.node_id, hello.node_id, self.remote)
         else:
@@ -390,7 +392,8 @@ class TransportServer:
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 token: str | None = None, on_protocol_error: OnConnectionClosed | None = None) -> None:
+                 token: str | None = None, on_protocol_error: OnConnectionClosed | None = None,
+                 on_peer_hello: Callable[[str, str], None] | None = None) -> None:
         assert max_frame_bytes >= MAX_HELLO_FRAME_BYTES and max_connections > 0 and max_in_flight > 1
         self.group = group
         self.node_id = node_id
@@ -404,6 +407,7 @@ class TransportServer:
         self.max_in_flight = max_in_flight
         self.token = token
         self.on_protocol_error = on_protocol_error
+        self.on_peer_hello = on_peer_hello  # (node id, address) of every accepted peer that said where it listens
         self.stats = TransportStats()
         self.connections: set[_ServerConnection] = set()
         self.handshaking: dict[_ServerConnection, None] = {}  # insertion order: oldest first
@@ -426,7 +430,8 @@ class TransportServer:
                     handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS,
                     max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                     token: str | None = None, on_protocol_error: OnConnectionClosed | None = None,
-                    backlog: int = 1024, ssl_context: Any = None, verify_peers: bool = False) -> "TransportServer":
+                    backlog: int = 1024, ssl_context: Any = None, verify_peers: bool = False,
+                    on_peer_hello: Callable[[str, str], None] | None = None) -> "TransportServer":
         """Listen on host:port (port 0: any free port, see `.port`). `members` are the group's member ids
         (a dict of id → address works too). `on_protocol_error(counter, reason)` is called for every
         connection closed for bad input (counter names the TransportStats field it incremented)."""
@@ -434,7 +439,8 @@ class TransportServer:
                    on_peer_message=on_peer_message,
                    on_client_request=on_client_request, max_frame_bytes=max_frame_bytes,
                    handshake_timeout_ms=handshake_timeout_ms, max_connections=max_connections,
-                   max_in_flight=max_in_flight, token=token, on_protocol_error=on_protocol_error)
+                   max_in_flight=max_in_flight, token=token, on_protocol_error=on_protocol_error,
+                   on_peer_hello=on_peer_hello)
         self.ssl_context = ssl_context  # each connection starts TLS itself (_ServerConnection._start_tls)
         self.verify_peers = verify_peers  # a PEER Hello needs a CA-issued certificate naming its node id
         loop = asyncio.get_running_loop()

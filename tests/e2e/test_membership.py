@@ -100,3 +100,32 @@ def test_grow_remove_the_leader_and_replace_a_killed_node_under_load(tmp_path):
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_a_node_joins_a_group_led_by_a_member_its_peers_do_not_name(tmp_path):
+    # CI: the leader was n3, itself added after the bootstrap. n4 started with the bootstrap peers refused
+    # n3's peer link (UNKNOWN_MEMBER) until its log would name n3, which only n3 could send it: wedged, and
+    # "n4 never caught up" after 30 s. A joining node now accepts any peer until its log adds it.
+    cluster = Cluster(str(tmp_path), n=3, spares=2)
+
+    async def main() -> None:
+        async with cluster.client() as admin:
+            await cluster.wait_leader(admin, timeout_s=10)
+            for i in range(50):
+                await admin.append(b"before-%d" % i)
+            n3 = cluster.add_node()
+            await _add(admin, "n3", f"127.0.0.1:{n3.port}")
+            assert await admin.transfer_leader("n3") == "n3"
+            n4 = cluster.add_node()  # its peers: n0, n1, n2 and itself, not n3
+            await _add(admin, "n4", f"127.0.0.1:{n4.port}")
+            leader, voters = await _voters(cluster, admin)
+            assert leader == "n3" and sorted(voters) == ["n0", "n1", "n2", "n3", "n4"]
+            await admin.append(b"after")
+            st = await cluster.wait_converged(admin, timeout_s=30, members=tuple(voters))
+            assert st["n4"].raw["voters"] == voters
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()

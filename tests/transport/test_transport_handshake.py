@@ -10,7 +10,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.errors import ProtocolError
 from quorumlog.transport.frames import FrameDecoder
 from quorumlog.transport.handshake import (
-    NODE_LINK, PROTOCOL_VERSION, Hello, HelloError, HelloOk, Role, check_hello, decode_hello, decode_hello_error,
+    ANY_MEMBER, NODE_LINK, PROTOCOL_VERSION, Hello, HelloError, HelloOk, Role, check_hello, decode_hello, decode_hello_error,
     decode_hello_ok, encode_hello, encode_hello_error, encode_hello_ok,
 )
 from quorumlog.transport.kinds import Kind
@@ -25,11 +25,19 @@ def payload_of(wire: bytes):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(max_size=30), st.text(max_size=30), st.sampled_from(list(Role)), st.none() | st.text(max_size=30))
-def test_hello_round_trip(group, node_id, role, token):
-    h = Hello(group, node_id, role, token)
+@given(st.text(max_size=30), st.text(max_size=30), st.sampled_from(list(Role)), st.none() | st.text(max_size=30),
+       st.none() | st.text(max_size=30), st.sampled_from([1, 2, PROTOCOL_VERSION]))
+def test_hello_round_trip(group, node_id, role, token, address, version):
+    h = Hello(group, node_id, role, token, version, address=address if version >= 3 else None)
     kind, payload = payload_of(encode_hello(h))
     assert kind == Kind.HELLO and decode_hello(payload) == h
+
+
+def test_a_joining_node_accepts_any_peer_but_still_checks_the_token():
+    members_of = lambda g: ANY_MEMBER if g == NODE_LINK else None  # noqa: E731
+    assert check_hello(Hello(NODE_LINK, "n7", Role.PEER, "t"), members_of=members_of, token="t") is None
+    err = check_hello(Hello(NODE_LINK, "n7", Role.PEER, "x"), members_of=members_of, token="t")
+    assert err is not None and err.code == ResponseCode.UNAUTHORIZED
 
 
 def test_replies_round_trip():
