@@ -2,6 +2,7 @@
 
 from .client import AppendResult, BlockingClient, Client, Entry, NodeStatus, connect
 from .client.ledgers import LedgerClient, LedgerEntry, LedgerReader, LedgerWriter
+from .client.topics import Producer, SendResult, TopicAdmin, TopicClient, TopicMessage
 from .codes import ResponseCode
 from .errors import (BadRequest, CorruptEntry, DiskError, DiskFull, DuplicateSequenceTooOld, EmptyBatch,
                      EntryTooLarge, IndexOutOfRange, LeaderPendingFull, LeaderTransferring, NetworkError,
@@ -13,7 +14,8 @@ __all__ = [
     "AppendResult", "BadRequest", "BlockingClient", "Client", "CorruptEntry", "DiskError", "DiskFull",
     "DuplicateSequenceTooOld", "EmptyBatch", "Entry", "EntryTooLarge", "IndexOutOfRange", "LeaderPendingFull",
     "LedgerClient", "LedgerEntry", "LedgerReader", "LedgerWriter",
-    "LeaderTransferring", "NetworkError", "NodeStatus", "NotLeader", "ProtocolError", "QuorumLogError",
+    "LeaderTransferring", "NetworkError", "NodeStatus", "NotLeader", "Producer", "ProtocolError", "QuorumLogError",
+    "SendResult", "TopicAdmin", "TopicClient", "TopicMessage",
     "ResponseCode", "TermChanged", "Timeout", "UnknownGroup", "UnknownMember", "WaitQuorumAckTimeout",
     "__version__", "connect",
 ]

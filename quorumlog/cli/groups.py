@@ -38,18 +38,23 @@ def create(name: str = typer.Argument(..., help="Group name: letters, digits, . 
            preallocate: bool = typer.Option(False, "--preallocate/--sparse",
                                             help="Reserve segments' blocks up front (faster fsyncs; idle groups "
                                                  "then cost their segments' size on disk)"),
+           state_machine: Optional[str] = typer.Option(
+               None, "--state-machine", help="topics: the group carries topic queues (its committed messages are "
+                                             "dispatched to consume queues; docs/topics.md)"),
            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
            timeout_ms: int = typer.Option(20_000, "--timeout-ms", min=1, help="Give up after this long"),
            json_out: bool = JsonOpt) -> None:
     """Create a group on the least-loaded nodes (or --nodes); prints {group, mode, members, leader}."""
     if mode != "raft":
         usage(f"--mode {mode!r}: only raft groups can be created so far")
+    if state_machine not in (None, "topics"):
+        usage(f"--state-machine {state_machine!r}: only topics (the key/value store is `_meta`'s)")
     named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
 
     async def go():
         async with _admin(peers, cluster, timeout_ms) as admin:
             return await admin.create(name, replicas=replicas, nodes=named, segment_bytes=segment_bytes,
-                                      preallocate=preallocate)
+                                      preallocate=preallocate, state_machine=state_machine)
 
     p = run(go())
     if json_out:

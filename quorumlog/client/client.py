@@ -223,13 +223,14 @@ class Client:
         return resp
 
     # -- leader calls: discovery, redirect, retries -------------------------------------------------
-    async def _leader_call(self, make_request, what: str):
+    async def _leader_call(self, make_request, what: str, extra_ms: int = 0):
         """Send make_request() to the leader until SUCCESS, following NOT_LEADER and retrying what may pass.
 
         Every attempt of an idempotent append carries the same client_id/seq, so a retry after a lost
-        answer returns the first attempt's indexes instead of storing the batch twice.
+        answer returns the first attempt's indexes instead of storing the batch twice. `extra_ms`: how long
+        the node may hold the request on purpose (a long poll), added to every timeout.
         """
-        deadline = Deadline.after_ms(self.timeout_ms)
+        deadline = Deadline.after_ms(self.timeout_ms + extra_ms)
         attempt = 0
         other_failures = 0  # max_retries bounds these; the search for a leader is bounded by timeout_ms
         last: BaseException | None = None
@@ -240,7 +241,7 @@ class Client:
             try:
                 leader = await self._find_leader(deadline)
                 resp = await self._pool.call(leader, make_request(),
-                                             min(self.request_timeout_ms, max(1.0, deadline.remaining_ms())))
+                                             min(self.request_timeout_ms + extra_ms, max(1.0, deadline.remaining_ms())))
                 if resp.code == ResponseCode.SUCCESS:
                     return resp
                 err = QuorumLogError.for_code(resp.code, getattr(resp, "message", "") or "",

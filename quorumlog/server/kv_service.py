@@ -58,6 +58,8 @@ class KvService:
         if r.stopping:
             return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
         op = req.op
+        if r.state_machine != "kv" and op != "snapshot":
+            return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} runs {r.state_machine!r}, not a key/value store")
         if op == "snapshot":
             index, data = sm.runner.take_snapshot()
             return answer(ResponseCode.SUCCESS, revision=index, data=data)
@@ -179,10 +181,15 @@ class KvService:
             self.on_commit(r.store.committed_index)
 
     def status(self) -> dict[str, Any]:
-        sm = self.replica.sm
-        return {"kind": "kv", "applied_index": sm.applied_index, "snapshot_index": sm.runner.snapshot_index,
-                "revision": sm.kv.revision, "keys": len(sm.kv.list()), "snapshots_installed": sm.installs,
-                "needs_snapshot": sm.needs_snapshot}
+        r = self.replica
+        sm = r.sm
+        out = {"kind": r.state_machine, "applied_index": sm.applied_index, "snapshot_index": sm.runner.snapshot_index,
+               "snapshots_installed": sm.installs, "needs_snapshot": sm.needs_snapshot}
+        if r.state_machine == "kv":
+            out.update(revision=sm.kv.revision, keys=len(sm.kv.list()))
+        else:
+            out.update(queues=len(sm.machine.queues), messages=sm.machine.messages)
+        return out
 
     def close(self) -> None:
         for t in self._tasks:

@@ -26,6 +26,7 @@ from ..config import NodeConfig
 from ..errors import QuorumLogError
 from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
 from ..peers import parse_address
+from ..topic.dispatcher import TopicDispatcher
 from ..transport.handshake import ANY_MEMBER
 from ..raft.types import (
     AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Durable, Ready, Receive, Role,
@@ -33,9 +34,11 @@ from ..raft.types import (
 )
 from ..wire.client import (
     AppendRequest, AppendResponse, KvRequest, KvResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest,
-    ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+    ReadResponse, StatusRequest, StatusResponse, TopicRequest, TopicResponse, TransferLeaderRequest,
+    TransferLeaderResponse,
 )
 from . import kv_service
+from .topic_service import TopicService
 from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
 from .hard_state import load_hard_state, save_hard_state
@@ -58,11 +61,11 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write"
+    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send"
     received_s: float
     count: int = 0
     size_bytes: int = 0
-    request: Any = None  # the KvRequest of a kv kind
+    request: Any = None  # the KvRequest / TopicRequest of a kv or topic kind
 
 
 class Replica:
@@ -71,12 +74,13 @@ class Replica:
 
     def __init__(self, host: Any, config: NodeConfig, *, store: Any = None,
                  core_factory: Callable[..., Any] | None = None, state_machine: str | None = None) -> None:
-        if state_machine not in (None, "kv"):
-            raise ValueError(f"unknown state machine {state_machine!r} (known: kv)")
+        if state_machine not in (None, "kv", "topics"):
+            raise ValueError(f"unknown state machine {state_machine!r} (known: kv, topics)")
         self.host = host
         self.state_machine = state_machine
         self.sm: Any = None  # StateMachineHost (state_machine_host.py) when the group runs one
-        self.kv = kv_service.KvService(self)
+        self.kv = kv_service.KvService(self)  # (also applies and snapshots a topic group's dispatcher)
+        self.topics = TopicService(self)
         self.config = config
         self.group = config.group
         self.store = store
@@ -120,9 +124,10 @@ class Replica:
                  " (async: acks before fsync, like DLedger's default; a power loss can lose acked entries)"
                  if not self.sync_flush else "")
         self.notifier.advance(self.store.committed_index)
-        if self.state_machine == "kv":
+        if self.state_machine is not None:
             from .state_machine_host import StateMachineHost
-            self.sm = StateMachineHost(cfg.data_dir, self.store, snapshot_every=cfg.snapshot_every)
+            kind = {"kv": {}, "topics": {"machine_type": TopicDispatcher, "suffix": "topics"}}[self.state_machine]
+            self.sm = StateMachineHost(cfg.data_dir, self.store, snapshot_every=cfg.snapshot_every, **kind)
             self.sm.on_commit(self.store.committed_index)  # replay what the newest snapshot does not hold
         self._links_from_peers()
 
@@ -192,6 +197,7 @@ class Replica:
                                  message="node shutting down")
         self._pending.clear()
         self.kv.close()
+        self.topics.close()
         if self.store is not None:
             self.store.close()
 
@@ -392,6 +398,8 @@ class Replica:
             self._send(p.session, MemberChangeResponse(p.client_request_id, c.code, c.leader_id, c.first_index))
         elif p.kind in ("kv_read", "kv_write"):
             self.kv.completed(p, c)
+        elif p.kind == "topic_send":
+            self.topics.completed(p, c)
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
 
@@ -402,6 +410,8 @@ class Replica:
             self._send(p.session, MemberChangeResponse(p.client_request_id, code, message=message))
         elif p.kind in ("kv_read", "kv_write"):
             self._send(p.session, KvResponse(p.client_request_id, code, message=message))
+        elif p.kind == "topic_send":
+            self._send(p.session, TopicResponse(p.client_request_id, code, message=message))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
 
@@ -425,6 +435,8 @@ class Replica:
             return self._client_read(session, request)  # the transport tracks it (and cancels it on close)
         elif isinstance(request, KvRequest):
             return self.kv.on_request(session, request)
+        elif isinstance(request, TopicRequest):
+            return self.topics.on_request(session, request)
         elif isinstance(request, StatusRequest):
             self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                                json.dumps(self.host.status(self)).encode()))

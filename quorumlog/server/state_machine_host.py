@@ -1,4 +1,5 @@
-"""A group's state machine on a node (DLedger 0.3's StateMachineCaller): the `_meta` group's key/value store.
+"""A group's state machine on a node (DLedger 0.3's StateMachineCaller): the `_meta` group's key/value store
+(meta/kv.py), or a topic group's dispatcher into consume queues (topic/dispatcher.py).
 
 - Applies committed entries in order, once each (meta/state_machine.py's runner), after every commit the
   replica executes; callers wait for "applied ≥ i" (a write's own index, a read's ReadIndex) and get the
@@ -31,15 +32,18 @@ SNAPSHOT_DIR = "snapshots"
 SNAPSHOTS_KEPT = 2
 DEFAULT_SNAPSHOT_EVERY = 10_000
 RESULTS_KEPT = 4096  # results of recent writes, for a retried (deduplicated) write to find its own
-_SNAPSHOT_FILE = re.compile(r"^snapshot-(\d{20})\.kv$")
 
 
 class StateMachineHost:
-    def __init__(self, data_dir: str, log_view: Any, *, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY) -> None:
+    def __init__(self, data_dir: str, log_view: Any, *, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+                 machine_type: Any = KVStore, suffix: str = "kv") -> None:
         self.dir = os.path.join(data_dir, SNAPSHOT_DIR)
         os.makedirs(self.dir, exist_ok=True)
-        self.kv = self._load_newest()
-        self.runner = StateMachineRunner(self.kv, log_view, snapshot_every)
+        self.machine_type = machine_type  # a class with restore(bytes) and a no-argument constructor
+        self.suffix = suffix
+        self._file_re = re.compile(rf"^snapshot-(\d{{20}})\.{suffix}$")
+        self.machine = self._load_newest()
+        self.runner = StateMachineRunner(self.machine, log_view, snapshot_every)
         self._results: OrderedDict[int, Result] = OrderedDict()
         self._applied_waiters: list[tuple[int, int, asyncio.Future]] = []  # heap of (index, seq, future)
         self._waiter_seq = 0
@@ -49,33 +53,36 @@ class StateMachineHost:
         self.installs = 0
 
     @property
+    def kv(self) -> KVStore:
+        return self.machine
+
+    @property
     def applied_index(self) -> int:
-        return self.kv.applied_index
+        return self.machine.applied_index
 
     # -- snapshots on disk ----------------------------------------------------------------------------------
     def _files(self) -> list[tuple[int, str]]:
         out = []
         for name in os.listdir(self.dir):
-            m = _SNAPSHOT_FILE.match(name)
+            m = self._file_re.match(name)
             if m:
                 out.append((int(m.group(1)), os.path.join(self.dir, name)))
         return sorted(out)
 
-    def _load_newest(self) -> KVStore:
+    def _load_newest(self) -> Any:
         for index, path in reversed(self._files()):
             try:
                 with open(path, "rb") as f:
-                    kv = KVStore.restore(f.read())
-                log.info("state machine loaded snapshot %s applied=%d keys=%d", path, kv.applied_index,
-                         len(kv.list()))
-                return kv
-            except (OSError, CorruptEntry) as e:  # a torn newest one: the previous one still holds
+                    machine = self.machine_type.restore(f.read())
+                log.info("state machine loaded snapshot %s applied=%d", path, machine.applied_index)
+                return machine
+            except (OSError, CorruptEntry, ValueError) as e:  # a torn newest one: the previous one still holds
                 log.error("state machine snapshot %s unusable: %s", path, e)
-        return KVStore()
+        return self.machine_type()
 
     def _write_snapshot(self, index: int, data: bytes) -> None:
         """Durably (runs in a thread): temp file, fsync, rename, fsync the directory; then drop old ones."""
-        path = os.path.join(self.dir, f"snapshot-{index:020d}.kv")
+        path = os.path.join(self.dir, f"snapshot-{index:020d}.{self.suffix}")
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -104,16 +111,16 @@ class StateMachineHost:
 
     async def install(self, data: bytes) -> None:
         """Replace the state by a snapshot fetched from the leader (it covers what our log no longer has)."""
-        kv = KVStore.restore(data)
-        if kv.applied_index <= self.kv.applied_index:
+        machine = self.machine_type.restore(data)
+        if machine.applied_index <= self.machine.applied_index:
             return
-        await asyncio.to_thread(self._write_snapshot, kv.applied_index, data)
-        self.kv = self.runner.machine = kv
-        self.runner.snapshot_stored(kv.applied_index)
+        await asyncio.to_thread(self._write_snapshot, machine.applied_index, data)
+        self.machine = self.runner.machine = machine
+        self.runner.snapshot_stored(machine.applied_index)
         self.needs_snapshot = False
         self.installs += 1
-        log.warning("state machine installed a snapshot applied=%d keys=%d", kv.applied_index, len(kv.list()))
-        self._wake(kv.applied_index, changed=True)
+        log.warning("state machine installed a snapshot applied=%d", machine.applied_index)
+        self._wake(machine.applied_index, changed=True)
 
     def retention_limit(self, safe_index: int) -> int:
         return self.runner.retention_limit(safe_index)
@@ -121,14 +128,14 @@ class StateMachineHost:
     # -- applying ----------------------------------------------------------------------------------------
     def on_commit(self, committed_index: int) -> bool:
         """Apply up to `committed_index`; True when a snapshot is due."""
-        if self.needs_snapshot or committed_index <= self.kv.applied_index:
+        if self.needs_snapshot or committed_index <= self.machine.applied_index:
             return False
         try:
             applied = self.runner.on_commit(committed_index)
         except IndexOutOfRange:
             # (entries applied before the gap are kept: the runner advanced applied_index as it went)
             log.warning("state machine cannot replay: the log no longer holds entry %d; installing a snapshot",
-                        self.kv.applied_index + 1)
+                        self.machine.applied_index + 1)
             self.needs_snapshot = True
             return False
         results = self._results
@@ -136,7 +143,7 @@ class StateMachineHost:
             results[index] = result
         while len(results) > RESULTS_KEPT:
             results.popitem(last=False)
-        self._wake(self.kv.applied_index, changed=bool(applied))
+        self._wake(self.machine.applied_index, changed=bool(applied))
         return self.runner.snapshot_due()
 
     def result_of(self, index: int) -> Result | None:
@@ -155,7 +162,7 @@ class StateMachineHost:
                     fut.set_result(None)
 
     async def wait_applied(self, index: int) -> None:
-        if self.kv.applied_index >= index:
+        if self.machine.applied_index >= index:
             return
         fut = asyncio.get_running_loop().create_future()
         self._waiter_seq += 1

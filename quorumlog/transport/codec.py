@@ -25,7 +25,7 @@ from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse, KvItem, KvRequest, KvResponse,
+    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse,
 )
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from ..wire.messages import (
@@ -78,6 +78,11 @@ _BOOKIE_REQ = struct.Struct(">QBBQqqI")
 # request_id, code, op, ledger_id, entry_id, lac, data size; then data, message (text)
 _BOOKIE_RESP = struct.Struct(">QiBQqqI")
 _GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, message (text)
+# request_id, queue_id, offset, max_messages, wait_ms, client_id, seq, body count; op, topic, tags, bodies
+_TOPIC_REQ = struct.Struct(">QiqiiQqI")
+# request_id, code, min_offset, max_offset, next_offset, offset count, message count; leader, message, ...
+_TOPIC_RESP = struct.Struct(">QiqqqII")
+_PULLED = struct.Struct(">qqqI")  # queue_offset, index, store_timestamp_ms, body size; then body
 
 _FLAG_PRE_VOTE = 1
 _FLAG_LEADERSHIP_TRANSFER = 2
@@ -300,6 +305,27 @@ def _enc_bookie_resp(m: BookieOpResponse) -> list[Buffer]:
                                                           m.lac, len(m.data)) + bytes(m.data) + _text(m.message))
 
 
+def _enc_topic_req(m: TopicRequest) -> list[Buffer]:
+    if len(m.bodies) > MAX_APPEND_BODIES:
+        raise ValueError(f"{len(m.bodies)} messages in one request")
+    parts: list[Buffer] = [_TOPIC_REQ.pack(m.request_id, m.queue_id, m.offset, m.max_messages, m.wait_ms, m.client_id,
+                                           m.seq, len(m.bodies)), _short(m.op), _short(m.topic), _text(m.tags)]
+    for b in m.bodies:
+        parts += [_U32.pack(len(b)), b]
+    size = sum(len(x) for x in parts)
+    return [FRAME_HEADER.pack(size + 1, Kind.TOPIC_REQUEST), *parts]
+
+
+def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
+    parts: list[Buffer] = [_TOPIC_RESP.pack(m.request_id, m.code, m.min_offset, m.max_offset, m.next_offset,
+                                            len(m.offsets), len(m.messages)), _short(m.leader_id), _text(m.message),
+                           struct.pack(f">{len(m.offsets)}q", *m.offsets)]
+    for x in m.messages:
+        parts += [_PULLED.pack(x.queue_offset, x.index, x.store_timestamp_ms, len(x.body)), x.body]
+    size = sum(len(x) for x in parts)
+    return [FRAME_HEADER.pack(size + 1, Kind.TOPIC_RESPONSE), *parts]
+
+
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     VoteRequest: _enc_vote_req,
     VoteResponse: _enc_vote_resp,
@@ -324,6 +350,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     KvResponse: _enc_kv_resp,
     BookieOpRequest: _enc_bookie_req,
     BookieOpResponse: _enc_bookie_resp,
+    TopicRequest: _enc_topic_req,
+    TopicResponse: _enc_topic_resp,
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -339,6 +367,7 @@ KIND_OF: dict[type, Kind] = {
     GroupRequest: Kind.GROUP_REQUEST, GroupResponse: Kind.GROUP_RESPONSE,
     KvRequest: Kind.KV_REQUEST, KvResponse: Kind.KV_RESPONSE,
     BookieOpRequest: Kind.BOOKIE_REQUEST, BookieOpResponse: Kind.BOOKIE_RESPONSE,
+    TopicRequest: Kind.TOPIC_REQUEST, TopicResponse: Kind.TOPIC_RESPONSE,
 }
 
 
@@ -620,6 +649,38 @@ def _dec_bookie_resp(p: memoryview) -> BookieOpResponse:
     return BookieOpResponse(request_id, ResponseCode.of(code), _bookie_op(op), ledger_id, entry_id, lac, data, message)
 
 
+def _dec_topic_req(p: memoryview) -> TopicRequest:
+    request_id, queue_id, offset, max_messages, wait_ms, client_id, seq, n = _TOPIC_REQ.unpack_from(p)
+    if n > MAX_APPEND_BODIES:
+        raise ProtocolError(f"{n} messages in one request")
+    r = _Reader(p, _TOPIC_REQ.size)
+    op = r.short_str()
+    topic = r.short_str()
+    tags = r.text()
+    bodies = []
+    for _ in range(n):
+        (size,) = _U32.unpack_from(r.take(4))
+        bodies.append(bytes(r.take(size)))
+    r.end()
+    return TopicRequest(request_id, op, topic, queue_id, offset, max_messages, wait_ms, client_id, seq, tags,
+                        tuple(bodies))
+
+
+def _dec_topic_resp(p: memoryview) -> TopicResponse:
+    request_id, code, min_offset, max_offset, next_offset, n_offsets, n_messages = _TOPIC_RESP.unpack_from(p)
+    r = _Reader(p, _TOPIC_RESP.size)
+    leader_id = r.short()
+    message = r.text()
+    offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
+    messages = []
+    for _ in range(n_messages):
+        q, index, ts, size = _PULLED.unpack_from(r.take(_PULLED.size))
+        messages.append(PulledMessage(q, index, ts, bytes(r.take(size))))
+    r.end()
+    return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
+                         tuple(offsets), tuple(messages), message)
+
+
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.VOTE_REQUEST: _dec_vote_req,
     Kind.VOTE_RESPONSE: _dec_vote_resp,
@@ -644,6 +705,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.KV_RESPONSE: _dec_kv_resp,
     Kind.BOOKIE_REQUEST: _dec_bookie_req,
     Kind.BOOKIE_RESPONSE: _dec_bookie_resp,
+    Kind.TOPIC_REQUEST: _dec_topic_req,
+    Kind.TOPIC_RESPONSE: _dec_topic_resp,
 }
 
 

@@ -38,12 +38,16 @@ class Kind(IntEnum):
     # a node's bookie (quorumlog/wire/ledger.py BookieOpRequest: add, read, read LAC, info, delete)
     BOOKIE_REQUEST = 34
     BOOKIE_RESPONSE = 35
+    # topic messages: send, pull (quorumlog/wire/client.py TopicRequest)
+    TOPIC_REQUEST = 36
+    TOPIC_RESPONSE = 37
 
 
 PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.TAKE_LEADERSHIP_REQUEST + 1))
 CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
                                   Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST,
-                                  Kind.KV_REQUEST, Kind.BOOKIE_REQUEST})
+                                  Kind.KV_REQUEST, Kind.BOOKIE_REQUEST, Kind.TOPIC_REQUEST})
 CLIENT_RESPONSE_KINDS = frozenset({Kind.APPEND_RESPONSE, Kind.READ_RESPONSE, Kind.STATUS_RESPONSE,
                                    Kind.TRANSFER_LEADER_RESPONSE, Kind.MEMBER_CHANGE_RESPONSE,
-                                   Kind.GROUP_RESPONSE, Kind.KV_RESPONSE, Kind.BOOKIE_RESPONSE})
+                                   Kind.GROUP_RESPONSE, Kind.KV_RESPONSE, Kind.BOOKIE_RESPONSE,
+                                   Kind.TOPIC_RESPONSE})

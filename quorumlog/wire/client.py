@@ -163,7 +163,50 @@ class KvResponse:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class TopicRequest:
+    """Topic messages on a group that runs the topic dispatcher (quorumlog/topic/). op "send": `bodies` are
+    encoded messages (topic/message.py) appended as one batch with the client's producer id and sequence (a
+    retry is stored once); answered once dispatched, with each message's queue offset. op "pull": up to
+    `max_messages` of queue (`topic`, `queue_id`) from queue offset `offset` whose tag is one of `tags`
+    ("a||b"; "" or "*": all), held up to wait_ms while there are none (long polling). op "offsets": the
+    queue's min and max offsets."""
+
+    request_id: int
+    op: str
+    topic: str = ""
+    queue_id: int = 0
+    offset: int = 0
+    max_messages: int = 0
+    wait_ms: int = 0
+    client_id: int = 0
+    seq: int = -1
+    tags: str = ""
+    bodies: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PulledMessage:
+    queue_offset: int
+    index: int  # the entry's log index
+    store_timestamp_ms: int
+    body: bytes  # the encoded message (topic/message.py)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None
+    min_offset: int = 0  # the queue's first kept offset
+    max_offset: int = 0  # one past its last message
+    next_offset: int = 0  # pull: where the next pull starts
+    offsets: tuple[int, ...] = ()  # send: each message's queue offset
+    messages: tuple[PulledMessage, ...] = ()
+    message: str = ""
+
+
 ClientRequest = (AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
-                 | GroupRequest | KvRequest)
+                 | GroupRequest | KvRequest | TopicRequest)
 ClientResponse = (AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse
-                  | GroupResponse | KvResponse)
+                  | GroupResponse | KvResponse | TopicResponse)

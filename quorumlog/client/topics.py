@@ -1,0 +1,278 @@
+"""Topics on the log (INTERFACES.md "Topics, queues and consumer groups"; docs/topics.md): where a topic's
+queues live, a producer, and pulls.
+
+A topic is a key in `_meta`: `topics/<name>` = {"queues": [group of queue 0, group of queue 1, ...]}. Its
+queues are spread round robin over groups that run the topic dispatcher (`group create G --state-machine
+topics`); each such group turns its committed messages into per-queue consume queues (topic/dispatcher.py),
+so a queue offset is assigned once, in log order, the same on every member and after every failover.
+
+- `TopicAdmin`: create (compare-and-set: a name is created once), list, describe (per queue: group, min and
+  max offsets), delete (the route only; the messages stay in the groups' logs until retention).
+- `Producer.send(topic, body, key=, tags=, properties=)` → SendResult(topic, queue_id, queue_offset): the
+  queue is crc32c(key) mod the queue count (stable: the same key, the same queue), round robin without a
+  key. Each send is one request with the producer id and a sequence, so a retry after a lost answer is
+  stored once. Concurrent sends pipeline; `send_batch` puts many messages of one queue in one request.
+- `TopicClient.pull(topic, queue_id, offset, ...)`: long-polling reads of one queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from crc32c import crc32c
+
+from ..errors import BadRequest, MetadataVersionConflict, TopicNotExist
+from ..peers import Address, parse_peers
+from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RE, Message, decode, encode
+from ..wire.client import TopicRequest, TopicResponse
+from .client import Client
+from .groups import GroupAdmin
+from .kv import META_GROUP
+
+TOPICS_PREFIX = "topics/"
+DEFAULT_QUEUES = 8
+MAX_QUEUES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    topic: str
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMessage:
+    """A message as a consumer sees it."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    key: str = ""
+    tags: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+    born_timestamp_ms: int = 0
+    store_timestamp_ms: int = 0
+    index: int = -1  # its entry's index in the group's log
+
+
+@dataclass(frozen=True, slots=True)
+class Pulled:
+    messages: list[TopicMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+def topic_key(name: str) -> str:
+    return TOPICS_PREFIX + name
+
+
+def queue_for(key: str, queues: int) -> int:
+    """The queue of a key: stable across producers, processes and versions (crc32c, not Python's salted
+    hash), mixed by murmur3's finalizer: crc32c alone is linear, and keys that differ in one character
+    ("k0".."k9") land in few queues."""
+    h = crc32c(key.encode())
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h % queues
+
+
+def _check_name(name: str) -> None:
+    if not TOPIC_RE.match(name or ""):
+        raise BadRequest(f"topic {name!r}: 1..127 characters of letters, digits, _ % | -")
+
+
+class _Routes:
+    """Topic routes from `_meta`, cached; and one Client per group the topics live on."""
+
+    def __init__(self, peers: str | dict[str, Address], **client_kw: Any) -> None:
+        self.nodes = parse_peers(peers) if isinstance(peers, str) else dict(peers)
+        if not self.nodes:
+            raise ValueError("peers: no nodes")
+        self.client_kw = client_kw
+        self.meta = Client(self.nodes, group=META_GROUP, **client_kw)
+        self._routes: dict[str, list[str]] = {}
+        self._clients: dict[str, Client] = {}
+
+    async def route(self, topic: str, refresh: bool = False) -> list[str]:
+        if refresh or topic not in self._routes:
+            _check_name(topic)
+            got = await self.meta.kv_get(topic_key(topic))
+            if got is None:
+                self._routes.pop(topic, None)
+                raise TopicNotExist(f"topic {topic!r} does not exist (quorumlog topic create {topic})")
+            self._routes[topic] = json.loads(got[0])["queues"]
+        return self._routes[topic]
+
+    def group_client(self, group: str) -> Client:
+        c = self._clients.get(group)
+        if c is None:
+            c = self._clients[group] = Client(self.nodes, group=group, **self.client_kw)
+        return c
+
+    async def call(self, group: str, make, what: str) -> TopicResponse:
+        c = self.group_client(group)
+        c._check_open()
+        return await c._leader_call(lambda: make(c), what)
+
+    async def close(self) -> None:
+        for c in list(self._clients.values()) + [self.meta]:
+            await c.close()
+        self._clients.clear()
+
+
+class TopicAdmin:
+    def __init__(self, peers: str | dict[str, Address], **client_kw: Any) -> None:
+        self._routes = _Routes(peers, **client_kw)
+        self._groups = GroupAdmin(self._routes.nodes, timeout_ms=client_kw.get("timeout_ms", 10_000),
+                                  token=client_kw.get("token"), tls_ca=client_kw.get("tls_ca"))
+
+    async def __aenter__(self) -> "TopicAdmin":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._routes.close()
+        await self._groups.__aexit__(None, None, None)
+
+    async def topic_groups(self) -> list[str]:
+        """Groups that run the topic dispatcher."""
+        out = []
+        for p in await self._groups.list():
+            if any((r.get("state_machine") or {}).get("kind") == "topics" for r in p.rows):
+                out.append(p.group)
+        return sorted(out)
+
+    async def create(self, name: str, queues: int = DEFAULT_QUEUES, groups: list[str] | None = None) -> list[str]:
+        """Create `name` with `queues` queues spread round robin over `groups` (default: every topic group);
+        returns the group of each queue. TOPIC_EXISTS-like refusal: MetadataVersionConflict if it exists."""
+        _check_name(name)
+        if not 1 <= queues <= MAX_QUEUES:
+            raise BadRequest(f"queues {queues}: 1..{MAX_QUEUES}")
+        available = await self.topic_groups()
+        if groups is None:
+            groups = available
+            if not groups:
+                raise BadRequest("no group carries topics: create one with `quorumlog group create G "
+                                 "--state-machine topics`")
+        else:
+            missing = [g for g in groups if g not in available]
+            if missing:
+                raise BadRequest(f"groups {missing} do not carry topics (`group create G --state-machine topics`)")
+        placement = [groups[i % len(groups)] for i in range(queues)]
+        try:
+            await self._routes.meta.kv_put(topic_key(name), json.dumps({"queues": placement}).encode(),
+                                           expected_version=0)
+        except MetadataVersionConflict:
+            raise MetadataVersionConflict(f"topic {name!r} exists") from None
+        return placement
+
+    async def list(self) -> dict[str, list[str]]:
+        items = await self._routes.meta.kv_list(TOPICS_PREFIX)
+        return {kv.key[len(TOPICS_PREFIX):]: json.loads(kv.value)["queues"] for kv in items}
+
+    async def describe(self, name: str) -> list[dict[str, Any]]:
+        """Per queue: its group, min and max offsets (as the group's leader has them)."""
+        placement = await self._routes.route(name, refresh=True)
+
+        async def one(q: int, group: str) -> dict[str, Any]:
+            resp = await self._routes.call(group, lambda c: TopicRequest(c._request_id(), "offsets", name, q),
+                                           f"offsets of {name}/{q}")
+            return {"queue_id": q, "group": group, "min_offset": resp.min_offset, "max_offset": resp.max_offset}
+
+        return list(await asyncio.gather(*(one(q, g) for q, g in enumerate(placement))))
+
+    async def delete(self, name: str) -> None:
+        got = await self._routes.meta.kv_get(topic_key(name))
+        if got is None:
+            raise TopicNotExist(f"topic {name!r} does not exist")
+        await self._routes.meta.kv_delete(topic_key(name), expected_version=got[1])
+
+
+class TopicClient:
+    """Sends and pulls, for a producer, a consumer or a tool. `peers`: any nodes of the cluster."""
+
+    def __init__(self, peers: str | dict[str, Address], *,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, **client_kw: Any) -> None:
+        self.routes = _Routes(peers, **client_kw)
+        self.max_message_bytes = max_message_bytes
+        self._round_robin = itertools.count()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.routes.close()
+
+    async def send(self, topic: str, body: bytes | str, *, key: str = "", tags: str = "",
+                   properties: dict[str, str] | None = None) -> SendResult:
+        placement = await self.routes.route(topic)
+        q = queue_for(key, len(placement)) if key else next(self._round_robin) % len(placement)
+        return (await self.send_batch(topic, q, [(body, key, tags, properties)]))[0]
+
+    async def send_batch(self, topic: str, queue_id: int,
+                         messages: Iterable[tuple[bytes | str, str, str, dict[str, str] | None]]) -> list[SendResult]:
+        """(body, key, tags, properties) messages into one queue, as one request (one log batch)."""
+        placement = await self.routes.route(topic)
+        if not 0 <= queue_id < len(placement):
+            raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
+        now = int(time.time() * 1000)
+        bodies = tuple(encode(Message(topic, body.encode() if isinstance(body, str) else bytes(body), queue_id,
+                                      key, tags, dict(props or {}), now), self.max_message_bytes)
+                       for body, key, tags, props in messages)
+        if not bodies:
+            raise BadRequest("send_batch: no message")
+        group = placement[queue_id]
+        seq_box: list[int] = []
+
+        def make(c: Client) -> TopicRequest:
+            if not seq_box:
+                seq_box.append(c.next_seq())  # one sequence for every attempt: a retry is stored once
+            return TopicRequest(c._request_id(), "send", topic, queue_id, client_id=c.client_id, seq=seq_box[0],
+                                bodies=bodies)
+
+        resp = await self.routes.call(group, make, f"send to {topic}/{queue_id}")
+        return [SendResult(topic, queue_id, off) for off in resp.offsets]
+
+    async def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256, wait_ms: int = 0,
+                   tags: str = "") -> Pulled:
+        """Messages of one queue from `offset`, waiting up to wait_ms for the first (long polling). Tags
+        ("a||b") are filtered by hash on the node and exactly here. OffsetTooSmall if retention deleted
+        `offset` (its `min_offset` says where the queue starts now)."""
+        placement = await self.routes.route(topic)
+        if not 0 <= queue_id < len(placement):
+            raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
+        c = self.routes.group_client(placement[queue_id])
+        c._check_open()
+        # The wait is the node's: give each attempt that long on top of the usual request time.
+        resp = await c._leader_call(
+            lambda: TopicRequest(c._request_id(), "pull", topic, queue_id, offset, max_messages, wait_ms, tags=tags),
+            f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
+        wanted = None if tags in ("", "*") else {t.strip() for t in tags.split("||")}
+        out = []
+        for pm in resp.messages:
+            m = decode(pm.body)
+            if m is None or (wanted is not None and m.tags not in wanted):
+                continue
+            out.append(TopicMessage(m.topic, m.queue_id, pm.queue_offset, m.body, m.key, m.tags, m.properties,
+                                    m.born_timestamp_ms, pm.store_timestamp_ms, pm.index))
+        return Pulled(out, resp.next_offset, resp.min_offset, resp.max_offset)
+
+
+class Producer(TopicClient):
+    """`async with quorumlog.Producer(peers) as p: r = await p.send("T", b"body", key="k", tags="a")`."""

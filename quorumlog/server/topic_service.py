@@ -1,0 +1,164 @@
+"""The topic requests of a group that runs the topic dispatcher (topic/dispatcher.py), on one replica.
+
+- send: the encoded messages (topic/message.py, checked again here) are appended as one batch with the
+  client's producer id and sequence, so a retry is stored once; the answer waits until the dispatcher applied
+  the batch and carries each message's queue offset (RocketMQ's SendResult). A retry of a batch applied so
+  long ago that its offsets are no longer remembered is answered with -1 for each (it is stored, once).
+- pull: from a queue offset, the units of the consume queue, then the entries they point at, read from the
+  log in one pass. Any member serves it (its consume queue never runs ahead of what it knows committed);
+  with nothing to read it waits up to wait_ms for the next entry the dispatcher applies (long polling).
+  An offset below the queue's first kept one is OFFSET_TOO_SMALL (retention deleted it); one past the end
+  waits like an empty read.
+- offsets: the queue's min and max offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..codes import ResponseCode
+from ..format.log_entry import iter_records
+from ..raft.types import ClientAppend, Completion
+from ..topic.message import TOPIC_RE, decode, tag_hash
+from ..wire.client import PulledMessage, TopicRequest, TopicResponse
+
+if TYPE_CHECKING:
+    from .replica import Replica, _Pending
+
+MAX_PULL_WAIT_MS = 60_000
+MAX_PULL_MESSAGES = 4096
+MAX_PULL_BYTES = 8 << 20
+
+
+class TopicService:
+    def __init__(self, replica: "Replica") -> None:
+        self.replica = replica
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def dispatcher(self) -> Any:
+        return self.replica.sm.machine
+
+    def on_request(self, session: Any, req: TopicRequest) -> Any:
+        r = self.replica
+
+        def answer(code: ResponseCode, message: str = "", **fields: Any) -> None:
+            r._send(session, TopicResponse(req.request_id, code, message=message, **fields))
+
+        if r.state_machine != "topics":
+            return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} carries no topics (create one with "
+                                                    f"`group create G --state-machine topics`)")
+        if r.stopping:
+            return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
+        if req.op == "send":
+            return self._send(session, req, answer)
+        if not TOPIC_RE.match(req.topic) or not 0 <= req.queue_id <= 0xFFFF:
+            return answer(ResponseCode.BAD_REQUEST, f"{req.op}: bad topic {req.topic!r} or queue {req.queue_id}")
+        if req.op == "pull":
+            if req.offset < 0 or req.max_messages < 1 or req.wait_ms < 0:
+                return answer(ResponseCode.BAD_REQUEST, f"pull: offset={req.offset} max_messages="
+                                                        f"{req.max_messages} wait_ms={req.wait_ms}")
+            return self._pull(session, req)
+        if req.op == "offsets":
+            q = self.dispatcher.queue(req.topic, req.queue_id)
+            lo, hi = (q.min_offset, q.max_offset) if q is not None else (0, 0)
+            return answer(ResponseCode.SUCCESS, min_offset=lo, max_offset=hi)
+        return answer(ResponseCode.BAD_REQUEST, f"unknown topic op {req.op!r} (send, pull, offsets)")
+
+    # -- send ----------------------------------------------------------------------------------------------
+    def _send(self, session: Any, req: TopicRequest, answer: Any) -> None:
+        r = self.replica
+        if not req.bodies:
+            return answer(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "send: no message")
+        for i, body in enumerate(req.bodies):
+            if len(body) > r.config.max_entry_bytes:
+                return answer(ResponseCode.ENTRY_TOO_LARGE, f"send: message {i} is {len(body)} bytes, over "
+                                                            f"max_entry_bytes {r.config.max_entry_bytes}")
+            if decode(body) is None:
+                return answer(ResponseCode.BAD_REQUEST, f"send: entry {i} is not a topic message")
+        rid = r._new_request_id()
+        from .replica import _Pending
+        r._pending[rid] = _Pending(session, req.request_id, "topic_send", time.perf_counter(), request=req)
+        r.step(ClientAppend(rid, req.bodies, req.client_id, req.seq))
+
+    def completed(self, p: "_Pending", c: Completion) -> None:
+        if c.code != ResponseCode.SUCCESS:
+            self.replica._send(p.session, TopicResponse(p.client_request_id, c.code, c.leader_id))
+            return
+        task = asyncio.ensure_future(self._answer_sent(p, c.first_index, c.last_index))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer_sent(self, p: "_Pending", first: int, last: int) -> None:
+        sm = self.replica.sm
+        await sm.wait_applied(last)
+        offsets = []
+        for i in range(first, last + 1):
+            q = sm.result_of(i)
+            offsets.append(q if isinstance(q, int) else -1)
+        self.replica._send(p.session, TopicResponse(p.client_request_id, ResponseCode.SUCCESS, offsets=tuple(offsets)))
+
+    # -- pull ----------------------------------------------------------------------------------------------
+    async def _pull(self, session: Any, req: TopicRequest) -> None:
+        r = self.replica
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(req.wait_ms, MAX_PULL_WAIT_MS) / 1000
+        wanted = None if req.tags in ("", "*") else frozenset(tag_hash(t.strip()) for t in req.tags.split("||"))
+        while True:
+            d = self.dispatcher
+            q = d.queue(req.topic, req.queue_id)
+            lo, hi = (q.min_offset, q.max_offset) if q is not None else (0, 0)
+            if req.offset < lo:
+                r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
+                                               max_offset=hi, next_offset=lo,
+                                               message=f"offset {req.offset} < first kept offset {lo}"))
+                return
+            if req.offset < hi:
+                break
+            left = deadline - loop.time()
+            if left <= 0 or r.stopping:
+                r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
+                                               next_offset=req.offset))
+                return
+            try:
+                await asyncio.wait_for(r.sm.wait_applied(d.applied_index + 1), left)
+            except asyncio.TimeoutError:
+                pass
+        count = min(req.max_messages, MAX_PULL_MESSAGES)
+        units = list(q.read(req.offset, count, wanted))
+        next_offset = min(hi, max(req.offset, lo) + count)
+        messages = self._read_units(units)
+        if len(messages) < len(units):  # the byte budget cut the read: resume after the last one returned
+            next_offset = messages[-1].queue_offset + 1 if messages else req.offset
+        r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
+                                       next_offset=next_offset, messages=tuple(messages)))
+
+    def _read_units(self, units: list) -> list[PulledMessage]:
+        """The entries the units point at, in one pass over the log range they span (bounded in bytes)."""
+        if not units:
+            return []
+        store = self.replica.store
+        by_index = {u.log_index: u for u in units}
+        out: list[PulledMessage] = []
+        budget = MAX_PULL_BYTES
+        start, end = units[0].log_index, units[-1].log_index
+        while start <= end and budget > 0:
+            records = store.read(start, min(budget, MAX_PULL_BYTES), end)
+            if records.count == 0:
+                break
+            for chunk in records.chunks:
+                for h, body in iter_records(chunk):
+                    u = by_index.get(h.index)
+                    if u is None:
+                        continue
+                    # (a message entry's body is the message; a producer tag, if any, follows it)
+                    out.append(PulledMessage(u.queue_offset, h.index, h.timestamp_ms, bytes(body[:u.size])))
+                    budget -= u.size
+            start = records.last_index + 1
+        return out
+
+    def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()

@@ -1,0 +1,128 @@
+"""Issue 16 with real processes: topics spread over topic groups, a producer, long-polling pulls, and queue
+offsets that stay dense and unique through a kill -9 of a group's leader and a restart (consume queues rebuilt
+from snapshot + log)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+import pytest
+
+import quorumlog
+from quorumlog.client.groups import GroupAdmin
+from quorumlog.client.topics import queue_for
+from quorumlog.errors import BadRequest, MetadataVersionConflict, TopicNotExist
+from quorumlog.peers import parse_peers
+from quorumlog.soak.processes import Cluster
+
+from .test_meta import _create_meta
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+async def _drain(tc: quorumlog.TopicClient, topic: str, queues: int, upto: dict[int, int] | None = None):
+    """Every message of every queue from offset 0, per queue, in order."""
+    out: dict[int, list] = {}
+    for q in range(queues):
+        got, offset = [], 0
+        while True:
+            p = await tc.pull(topic, q, offset, max_messages=100)
+            got.extend(p.messages)
+            offset = p.next_offset
+            if offset >= p.max_offset and (upto is None or offset >= upto.get(q, 0)):
+                break
+        out[q] = got
+    return out
+
+
+def test_topic_send_pull_long_poll_and_offsets_survive_a_leader_kill(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        nodes = parse_peers(cluster.peers)
+        async with GroupAdmin(nodes, timeout_ms=20_000) as groups:
+            await groups.create("t1", replicas=3, state_machine="topics")
+            await groups.create("t2", replicas=3, state_machine="topics")
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            with pytest.raises(BadRequest):
+                await admin.create("orders", queues=4, groups=["default"])  # not a topic group
+            assert await admin.create("orders", queues=4) == ["t1", "t2", "t1", "t2"]
+            with pytest.raises(MetadataVersionConflict):
+                await admin.create("orders", queues=2)
+            assert list(await admin.list()) == ["orders"]
+
+        async with quorumlog.Producer(cluster.peers, timeout_ms=10_000) as p:
+            with pytest.raises(TopicNotExist):
+                await p.send("nope", b"x")
+            sent = defaultdict(list)  # queue -> [(offset, body)]
+            results = await asyncio.gather(*(p.send("orders", b"m%d" % i, key=f"k{i % 20}", tags="even" if i % 2 == 0
+                                                    else "odd", properties={"i": str(i)}) for i in range(200)))
+            for i, r in enumerate(results):
+                assert r.queue_id == queue_for(f"k{i % 20}", 4)  # the same key, the same queue
+                sent[r.queue_id].append((r.queue_offset, b"m%d" % i))
+            for q, items in sent.items():
+                assert sorted(o for o, _ in items) == list(range(len(items)))  # dense, unique per queue
+
+            got = await _drain(p, "orders", 4)
+            for q in range(4):
+                assert [(m.queue_offset, m.body) for m in got[q]] == sorted(sent[q])
+                assert all(m.topic == "orders" and m.properties["i"] == m.body[1:].decode() for m in got[q])
+            # tags: filtered on the node by hash, exactly on the client
+            q_even = queue_for("k0", 4)
+            evens = (await p.pull("orders", q_even, 0, max_messages=1000, tags="even")).messages
+            assert [m.body for m in evens] == [b for _, b in sorted(sent[q_even]) if int(b[1:]) % 2 == 0]
+
+            # long polling: a pull past the end waits for the next message, then answers at once
+            q0_end = len(sent[q_even])
+            started = time.monotonic()
+            poll = asyncio.ensure_future(p.pull("orders", q_even, q0_end, wait_ms=5_000))
+            await asyncio.sleep(0.3)
+            assert not poll.done()
+            r = await p.send("orders", b"late", key="k0")
+            pulled = await poll
+            assert r.queue_offset == q0_end and [m.body for m in pulled.messages] == [b"late"]
+            assert time.monotonic() - started < 3
+            sent[q_even].append((r.queue_offset, b"late"))
+            empty = await p.pull("orders", q_even, q0_end + 1, wait_ms=200)
+            assert empty.messages == [] and empty.next_offset == q0_end + 1
+
+            # kill -9 the leader of t1 under sends: offsets stay dense and unique, nothing acknowledged lost
+            async with cluster.client(group="t1") as c1:
+                leader = await cluster.wait_leader(c1, timeout_s=10)
+            cluster.nodes[leader].kill9()
+            more = await asyncio.gather(*(p.send("orders", b"after%d" % i, key=f"k{i % 20}") for i in range(60)))
+            for i, r in enumerate(more):
+                sent[r.queue_id].append((r.queue_offset, b"after%d" % i))
+            cluster.nodes[leader].start()
+            got = await _drain(p, "orders", 4)
+            for q in range(4):
+                offsets = [m.queue_offset for m in got[q]]
+                assert offsets == list(range(len(offsets)))
+                assert {o for o, _ in sent[q]} <= set(offsets)
+                assert [m.body for m in got[q] if m.body.startswith(b"after")] == \
+                    [b for _, b in sorted(sent[q]) if b.startswith(b"after")]
+
+        # the restarted node rebuilt its consume queues: as t1's leader it serves the same offsets
+        async with cluster.client(group="t1") as c1:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    assert await c1.transfer_leader(leader) == leader
+                    break
+                except quorumlog.QuorumLogError:
+                    assert time.monotonic() < deadline, f"{leader} never took t1 back"
+                    await asyncio.sleep(0.2)
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            rows = await admin.describe("orders")
+            assert [r["max_offset"] for r in rows] == [len(got[q]) for q in range(4)]
+            await admin.delete("orders")
+            assert await admin.list() == {}
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
