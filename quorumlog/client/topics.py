@@ -125,6 +125,13 @@ class _Routes:
         c._check_open()
         return await c._leader_call(lambda: make(c), what)
 
+    async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, max) offset of a queue, as its group's leader has them."""
+        group = (await self.route(topic))[queue_id]
+        resp = await self.call(group, lambda c: TopicRequest(c._request_id(), "offsets", topic, queue_id),
+                               f"offsets of {topic}/{queue_id}")
+        return resp.min_offset, resp.max_offset
+
     async def close(self) -> None:
         for c in list(self._clients.values()) + [self.meta]:
             await c.close()
@@ -188,9 +195,8 @@ class TopicAdmin:
         placement = await self._routes.route(name, refresh=True)
 
         async def one(q: int, group: str) -> dict[str, Any]:
-            resp = await self._routes.call(group, lambda c: TopicRequest(c._request_id(), "offsets", name, q),
-                                           f"offsets of {name}/{q}")
-            return {"queue_id": q, "group": group, "min_offset": resp.min_offset, "max_offset": resp.max_offset}
+            lo, hi = await self._routes.offsets(name, q)
+            return {"queue_id": q, "group": group, "min_offset": lo, "max_offset": hi}
 
         return list(await asyncio.gather(*(one(q, g) for q, g in enumerate(placement))))
 
@@ -219,10 +225,16 @@ class TopicClient:
     async def close(self) -> None:
         await self.routes.close()
 
+    async def queue_of(self, topic: str, key: str = "") -> int:
+        """The queue a message with `key` goes to (round robin over the queues without a key)."""
+        placement = await self.routes.route(topic)
+        return queue_for(key, len(placement)) if key else next(self._round_robin) % len(placement)
+
     async def send(self, topic: str, body: bytes | str, *, key: str = "", tags: str = "",
                    properties: dict[str, str] | None = None) -> SendResult:
-        placement = await self.routes.route(topic)
-        q = queue_for(key, len(placement)) if key else next(self._round_robin) % len(placement)
+        """One message. Concurrent sends pipeline but may be stored in any order; for an order within a
+        queue, await each send or use send_batch."""
+        q = await self.queue_of(topic, key)
         return (await self.send_batch(topic, q, [(body, key, tags, properties)]))[0]
 
     async def send_batch(self, topic: str, queue_id: int,
@@ -248,6 +260,10 @@ class TopicClient:
 
         resp = await self.routes.call(group, make, f"send to {topic}/{queue_id}")
         return [SendResult(topic, queue_id, off) for off in resp.offsets]
+
+    async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, max) offset of one queue: where reading can start, and one past its last message."""
+        return await self.routes.offsets(topic, queue_id)
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256, wait_ms: int = 0,
                    tags: str = "") -> Pulled:

@@ -11,7 +11,7 @@ from quorumlog.format.log_entry import Records
 from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse, KvItem, KvRequest, KvResponse,
+    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse,
 )
 from quorumlog.wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from quorumlog.wire.messages import (
@@ -67,6 +67,12 @@ client_messages = st.one_of(
     st.builds(BookieOpRequest, u64, st.sampled_from(list(BookieOp)), u64, i64, i64, st.integers(0, 255),
               st.binary(max_size=300)),
     st.builds(BookieOpResponse, u64, codes, st.sampled_from(list(BookieOp)), u64, i64, i64, st.binary(max_size=300),
+              texts),
+    st.builds(TopicRequest, u64, ids, ids, st.integers(-(2**31), 2**31 - 1), i64, st.integers(-(2**31), 2**31 - 1),
+              st.integers(-(2**31), 2**31 - 1), u64, i64, texts,
+              st.lists(st.binary(max_size=100), max_size=5).map(tuple)),
+    st.builds(TopicResponse, u64, codes, st.none() | ids, i64, i64, i64, st.lists(i64, max_size=5).map(tuple),
+              st.lists(st.builds(PulledMessage, i64, i64, i64, st.binary(max_size=60)), max_size=4).map(tuple),
               texts),
 )
 

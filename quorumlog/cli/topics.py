@@ -1,0 +1,190 @@
+"""`quorumlog topic create|list|describe|delete`, `quorumlog produce`, `quorumlog consume` (client/topics.py).
+
+`produce` sends each VALUE (or each line of --file, `-` for stdin) as one message and prints where it landed;
+`consume` reads every queue of a topic from the earliest (or latest) offset, in queue order, and with
+--follow keeps long-polling for new messages until interrupted or --max messages were printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+from typing import Any, List, Optional
+
+import typer
+from rich.table import Table
+
+from ..client.topics import DEFAULT_QUEUES, TopicAdmin, TopicClient, TopicMessage
+from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
+
+topic_app = typer.Typer(help="Create, list, describe or delete topics", no_args_is_help=True)
+FOLLOW_POLL_MS = 1_000
+
+
+def _peers(peers: Optional[str], cluster: Optional[str]) -> dict:
+    return resolve_target(peers, cluster, None).peers
+
+
+@topic_app.command("create")
+def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, digits, _ % | -"),
+           queues: int = typer.Option(DEFAULT_QUEUES, "--queues", min=1, help="How many queues"),
+           groups: Optional[str] = typer.Option(None, "--groups", help="Spread the queues over these topic "
+                                                "groups, e.g. t1,t2 (default: every group created with "
+                                                "--state-machine topics)"),
+           peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+           json_out: bool = JsonOpt) -> None:
+    """Create a topic; prints the group of each queue."""
+    named = [g.strip() for g in groups.split(",") if g.strip()] if groups else None
+
+    async def go():
+        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+            return await admin.create(name, queues, named)
+
+    placement = run(go())
+    if json_out:
+        print_json({"topic": name, "queues": placement})
+    else:
+        out_console.print(f"topic {name}: {len(placement)} queues on {', '.join(sorted(set(placement)))}",
+                          highlight=False)
+
+
+@topic_app.command("list")
+def list_topics(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+                json_out: bool = JsonOpt) -> None:
+    """Every topic with its queue count and groups."""
+    async def go():
+        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+            return await admin.list()
+
+    topics = run(go())
+    if json_out:
+        print_json({t: {"queues": q} for t, q in topics.items()})
+        return
+    table = Table(title="topics")
+    for col in ("topic", "queues", "groups"):
+        table.add_column(col)
+    for t, q in topics.items():
+        table.add_row(t, str(len(q)), ",".join(sorted(set(q))))
+    out_console.print(table)
+
+
+@topic_app.command("describe")
+def describe(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+             timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Per queue: its group and its min / max queue offsets."""
+    async def go():
+        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+            return await admin.describe(name)
+
+    rows = run(go())
+    if json_out:
+        print_json({"topic": name, "queues": rows})
+        return
+    table = Table(title=f"topic {name}")
+    for col in ("queue_id", "group", "min_offset", "max_offset"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for r in rows:
+        table.add_row(str(r["queue_id"]), r["group"], str(r["min_offset"]), str(r["max_offset"]))
+    out_console.print(table)
+
+
+@topic_app.command("delete")
+def delete(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+           timeout_ms: int = TimeoutOpt) -> None:
+    """Delete a topic's route (its messages stay in the groups' logs until retention deletes them)."""
+    async def go():
+        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+            await admin.delete(name)
+
+    run(go())
+    out_console.print(f"topic {name} deleted", highlight=False)
+
+
+def produce(values: Optional[List[str]] = typer.Argument(None, help="Message bodies (UTF-8)"),
+            topic: str = typer.Option(..., "--topic", help="The topic"),
+            key: str = typer.Option("", "--key", help="Message key: the same key, the same queue"),
+            tags: str = typer.Option("", "--tags", help="Message tag (consumers can filter on it)"),
+            file: Optional[str] = typer.Option(None, "--file", help="One message per line of this file ('-': stdin)"),
+            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+            json_out: bool = JsonOpt) -> None:
+    """Send messages to a topic; prints queue and queue offset of each."""
+    if bool(values) == bool(file):
+        usage("give message VALUEs or --file F, not both and not neither")
+    if file is not None:
+        stream = sys.stdin if file == "-" else open(file, encoding="utf-8")
+        with stream:
+            bodies = [line.rstrip("\n") for line in stream]
+    else:
+        bodies = list(values or [])
+
+    async def go():
+        async with TopicClient(_peers(peers, cluster), timeout_ms=timeout_ms) as p:
+            by_queue: dict[int, list] = {}
+            for b in bodies:  # one request per queue: the messages of a queue keep the order given
+                by_queue.setdefault(await p.queue_of(topic, key), []).append((b, key, tags, None))
+            sent = await asyncio.gather(*(p.send_batch(topic, q, ms) for q, ms in by_queue.items()))
+            return [r for rs in sent for r in rs]
+
+    results = run(go())
+    for r in results:
+        if json_out:
+            print_json({"topic": r.topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset})
+        else:
+            out_console.print(f"{r.topic}/{r.queue_id}@{r.queue_offset}", highlight=False)
+
+
+def _doc(m: TopicMessage) -> dict[str, Any]:
+    try:
+        body: Any = m.body.decode()
+    except UnicodeDecodeError:
+        body = {"base64": base64.b64encode(m.body).decode()}
+    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "key": m.key, "tags": m.tags,
+            "properties": m.properties, "born_timestamp": m.born_timestamp_ms,
+            "store_timestamp": m.store_timestamp_ms, "body": body}
+
+
+def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
+            start: str = typer.Option("earliest", "--from", help="earliest | latest"),
+            max_messages: int = typer.Option(0, "--max", min=0, help="Stop after this many (0: no limit)"),
+            follow: bool = typer.Option(False, "--follow", help="Keep waiting for new messages"),
+            tags: str = typer.Option("", "--tags", help="Only these tags, e.g. a||b"),
+            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+            json_out: bool = JsonOpt) -> None:
+    """Print a topic's messages, queue by queue (one JSON document per line with --json)."""
+    if start not in ("earliest", "latest"):
+        usage(f"--from {start!r}: earliest or latest")
+
+    async def go():
+        printed = 0
+        async with TopicClient(_peers(peers, cluster), timeout_ms=timeout_ms) as c:
+            queues = len(await c.routes.route(topic))
+            offsets = {}
+            for q in range(queues):
+                lo, hi = await c.offsets(topic, q)
+                offsets[q] = hi if start == "latest" else lo
+            while True:
+                progressed = False
+                for q in range(queues):
+                    p = await c.pull(topic, q, offsets[q], max_messages=256, tags=tags,
+                                     wait_ms=FOLLOW_POLL_MS // queues if follow else 0)
+                    progressed |= p.next_offset > offsets[q]
+                    offsets[q] = p.next_offset
+                    for m in p.messages:
+                        if json_out:
+                            sys.stdout.write(json.dumps(_doc(m)) + "\n")
+                        else:
+                            out_console.print(f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key!r} "
+                                              f"tags={m.tags!r}: {m.body.decode(errors='replace')}",
+                                              highlight=False)
+                        printed += 1
+                        if max_messages and printed >= max_messages:
+                            return
+                if not progressed and not follow:
+                    return
+
+    try:
+        run(go())
+    except KeyboardInterrupt:
+        pass
