@@ -215,6 +215,8 @@ class TopicClient:
         self.routes = _Routes(peers, **client_kw)
         self.max_message_bytes = max_message_bytes
         self._round_robin = itertools.count()
+        # sends of this loop turn, per queue, coalesced into one request (as the raw client's accumulator does)
+        self._outbox: dict[tuple[str, int], list[tuple[tuple, asyncio.Future]]] = {}
 
     async def __aenter__(self):
         return self
@@ -232,10 +234,33 @@ class TopicClient:
 
     async def send(self, topic: str, body: bytes | str, *, key: str = "", tags: str = "",
                    properties: dict[str, str] | None = None) -> SendResult:
-        """One message. Concurrent sends pipeline but may be stored in any order; for an order within a
-        queue, await each send or use send_batch."""
+        """One message. Sends to one queue made in the same event-loop turn go out as one request (one log
+        batch, in the order they were made); for an order across turns, await each send."""
         q = await self.queue_of(topic, key)
-        return (await self.send_batch(topic, q, [(body, key, tags, properties)]))[0]
+        encoded = self._encode(topic, q, body, key, tags, properties)  # a bad message fails its own send only
+        fut = asyncio.get_running_loop().create_future()
+        box = self._outbox.setdefault((topic, q), [])
+        box.append((encoded, fut))
+        if len(box) == 1:
+            asyncio.get_running_loop().call_soon(self._flush, topic, q)
+        return await fut
+
+    def _flush(self, topic: str, q: int) -> None:
+        box = self._outbox.pop((topic, q), [])
+        if box:
+            asyncio.ensure_future(self._send_box(topic, q, box))
+
+    async def _send_box(self, topic: str, q: int, box: list) -> None:
+        try:
+            results = await self._send_encoded(topic, q, tuple(m for m, _ in box))
+        except BaseException as e:  # noqa: BLE001 - every sender of the batch gets the error
+            for _, fut in box:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        for (_, fut), r in zip(box, results):
+            if not fut.done():
+                fut.set_result(r)
 
     async def send_batch(self, topic: str, queue_id: int,
                          messages: Iterable[tuple[bytes | str, str, str, dict[str, str] | None]]) -> list[SendResult]:
@@ -243,13 +268,18 @@ class TopicClient:
         placement = await self.routes.route(topic)
         if not 0 <= queue_id < len(placement):
             raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
-        now = int(time.time() * 1000)
-        bodies = tuple(encode(Message(topic, body.encode() if isinstance(body, str) else bytes(body), queue_id,
-                                      key, tags, dict(props or {}), now), self.max_message_bytes)
-                       for body, key, tags, props in messages)
+        bodies = tuple(self._encode(topic, queue_id, *m) for m in messages)
         if not bodies:
             raise BadRequest("send_batch: no message")
-        group = placement[queue_id]
+        return await self._send_encoded(topic, queue_id, bodies)
+
+    def _encode(self, topic: str, queue_id: int, body: bytes | str, key: str, tags: str,
+                properties: dict[str, str] | None) -> bytes:
+        return encode(Message(topic, body.encode() if isinstance(body, str) else bytes(body), queue_id, key, tags,
+                              dict(properties or {}), int(time.time() * 1000)), self.max_message_bytes)
+
+    async def _send_encoded(self, topic: str, queue_id: int, bodies: tuple[bytes, ...]) -> list[SendResult]:
+        group = (await self.routes.route(topic))[queue_id]
         seq_box: list[int] = []
 
         def make(c: Client) -> TopicRequest:

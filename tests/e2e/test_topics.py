@@ -66,14 +66,22 @@ def test_topic_send_pull_long_poll_and_offsets_survive_a_leader_kill(tmp_path):
             for q, items in sent.items():
                 assert sorted(o for o, _ in items) == list(range(len(items)))  # dense, unique per queue
 
+            # sends of one loop turn to one queue share a request; a bad one fails alone
+            mixed = await asyncio.gather(p.send("orders", b"ok1", key="k0"), p.send("orders", b"bad", key="x" * 2000),
+                                         p.send("orders", b"ok2", key="k0"), return_exceptions=True)
+            assert isinstance(mixed[1], BadRequest) and mixed[2].queue_offset == mixed[0].queue_offset + 1
+            sent[mixed[0].queue_id] += [(mixed[0].queue_offset, b"ok1"), (mixed[2].queue_offset, b"ok2")]
+
             got = await _drain(p, "orders", 4)
             for q in range(4):
                 assert [(m.queue_offset, m.body) for m in got[q]] == sorted(sent[q])
-                assert all(m.topic == "orders" and m.properties["i"] == m.body[1:].decode() for m in got[q])
+                assert all(m.topic == "orders" and m.properties["i"] == m.body[1:].decode() for m in got[q]
+                           if m.body[1:].isdigit())
             # tags: filtered on the node by hash, exactly on the client
             q_even = queue_for("k0", 4)
             evens = (await p.pull("orders", q_even, 0, max_messages=1000, tags="even")).messages
-            assert [m.body for m in evens] == [b for _, b in sorted(sent[q_even]) if int(b[1:]) % 2 == 0]
+            assert [m.body for m in evens] == [b for _, b in sorted(sent[q_even])
+                                               if b[1:].isdigit() and int(b[1:]) % 2 == 0]
 
             # long polling: a pull past the end waits for the next message, then answers at once
             q0_end = len(sent[q_even])
