@@ -1,0 +1,166 @@
+"""Topics against the raw log on the same group (issue 16), one run, 3 real nodes on 127.0.0.1.
+
+    python bench/topics.py [--duration-s 5] [--flush sync] [--messages 200000]
+
+- produce: 64 writer tasks of 100 B entries through one `quorumlog.Client` (raw appends), then 64 producer
+  tasks of 100 B messages through one `quorumlog.Producer` (keys spread over the topic's 8 queues), on the
+  same topic group; the ratio is the issue's "≥ 80% of the raw group's appends/s".
+- consume: one consumer pulls a caught-up topic of --messages messages from every queue (--pull-batch per pull);
+  messages/s (target ≥ 500,000).
+- latency: one producer sends one message at a time while a consumer long-polls its queue; send → delivered,
+  p50 / p99 (target p50 ≤ 2 ms).
+Results: bench/results/topics-<date>.json (flush mode included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import quorumlog  # noqa: E402
+from quorumlog.client.groups import GroupAdmin  # noqa: E402
+from quorumlog.peers import parse_peers  # noqa: E402
+from quorumlog.soak.processes import Cluster  # noqa: E402
+
+WRITERS = 64
+BODY = b"x" * 100
+QUEUES = 8
+
+
+async def _setup(cluster: Cluster) -> None:
+    nodes = parse_peers(cluster.peers)
+    async with GroupAdmin(nodes, timeout_ms=30_000) as admin:
+        deadline = time.monotonic() + 30
+        while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
+            assert time.monotonic() < deadline, "nodes never answered"
+            await asyncio.sleep(0.1)
+        await admin.create_meta()
+        await admin.create("tg", replicas=3, state_machine="topics")
+    async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as t:
+        await t.create("bench", queues=QUEUES, groups=["tg"])
+
+
+async def _rate(one, duration_s: float) -> float:
+    """Calls/s of `one()` from WRITERS tasks over duration_s (after a 1 s warm-up)."""
+    count = 0
+    measuring = False
+    stop = False
+
+    async def task(i: int) -> None:
+        nonlocal count
+        while not stop:
+            await one(i)
+            if measuring:
+                count += 1
+
+    tasks = [asyncio.create_task(task(i)) for i in range(WRITERS)]
+    await asyncio.sleep(1.0)
+    measuring = True
+    t0 = time.perf_counter()
+    await asyncio.sleep(duration_s)
+    measuring = False
+    elapsed = time.perf_counter() - t0
+    stop = True
+    await asyncio.gather(*tasks)
+    return count / elapsed
+
+
+async def _produce(cluster: Cluster, duration_s: float) -> dict:
+    async with quorumlog.Client(cluster.peers, group="tg", timeout_ms=30_000) as c:
+        raw = await _rate(lambda i: c.append(BODY), duration_s)
+    async with quorumlog.Producer(cluster.peers, timeout_ms=30_000) as p:
+        topic = await _rate(lambda i: p.send("bench", BODY, key=f"k{i}"), duration_s)
+    return {"raw_appends_per_s": round(raw), "topic_messages_per_s": round(topic), "ratio": round(topic / raw, 3),
+            "target_ratio": 0.8}
+
+
+async def _consume(cluster: Cluster, messages: int, pull_batch: int) -> dict:
+    async with quorumlog.Producer(cluster.peers, timeout_ms=30_000) as p:
+        per_queue = messages // QUEUES
+        for q in range(QUEUES):
+            lo, hi = await p.offsets("bench", q)
+            for start in range(0, max(0, per_queue - (hi - lo)), 1000):
+                await p.send_batch("bench", q, [(BODY, "", "", None)] * min(1000, per_queue - start))
+        totals = [await p.offsets("bench", q) for q in range(QUEUES)]
+        t0 = time.perf_counter()
+        got = 0
+        for q in range(QUEUES):
+            offset, end = totals[q]
+            while offset < end:
+                r = await p.pull("bench", q, offset, max_messages=pull_batch)
+                got += len(r.messages)
+                offset = r.next_offset
+        elapsed = time.perf_counter() - t0
+    return {"messages": got, "pull_batch": pull_batch, "messages_per_s": round(got / elapsed),
+            "target_per_s": 500_000}
+
+
+async def _latency(cluster: Cluster, samples: int = 300) -> dict:
+    async with quorumlog.Producer(cluster.peers, timeout_ms=30_000) as p, \
+            quorumlog.TopicClient(cluster.peers, timeout_ms=30_000) as consumer:
+        q = await p.queue_of("bench", "lat")
+        _, offset = await p.offsets("bench", q)
+        lat = []
+        for i in range(samples):
+            poll = asyncio.ensure_future(consumer.pull("bench", q, offset, max_messages=16, wait_ms=5_000))
+            await asyncio.sleep(0.002)  # the pull is waiting on the node
+            t0 = time.perf_counter()
+            await p.send("bench", b"%d" % i, key="lat")
+            r = await poll
+            lat.append((time.perf_counter() - t0) * 1000)
+            offset = r.next_offset
+    lat.sort()
+    return {"samples": samples, "p50_ms": round(statistics.median(lat), 3),
+            "p99_ms": round(lat[int(0.99 * (len(lat) - 1))], 3), "target_p50_ms": 2.0,
+            "note": "send → delivered to a long-polling consumer: the send's own ack is included, the "
+                    "pull answers when the dispatcher applies the message (commit + apply)"}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration-s", type=float, default=5.0)
+    p.add_argument("--flush", default="sync", choices=["sync", "async"])
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--pull-batch", type=int, default=1024, help="max_messages per pull")
+    p.add_argument("--out", default=os.path.join(HERE, "results"))
+    a = p.parse_args()
+    base = tempfile.mkdtemp(prefix="quorumlog-topics-bench-")
+    cluster = Cluster(base, n=3, extra_args=("--flush", a.flush))
+
+    async def run() -> dict:
+        await _setup(cluster)
+        return {"produce_64_writers_100B": await _produce(cluster, a.duration_s),
+                "consume_one_consumer": await _consume(cluster, a.messages, a.pull_batch),
+                "end_to_end_latency": await _latency(cluster)}
+
+    try:
+        cluster.start()
+        results = asyncio.run(run())
+    finally:
+        cluster.stop()
+    doc = {"bench": "topics against the raw log on the same group (issue 16)",
+           "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+           "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+           "setup": f"3 nodes on 127.0.0.1, flush {a.flush}, topic group tg (3 replicas), topic bench with "
+                    f"{QUEUES} queues; one client process", "command": " ".join(["python", *sys.argv]),
+           "results": results}
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, f"topics-{dt.date.today().isoformat()}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(json.dumps(results, indent=1))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
