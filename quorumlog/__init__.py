@@ -2,6 +2,7 @@
 
 from .client import AppendResult, BlockingClient, Client, Entry, NodeStatus, connect
 from .client.ledgers import LedgerClient, LedgerEntry, LedgerReader, LedgerWriter
+from .client.consumer import Consumer
 from .client.topics import Producer, SendResult, TopicAdmin, TopicClient, TopicMessage
 from .codes import ResponseCode
 from .errors import (BadRequest, CorruptEntry, DiskError, DiskFull, DuplicateSequenceTooOld, EmptyBatch,
@@ -11,7 +12,7 @@ from .errors import (BadRequest, CorruptEntry, DiskError, DiskFull, DuplicateSeq
 
 __version__ = "0.1.0"
 __all__ = [
-    "AppendResult", "BadRequest", "BlockingClient", "Client", "CorruptEntry", "DiskError", "DiskFull",
+    "AppendResult", "BadRequest", "BlockingClient", "Client", "Consumer", "CorruptEntry", "DiskError", "DiskFull",
     "DuplicateSequenceTooOld", "EmptyBatch", "Entry", "EntryTooLarge", "IndexOutOfRange", "LeaderPendingFull",
     "LedgerClient", "LedgerEntry", "LedgerReader", "LedgerWriter",
     "LeaderTransferring", "NetworkError", "NodeStatus", "NotLeader", "Producer", "ProtocolError", "QuorumLogError",

@@ -33,11 +33,12 @@ from ..raft.types import (
     StoreFailed, Stored, Tick, TransferLeadership,
 )
 from ..wire.client import (
-    AppendRequest, AppendResponse, KvRequest, KvResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest,
-    ReadResponse, StatusRequest, StatusResponse, TopicRequest, TopicResponse, TransferLeaderRequest,
-    TransferLeaderResponse,
+    AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, KvRequest, KvResponse,
+    MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
+    TopicRequest, TopicResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
 from . import kv_service
+from .consumer_groups import ConsumerGroupService
 from .topic_service import TopicService
 from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
@@ -61,7 +62,7 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send"
+    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit"
     received_s: float
     count: int = 0
     size_bytes: int = 0
@@ -81,6 +82,7 @@ class Replica:
         self.sm: Any = None  # StateMachineHost (state_machine_host.py) when the group runs one
         self.kv = kv_service.KvService(self)  # (also applies and snapshots a topic group's dispatcher)
         self.topics = TopicService(self)
+        self.consumer_groups = ConsumerGroupService(self)  # (served by the `_meta` group's leader)
         self.config = config
         self.group = config.group
         self.store = store
@@ -198,6 +200,7 @@ class Replica:
         self._pending.clear()
         self.kv.close()
         self.topics.close()
+        self.consumer_groups.close()
         if self.store is not None:
             self.store.close()
 
@@ -400,6 +403,8 @@ class Replica:
             self.kv.completed(p, c)
         elif p.kind == "topic_send":
             self.topics.completed(p, c)
+        elif p.kind == "cg_commit":
+            self.consumer_groups.completed(p, c)
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
 
@@ -412,6 +417,8 @@ class Replica:
             self._send(p.session, KvResponse(p.client_request_id, code, message=message))
         elif p.kind == "topic_send":
             self._send(p.session, TopicResponse(p.client_request_id, code, message=message))
+        elif p.kind == "cg_commit":
+            self._send(p.session, ConsumerGroupResponse(p.client_request_id, code, message=message))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
 
@@ -437,6 +444,8 @@ class Replica:
             return self.kv.on_request(session, request)
         elif isinstance(request, TopicRequest):
             return self.topics.on_request(session, request)
+        elif isinstance(request, ConsumerGroupRequest):
+            return self.consumer_groups.on_request(session, request)
         elif isinstance(request, StatusRequest):
             self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                                json.dumps(self.host.status(self)).encode()))

@@ -20,6 +20,12 @@ from dataclasses import dataclass
 from ..codes import ResponseCode
 
 Queue = tuple[str, int]  # (topic, queue id)
+OFFSETS_PREFIX = "offsets/"
+
+
+def offset_key(group: str, topic: str, queue_id: int) -> str:
+    """Where a group's committed offset of a queue is kept in `_meta` (the next offset to read)."""
+    return f"{OFFSETS_PREFIX}{group}/{topic}/{queue_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +35,14 @@ class Assignment:
 
 
 class GroupCoordinator:
-    def __init__(self, group: str, queues: list[Queue], *, session_timeout_ms: int = 10_000) -> None:
+    def __init__(self, group: str, queues: list[Queue], *, session_timeout_ms: int = 10_000,
+                 generation: int = 0) -> None:
         self.group = group
         self.queues = sorted(queues)
         self.session_timeout_ms = session_timeout_ms
-        self.generation = 0
+        # Generations only grow. A coordinator that replaces another (a new `_meta` leader) starts above every
+        # generation the old one handed out: the server starts it at its Raft term << 32.
+        self.generation = generation
         self.last_seen: dict[str, int] = {}
         self.owner: dict[Queue, str] = {}
 
@@ -52,6 +61,14 @@ class GroupCoordinator:
         if new:
             self._rebalance()
         return self.assignment(member)
+
+    def set_queues(self, queues: list[Queue]) -> None:
+        """The queues of the topics the members subscribe to changed (a member with another topic joined):
+        a new generation shares them out."""
+        queues = sorted(queues)
+        if queues != self.queues:
+            self.queues = queues
+            self._rebalance()
 
     def leave(self, member: str) -> None:
         if self.last_seen.pop(member, None) is not None:

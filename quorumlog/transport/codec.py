@@ -25,7 +25,8 @@ from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse,
+    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse, ConsumerGroupRequest,
+    ConsumerGroupResponse,
 )
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from ..wire.messages import (
@@ -83,6 +84,8 @@ _TOPIC_REQ = struct.Struct(">QiqiiQqI")
 # request_id, code, min_offset, max_offset, next_offset, offset count, message count; leader, message, ...
 _TOPIC_RESP = struct.Struct(">QiqqqII")
 _PULLED = struct.Struct(">qqqI")  # queue_offset, index, store_timestamp_ms, body size; then body
+_CG_REQ = struct.Struct(">QI")  # request_id, body size; then op (short), body (JSON)
+_CG_RESP = struct.Struct(">QiI")  # request_id, code, body size; then leader_id (short), body, message (text)
 
 _FLAG_PRE_VOTE = 1
 _FLAG_LEADERSHIP_TRANSFER = 2
@@ -326,6 +329,15 @@ def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
     return [FRAME_HEADER.pack(size + 1, Kind.TOPIC_RESPONSE), *parts]
 
 
+def _enc_cg_req(m: ConsumerGroupRequest) -> list[Buffer]:
+    return _frame(Kind.CONSUMER_GROUP_REQUEST, _CG_REQ.pack(m.request_id, len(m.body)) + _short(m.op) + bytes(m.body))
+
+
+def _enc_cg_resp(m: ConsumerGroupResponse) -> list[Buffer]:
+    return _frame(Kind.CONSUMER_GROUP_RESPONSE, _CG_RESP.pack(m.request_id, m.code, len(m.body)) + _short(m.leader_id)
+                  + bytes(m.body) + _text(m.message))
+
+
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     VoteRequest: _enc_vote_req,
     VoteResponse: _enc_vote_resp,
@@ -352,6 +364,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     BookieOpResponse: _enc_bookie_resp,
     TopicRequest: _enc_topic_req,
     TopicResponse: _enc_topic_resp,
+    ConsumerGroupRequest: _enc_cg_req,
+    ConsumerGroupResponse: _enc_cg_resp,
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -368,6 +382,7 @@ KIND_OF: dict[type, Kind] = {
     KvRequest: Kind.KV_REQUEST, KvResponse: Kind.KV_RESPONSE,
     BookieOpRequest: Kind.BOOKIE_REQUEST, BookieOpResponse: Kind.BOOKIE_RESPONSE,
     TopicRequest: Kind.TOPIC_REQUEST, TopicResponse: Kind.TOPIC_RESPONSE,
+    ConsumerGroupRequest: Kind.CONSUMER_GROUP_REQUEST, ConsumerGroupResponse: Kind.CONSUMER_GROUP_RESPONSE,
 }
 
 
@@ -681,6 +696,25 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
                          tuple(offsets), tuple(messages), message)
 
 
+def _dec_cg_req(p: memoryview) -> ConsumerGroupRequest:
+    request_id, n = _CG_REQ.unpack_from(p)
+    r = _Reader(p, _CG_REQ.size)
+    op = r.short_str()
+    body = bytes(r.take(n))
+    r.end()
+    return ConsumerGroupRequest(request_id, op, body)
+
+
+def _dec_cg_resp(p: memoryview) -> ConsumerGroupResponse:
+    request_id, code, n = _CG_RESP.unpack_from(p)
+    r = _Reader(p, _CG_RESP.size)
+    leader_id = r.short()
+    body = bytes(r.take(n))
+    message = r.text()
+    r.end()
+    return ConsumerGroupResponse(request_id, ResponseCode.of(code), leader_id, body, message)
+
+
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.VOTE_REQUEST: _dec_vote_req,
     Kind.VOTE_RESPONSE: _dec_vote_resp,
@@ -707,6 +741,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.BOOKIE_RESPONSE: _dec_bookie_resp,
     Kind.TOPIC_REQUEST: _dec_topic_req,
     Kind.TOPIC_RESPONSE: _dec_topic_resp,
+    Kind.CONSUMER_GROUP_REQUEST: _dec_cg_req,
+    Kind.CONSUMER_GROUP_RESPONSE: _dec_cg_resp,
 }
 
 

@@ -41,13 +41,17 @@ class Kind(IntEnum):
     # topic messages: send, pull (quorumlog/wire/client.py TopicRequest)
     TOPIC_REQUEST = 36
     TOPIC_RESPONSE = 37
+    # a consumer group's coordinator (quorumlog/wire/client.py ConsumerGroupRequest)
+    CONSUMER_GROUP_REQUEST = 38
+    CONSUMER_GROUP_RESPONSE = 39
 
 
 PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.TAKE_LEADERSHIP_REQUEST + 1))
 CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
                                   Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST,
-                                  Kind.KV_REQUEST, Kind.BOOKIE_REQUEST, Kind.TOPIC_REQUEST})
+                                  Kind.KV_REQUEST, Kind.BOOKIE_REQUEST, Kind.TOPIC_REQUEST,
+                                  Kind.CONSUMER_GROUP_REQUEST})
 CLIENT_RESPONSE_KINDS = frozenset({Kind.APPEND_RESPONSE, Kind.READ_RESPONSE, Kind.STATUS_RESPONSE,
                                    Kind.TRANSFER_LEADER_RESPONSE, Kind.MEMBER_CHANGE_RESPONSE,
                                    Kind.GROUP_RESPONSE, Kind.KV_RESPONSE, Kind.BOOKIE_RESPONSE,
-                                   Kind.TOPIC_RESPONSE})
+                                   Kind.TOPIC_RESPONSE, Kind.CONSUMER_GROUP_RESPONSE})

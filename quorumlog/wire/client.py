@@ -206,7 +206,28 @@ class TopicResponse:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRequest:
+    """A consumer group's coordinator, on the `_meta` group's leader (server/consumer_groups.py): op "join"
+    ({group, member, topics, session_timeout_ms}), "heartbeat" ({group, member, generation}), "commit"
+    ({group, member, generation, offsets: {"topic/queue": offset}}), "leave" ({group, member}), "describe"
+    ({group}). The body is JSON: these are a few per consumer per second."""
+
+    request_id: int
+    op: str
+    body: bytes = b"{}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None
+    body: bytes = b"{}"  # JSON: join/heartbeat {generation, queues: [[topic, queue], ...]}; describe {members, ...}
+    message: str = ""
+
+
 ClientRequest = (AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
-                 | GroupRequest | KvRequest | TopicRequest)
+                 | GroupRequest | KvRequest | TopicRequest | ConsumerGroupRequest)
 ClientResponse = (AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse
-                  | GroupResponse | KvResponse | TopicResponse)
+                  | GroupResponse | KvResponse | TopicResponse | ConsumerGroupResponse)

@@ -134,3 +134,94 @@ def test_topic_send_pull_long_poll_and_offsets_survive_a_leader_kill(tmp_path):
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_stale_commit(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as groups:
+            await groups.create("t1", replicas=3, state_machine="topics")
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            await admin.create("flights", queues=4)
+        kw = dict(consumer_group="cg", topics=["flights"], session_timeout_ms=1_500, heartbeat_interval_ms=200,
+                  auto_commit_interval_ms=200, pull_timeout_ms=300, timeout_ms=10_000)
+        delivered: dict[str, list] = defaultdict(list)
+
+        async def consume(c: quorumlog.Consumer, name: str, stop: asyncio.Event) -> None:
+            async for m in c:
+                delivered[name].append(m)
+                if stop.is_set():
+                    return
+
+        async with quorumlog.Producer(cluster.peers, timeout_ms=10_000) as p:
+            bodies = [b"f%d" % i for i in range(120)]
+            for i in range(0, 120, 10):
+                await asyncio.gather(*(p.send("flights", b, key=f"carrier{j % 7}") for j, b in
+                                       enumerate(bodies[i:i + 10], start=i)))
+            a = quorumlog.Consumer(cluster.peers, member_id="a", **kw)
+            b = quorumlog.Consumer(cluster.peers, member_id="b", **kw)
+            await a.__aenter__()
+            await b.__aenter__()
+            stop_a, stop_b = asyncio.Event(), asyncio.Event()
+            ta = asyncio.ensure_future(consume(a, "a", stop_a))
+            tb = asyncio.ensure_future(consume(b, "b", stop_b))
+            deadline = time.monotonic() + 20
+            while len({m.body for ms in delivered.values() for m in ms}) < 120:
+                assert time.monotonic() < deadline, f"consumed {sum(map(len, delivered.values()))} of 120"
+                await asyncio.sleep(0.05)
+            # one generation (a learns of b's join at its next heartbeat): every queue has exactly one owner
+            deadline = time.monotonic() + 10
+            while a.generation != b.generation:
+                assert time.monotonic() < deadline, "a never rejoined"
+                await asyncio.sleep(0.05)
+            assert sorted(a.assignment + b.assignment) == [("flights", q) for q in range(4)]
+            assert a.assignment and b.assignment
+            await asyncio.sleep(0.5)  # an auto-commit
+            # b dies without leaving (no commit, no leave): its queues move after the session timeout
+            tb.cancel()
+            b._heartbeat.cancel()
+            for _, t in b._pulls.values():
+                t.cancel()
+            stale_generation = b.generation
+            more = [b"g%d" % i for i in range(40)]
+            for x in more:
+                await p.send("flights", x, key=f"carrier{int(x[1:]) % 7}")
+            deadline = time.monotonic() + 20
+            while not {m.body for m in delivered["a"]} >= set(more):
+                assert time.monotonic() < deadline, "a never took over b's queues"
+                await asyncio.sleep(0.05)
+            assert sorted(a.assignment) == [("flights", q) for q in range(4)] and a.generation > stale_generation
+            # b comes back with its old generation: its session expired, so its commit is refused
+            b._consumed = {q: 999 for q in b.assignment}
+            with pytest.raises(quorumlog.errors.UnknownMember):
+                await b.commit()
+            # a live member naming a generation the group has left behind: ILLEGAL_GENERATION
+            with pytest.raises(quorumlog.errors.IllegalGeneration):
+                await a._call("commit", {"generation": stale_generation, "offsets": {"flights/0": 999}})
+            stop_a.set()
+            await p.send("flights", b"last", key="carrier0")
+            await asyncio.wait_for(ta, 10)
+            await a.close()
+            await b._tc.close()
+        # nothing lost; each consumer saw each queue in order; committed offsets are a's
+        seen = [m.body for ms in delivered.values() for m in ms]
+        assert set(seen) >= set(bodies) | set(more)
+        for ms in delivered.values():
+            per_queue = defaultdict(list)
+            for m in ms:
+                per_queue[m.queue_id].append(m.queue_offset)
+            assert all(offs == sorted(offs) for offs in per_queue.values())
+        async with cluster.client(group="_meta") as meta:
+            offsets = {kv.key: int(kv.value) for kv in await meta.kv_list("offsets/cg/")}
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            ends = {f"offsets/cg/flights/{r['queue_id']}": r["max_offset"] for r in await admin.describe("flights")
+                    if r["max_offset"]}
+        assert offsets == ends  # a closed after delivering everything: its commit, never b's 999
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()

@@ -57,3 +57,16 @@ def test_every_queue_has_exactly_one_owner_per_generation(ops):
             c.tick(now)
         owners = {q: [x for x in c.last_seen if c.check(x, c.generation, q) == OK] for q in QUEUES}
         assert all(len(v) == (1 if c.last_seen else 0) for v in owners.values()), owners
+
+
+def test_new_queues_make_a_new_generation_and_a_successor_starts_above_every_old_one():
+    c = GroupCoordinator("cg", QUEUES[:2], generation=5 << 32)
+    a = c.join("c1", 0)
+    assert a.generation == (5 << 32) + 1 and a.queues == tuple(QUEUES[:2])
+    c.set_queues(QUEUES[:2])
+    assert c.generation == a.generation  # nothing changed: no rebalance
+    c.set_queues(QUEUES[:4])
+    assert c.check("c1", a.generation, QUEUES[0]) == ILLEGAL
+    assert c.join("c1", 1).queues == tuple(QUEUES[:4])
+    successor = GroupCoordinator("cg", QUEUES, generation=6 << 32)
+    assert successor.join("c1", 2).generation > c.generation

@@ -11,7 +11,8 @@ from quorumlog.format.log_entry import Records
 from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse,
+    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse, ConsumerGroupRequest,
+    ConsumerGroupResponse,
 )
 from quorumlog.wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from quorumlog.wire.messages import (
@@ -74,6 +75,8 @@ client_messages = st.one_of(
     st.builds(TopicResponse, u64, codes, st.none() | ids, i64, i64, i64, st.lists(i64, max_size=5).map(tuple),
               st.lists(st.builds(PulledMessage, i64, i64, i64, st.binary(max_size=60)), max_size=4).map(tuple),
               texts),
+    st.builds(ConsumerGroupRequest, u64, ids, st.binary(max_size=200)),
+    st.builds(ConsumerGroupResponse, u64, codes, st.none() | ids, st.binary(max_size=200), texts),
 )
 
 messages = st.one_of(peer_messages, client_messages)
