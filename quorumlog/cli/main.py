@@ -20,7 +20,7 @@ from .ledgers import bookie_app, ledger_app
 from .members import member_app
 from .node import node_command
 from .soak import soak
-from .topics import consume, produce, topic_app
+from .topics import consume, consumer_group_app, produce, topic_app
 
 app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DLedger-style Raft).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -63,6 +63,7 @@ app.add_typer(ledger_app, name="ledger")
 app.add_typer(bookie_app, name="bookie")
 app.add_typer(member_app, name="member")
 app.add_typer(topic_app, name="topic")
+app.add_typer(consumer_group_app, name="consumer-group")
 app.command("produce")(produce)
 app.command("consume")(consume)
 app.command("status")(status)

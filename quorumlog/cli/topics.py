@@ -16,10 +16,12 @@ from typing import Any, List, Optional
 import typer
 from rich.table import Table
 
+from ..client.consumer import Consumer, describe_group
 from ..client.topics import DEFAULT_QUEUES, TopicAdmin, TopicClient, TopicMessage
 from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
 
 topic_app = typer.Typer(help="Create, list, describe or delete topics", no_args_is_help=True)
+consumer_group_app = typer.Typer(help="Consumer groups: describe", no_args_is_help=True)
 FOLLOW_POLL_MS = 1_000
 
 
@@ -145,16 +147,32 @@ def _doc(m: TopicMessage) -> dict[str, Any]:
             "store_timestamp": m.store_timestamp_ms, "body": body}
 
 
+def _print_message(m: TopicMessage, json_out: bool) -> None:
+    if json_out:
+        sys.stdout.write(json.dumps(_doc(m)) + "\n")
+    else:
+        out_console.print(f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key!r} tags={m.tags!r}: "
+                          f"{m.body.decode(errors='replace')}", highlight=False)
+
+
 def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
-            start: str = typer.Option("earliest", "--from", help="earliest | latest"),
+            consumer_group: Optional[str] = typer.Option(
+                None, "--consumer-group", help="Consume as a member of this group: its committed offsets, its "
+                "share of the queues; commits what it printed"),
+            start: str = typer.Option("earliest", "--from", help="earliest | latest (a group: where it starts "
+                                      "when it has no committed offset)"),
             max_messages: int = typer.Option(0, "--max", min=0, help="Stop after this many (0: no limit)"),
             follow: bool = typer.Option(False, "--follow", help="Keep waiting for new messages"),
             tags: str = typer.Option("", "--tags", help="Only these tags, e.g. a||b"),
             peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
             json_out: bool = JsonOpt) -> None:
-    """Print a topic's messages, queue by queue (one JSON document per line with --json)."""
+    """Print a topic's messages (one JSON document per line with --json): queue by queue, or as a member of
+    --consumer-group (which ends after --max messages, or after a quiet second without --follow)."""
     if start not in ("earliest", "latest"):
         usage(f"--from {start!r}: earliest or latest")
+    if consumer_group is not None:
+        return _consume_in_group(topic, consumer_group, start, max_messages, follow, tags, peers, cluster,
+                                 timeout_ms, json_out)
 
     async def go():
         printed = 0
@@ -172,12 +190,7 @@ def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
                     progressed |= p.next_offset > offsets[q]
                     offsets[q] = p.next_offset
                     for m in p.messages:
-                        if json_out:
-                            sys.stdout.write(json.dumps(_doc(m)) + "\n")
-                        else:
-                            out_console.print(f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key!r} "
-                                              f"tags={m.tags!r}: {m.body.decode(errors='replace')}",
-                                              highlight=False)
+                        _print_message(m, json_out)
                         printed += 1
                         if max_messages and printed >= max_messages:
                             return
@@ -188,3 +201,44 @@ def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
         run(go())
     except KeyboardInterrupt:
         pass
+
+
+def _consume_in_group(topic: str, group: str, start: str, max_messages: int, follow: bool, tags: str,
+                      peers: Optional[str], cluster: Optional[str], timeout_ms: int, json_out: bool) -> None:
+    async def go():
+        printed = 0
+        async with Consumer(_peers(peers, cluster), consumer_group=group, topics=[topic], start_from=start,
+                            tags=tags, timeout_ms=timeout_ms) as c:
+            it = c.__aiter__()
+            while not (max_messages and printed >= max_messages):
+                try:
+                    m = await (it.__anext__() if follow else asyncio.wait_for(it.__anext__(), 1.0))
+                except asyncio.TimeoutError:
+                    break
+                _print_message(m, json_out)
+                printed += 1
+
+    try:
+        run(go())
+    except KeyboardInterrupt:
+        pass
+
+
+@consumer_group_app.command("describe")
+def describe_consumer_group(group: str = typer.Argument(...), peers: Optional[str] = PeersOpt,
+                            cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+                            json_out: bool = JsonOpt) -> None:
+    """Members, generation, and per queue: owner, committed offset, lag."""
+    doc = run(describe_group(_peers(peers, cluster), group, timeout_ms=timeout_ms))
+    if json_out:
+        print_json(doc)
+        return
+    out_console.print(f"consumer group {group}: generation {doc['generation']}, members "
+                      f"{', '.join(doc['members']) or '-'}", highlight=False)
+    table = Table()
+    for col in ("topic", "queue_id", "owner", "committed_offset", "max_offset", "lag"):
+        table.add_column(col, justify="left" if col in ("topic", "owner") else "right")
+    for r in doc["queues"]:
+        table.add_row(r["topic"], str(r["queue_id"]), r["owner"] or "-", str(r["committed_offset"] if r[
+            "committed_offset"] is not None else "-"), str(r["max_offset"]), str(r["lag"]))
+    out_console.print(table)

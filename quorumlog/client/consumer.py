@@ -227,3 +227,29 @@ class Consumer:
             out[q] = max(0, hi - self._consumed.get(q, hi))
         return out
 
+
+
+async def describe_group(peers: str | dict[str, Address], group: str, **client_kw: Any) -> dict[str, Any]:
+    """A consumer group as `consumer-group describe` shows it: generation, members, and per queue its owner,
+    committed offset and lag (messages after the committed offset)."""
+    async with TopicClient(peers, **client_kw) as tc:
+        meta = tc.routes.meta
+        doc = json.dumps({"group": group}).encode()
+        resp = await meta._leader_call(lambda: ConsumerGroupRequest(meta._request_id(), "describe", doc),
+                                       f"consumer group {group} describe")
+        state = json.loads(resp.body)
+        owners = {(t, q): owner for t, q, owner in state["owners"]}
+        committed = {}
+        for kv in await meta.kv_list(f"offsets/{group}/"):
+            t, _, q = kv.key[len(f"offsets/{group}/"):].rpartition("/")
+            committed[(t, int(q))] = int(kv.value)
+        rows = []
+        for t, q in sorted(set(owners) | set(committed)):
+            try:
+                _, hi = await tc.offsets(t, q)
+            except QuorumLogError:
+                hi = None  # the topic was deleted
+            c = committed.get((t, q))
+            rows.append({"topic": t, "queue_id": q, "owner": owners.get((t, q)), "committed_offset": c,
+                         "max_offset": hi, "lag": None if hi is None else hi - (c or 0)})
+        return {"group": group, "generation": state["generation"], "members": state["members"], "queues": rows}
