@@ -60,6 +60,7 @@ class TopicMessage:
     born_timestamp_ms: int = 0
     store_timestamp_ms: int = 0
     index: int = -1  # its entry's index in the group's log
+    term: int = -1  # and that entry's term
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +317,7 @@ class TopicClient:
             if m is None or (wanted is not None and m.tags not in wanted):
                 continue
             out.append(TopicMessage(m.topic, m.queue_id, pm.queue_offset, m.body, m.key, m.tags, m.properties,
-                                    m.born_timestamp_ms, pm.store_timestamp_ms, pm.index))
+                                    m.born_timestamp_ms, pm.store_timestamp_ms, pm.index, pm.term))
         return Pulled(out, resp.next_offset, resp.min_offset, resp.max_offset)
 
 

@@ -154,7 +154,7 @@ class TopicService:
                     if u is None:
                         continue
                     # (a message entry's body is the message; a producer tag, if any, follows it)
-                    out.append(PulledMessage(u.queue_offset, h.index, h.timestamp_ms, bytes(body[:u.size])))
+                    out.append(PulledMessage(u.queue_offset, h.index, h.term, h.timestamp_ms, bytes(body[:u.size])))
                     budget -= u.size
             start = records.last_index + 1
         return out

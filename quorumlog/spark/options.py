@@ -121,6 +121,9 @@ class SourceOptions:
     writes_in_flight: int = DEFAULT_WRITES_IN_FLIGHT
     write_id: str | None = None  # fixes the writer's identity (idempotence key) instead of a fresh job id
     ledger_stream: str | None = None  # read this ledger stream (client/ledger_stream.py) instead of a group
+    topic: str | None = None  # read this topic (client/topics.py; option topic or Kafka's subscribe)
+    starting_offsets: str | None = None  # topic: "earliest", "latest" or JSON {"T": {"0": 23, "1": -2}}
+    ending_offsets: str | None = None  # topic: "latest" or JSON per queue (-1 latest)
     token: str | None = field(default=None, repr=False)  # the cluster's token; None: QUORUMLOG_TOKEN (a secret)
     tls_ca: str | None = None  # TLS to the nodes, verified with this CA; None: QUORUMLOG_TLS_CA if set
 
@@ -174,6 +177,9 @@ class SourceOptions:
             writes_in_flight=_int(options, "writesInFlight", DEFAULT_WRITES_IN_FLIGHT, minimum=1),
             write_id=_get(options, "writeId"),
             ledger_stream=_get(options, "ledgerStream"),
+            topic=_get(options, "topic", "subscribe"),
+            starting_offsets=_get(options, "startingOffsets"),
+            ending_offsets=_get(options, "endingOffsets"),
             token=_get(options, "token"),
             tls_ca=tls_ca,
         )

@@ -22,6 +22,10 @@ class QuorumLogDataSource(DataSource):
         return FORMAT
 
     def schema(self):
+        if self._opts().topic is not None:
+            from .topic import topic_spark_schema
+
+            return topic_spark_schema()
         return spark_schema()
 
     def _opts(self) -> SourceOptions:
@@ -29,6 +33,10 @@ class QuorumLogDataSource(DataSource):
 
     def reader(self, schema):
         opts = self._opts()
+        if opts.topic is not None:
+            from .topic import TopicBatchReader
+
+            return TopicBatchReader(opts)
         if opts.ledger_stream is not None:
             from .ledger_stream import LedgerStreamBatchReader
 
@@ -39,6 +47,10 @@ class QuorumLogDataSource(DataSource):
 
     def streamReader(self, schema):
         opts = self._opts()
+        if opts.topic is not None:
+            from .topic import TopicStreamReader
+
+            return TopicStreamReader(opts)
         if opts.ledger_stream is not None:
             from .ledger_stream import LedgerStreamStreamReader
 
@@ -61,6 +73,9 @@ class QuorumLogDataSource(DataSource):
 
 
 def _group_only(opts: SourceOptions, what: str) -> SourceOptions:
+    if opts.topic is not None:
+        raise OptionError(f"option topic: {what} to a topic is not supported yet (reads are; send with "
+                          f"quorumlog.Producer)")
     if opts.ledger_stream is not None:
         raise OptionError(f"option ledgerStream: {what} of a ledger stream is not supported yet (reads are; "
                           f"write with quorumlog.LedgerClient.open_stream_writer)")

@@ -83,7 +83,7 @@ _GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, m
 _TOPIC_REQ = struct.Struct(">QiqiiQqI")
 # request_id, code, min_offset, max_offset, next_offset, offset count, message count; leader, message, ...
 _TOPIC_RESP = struct.Struct(">QiqqqII")
-_PULLED = struct.Struct(">qqqI")  # queue_offset, index, store_timestamp_ms, body size; then body
+_PULLED = struct.Struct(">qqqqI")  # queue_offset, index, term, store_timestamp_ms, body size; then body
 _CG_REQ = struct.Struct(">QI")  # request_id, body size; then op (short), body (JSON)
 _CG_RESP = struct.Struct(">QiI")  # request_id, code, body size; then leader_id (short), body, message (text)
 
@@ -324,7 +324,7 @@ def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
                                             len(m.offsets), len(m.messages)), _short(m.leader_id), _text(m.message),
                            struct.pack(f">{len(m.offsets)}q", *m.offsets)]
     for x in m.messages:
-        parts += [_PULLED.pack(x.queue_offset, x.index, x.store_timestamp_ms, len(x.body)), x.body]
+        parts += [_PULLED.pack(x.queue_offset, x.index, x.term, x.store_timestamp_ms, len(x.body)), x.body]
     size = sum(len(x) for x in parts)
     return [FRAME_HEADER.pack(size + 1, Kind.TOPIC_RESPONSE), *parts]
 
@@ -689,8 +689,8 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
     messages = []
     for _ in range(n_messages):
-        q, index, ts, size = _PULLED.unpack_from(r.take(_PULLED.size))
-        messages.append(PulledMessage(q, index, ts, bytes(r.take(size))))
+        q, index, term, ts, size = _PULLED.unpack_from(r.take(_PULLED.size))
+        messages.append(PulledMessage(q, index, term, ts, bytes(r.take(size))))
     r.end()
     return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
                          tuple(offsets), tuple(messages), message)

@@ -189,6 +189,7 @@ class TopicRequest:
 class PulledMessage:
     queue_offset: int
     index: int  # the entry's log index
+    term: int  # and its term
     store_timestamp_ms: int
     body: bytes  # the encoded message (topic/message.py)
 

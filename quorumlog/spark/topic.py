@@ -1,0 +1,238 @@
+"""Reading a topic (`.option("topic", T)` or Kafka's `.option("subscribe", T)`; docs/topics.md): every queue's
+messages with the columns of a group's log plus the message's own.
+
+    index, term, timestamp (the store time), body, topic, queue_id, queue_offset, key, tags, properties,
+    born_timestamp
+
+Offsets are per queue, as Kafka's are per partition: `startingOffsets` / `endingOffsets` take "earliest" /
+"latest" or JSON `{"T": {"0": 23, "1": -2}}` (-2 earliest, -1 latest, as Kafka's connector). A partition is a
+run of one queue's offsets of at most `maxRecordsPerPartition` messages, read by pulls from the queue's group.
+Streaming offsets are `{"T/0": n, ...}` (the next queue offset of each queue): queue offsets are dense and
+never reused, and the messages they name never change, so a micro-batch replayed after a driver crash reads
+exactly the same messages (exactly once with an idempotent or transactional sink, as for the raw log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from .options import EARLIEST, LATEST, OptionError, SourceOptions
+
+ROWS_PER_BATCH = 4096
+DEFAULT_RECORDS_PER_PARTITION = 200_000
+PULL_MESSAGES = 1024
+KAFKA_EARLIEST, KAFKA_LATEST = -2, -1
+
+TOPIC_SCHEMA = pa.schema([
+    pa.field("index", pa.int64(), nullable=False),
+    pa.field("term", pa.int64(), nullable=False),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("body", pa.binary(), nullable=False),
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("queue_id", pa.int32(), nullable=False),
+    pa.field("queue_offset", pa.int64(), nullable=False),
+    pa.field("key", pa.string(), nullable=False),
+    pa.field("tags", pa.string(), nullable=False),
+    pa.field("properties", pa.map_(pa.string(), pa.string()), nullable=False),
+    pa.field("born_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+])
+
+
+def topic_spark_schema():
+    from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+                                   TimestampType)
+
+    return StructType([
+        StructField("index", LongType(), False), StructField("term", LongType(), False),
+        StructField("timestamp", TimestampType(), False), StructField("body", BinaryType(), False),
+        StructField("topic", StringType(), False), StructField("queue_id", IntegerType(), False),
+        StructField("queue_offset", LongType(), False), StructField("key", StringType(), False),
+        StructField("tags", StringType(), False),
+        StructField("properties", MapType(StringType(), StringType(), True), False),
+        StructField("born_timestamp", TimestampType(), False),
+    ])
+
+
+class QueueRun(InputPartition):
+    """Queue offsets [lo, hi) of one queue."""
+
+    def __init__(self, pid: int, topic: str, queue_id: int, lo: int, hi: int) -> None:
+        self.pid = pid
+        self.topic = topic
+        self.queue_id = queue_id
+        self.lo = lo
+        self.hi = hi
+
+
+def _client(opts: SourceOptions):
+    from ..client.topics import TopicClient
+
+    return TopicClient(opts.peers, timeout_ms=opts.timeout_ms, token=opts.token, tls_ca=opts.tls_ca)
+
+
+async def _bounds(opts: SourceOptions) -> dict[int, tuple[int, int]]:
+    """Every queue's (min, max) offsets."""
+    async with _client(opts) as c:
+        queues = len(await c.routes.route(opts.topic))
+        got = await asyncio.gather(*(c.offsets(opts.topic, q) for q in range(queues)))
+    return dict(enumerate(got))
+
+
+def _positions(text: str | None, default: str, topic: str, bounds: dict[int, tuple[int, int]],
+               what: str) -> dict[int, int]:
+    """Per queue offsets from "earliest" / "latest" / Kafka-style JSON (queues it omits take `default`)."""
+    text = text or default
+    if text.lower() in (EARLIEST, LATEST):
+        return {q: (lo if text.lower() == EARLIEST else hi) for q, (lo, hi) in bounds.items()}
+    try:
+        doc = json.loads(text)[topic]
+        given = {int(q): int(v) for q, v in doc.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise OptionError(f"option {what}: earliest, latest or JSON like {{\"{topic}\": {{\"0\": 23, \"1\": -2}}}}, "
+                          f"got {text!r}") from None
+    out = {}
+    for q, (lo, hi) in bounds.items():
+        v = given.get(q, KAFKA_EARLIEST if default == EARLIEST else KAFKA_LATEST)
+        out[q] = lo if v == KAFKA_EARLIEST else hi if v == KAFKA_LATEST else max(lo, min(v, hi))
+    unknown = set(given) - set(bounds)
+    if unknown:
+        raise OptionError(f"option {what}: topic {topic!r} has no queues {sorted(unknown)}")
+    return out
+
+
+def _cut(topic: str, start: dict[int, int], end: dict[int, int], per_part: int) -> list[QueueRun]:
+    parts: list[QueueRun] = []
+    for q in sorted(start):
+        lo, hi = start[q], end.get(q, start[q])
+        while lo < hi:
+            parts.append(QueueRun(len(parts), topic, q, lo, min(hi, lo + per_part)))
+            lo += per_part
+    return parts
+
+
+def _batch(rows: list) -> pa.RecordBatch:
+    cols = list(zip(*rows))
+    return pa.RecordBatch.from_arrays([
+        pa.array(cols[0], pa.int64()), pa.array(cols[1], pa.int64()),
+        pa.array([t * 1000 for t in cols[2]], pa.timestamp("us", tz="UTC")), pa.array(cols[3], pa.binary()),
+        pa.array(cols[4], pa.string()), pa.array(cols[5], pa.int32()), pa.array(cols[6], pa.int64()),
+        pa.array(cols[7], pa.string()), pa.array(cols[8], pa.string()),
+        pa.array([list(p.items()) for p in cols[9]], pa.map_(pa.string(), pa.string())),
+        pa.array([t * 1000 for t in cols[10]], pa.timestamp("us", tz="UTC"))], schema=TOPIC_SCHEMA)
+
+
+def read_run(opts: SourceOptions, p: QueueRun) -> Iterator[pa.RecordBatch]:
+    """The run's messages as RecordBatches (the client runs on a private loop in the task)."""
+
+    async def batches():
+        async with _client(opts) as c:
+            offset, rows = p.lo, []
+            while offset < p.hi:
+                got = await c.pull(p.topic, p.queue_id, offset, max_messages=min(PULL_MESSAGES, p.hi - offset))
+                if got.next_offset <= offset:
+                    raise OptionError(f"{p.topic}/{p.queue_id}: offset {offset} planned but not readable (the "
+                                      f"queue ends at {got.max_offset})")
+                for m in got.messages:
+                    if m.queue_offset >= p.hi:
+                        break
+                    rows.append((m.index, m.term, m.store_timestamp_ms, m.body, m.topic, m.queue_id,
+                                 m.queue_offset, m.key, m.tags, m.properties, m.born_timestamp_ms))
+                    if len(rows) == ROWS_PER_BATCH:
+                        yield _batch(rows)
+                        rows = []
+                offset = got.next_offset
+            if rows:
+                yield _batch(rows)
+
+    loop = asyncio.new_event_loop()
+    it = batches()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(it.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(it.aclose())
+        loop.close()
+
+
+class TopicBatchReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        bounds = asyncio.run(_bounds(self.opts))
+        start = _positions(self.opts.starting_offsets, EARLIEST, self.opts.topic, bounds, "startingOffsets")
+        end = _positions(self.opts.ending_offsets, LATEST, self.opts.topic, bounds, "endingOffsets")
+        parts = _cut(self.opts.topic, start, end, DEFAULT_RECORDS_PER_PARTITION)
+        return parts or [QueueRun(0, self.opts.topic, 0, 0, 0)]
+
+    def read(self, partition: QueueRun) -> Iterator[pa.RecordBatch]:
+        if partition.hi <= partition.lo:
+            return iter(())
+        return read_run(self.opts, partition)
+
+
+def _key(topic: str, q: int) -> str:
+    return f"{topic}/{q}"
+
+
+class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """readStream of a topic: offsets {"T/0": n, ...}; maxRecordsPerTrigger bounds a micro-batch in total,
+    shared out over the queues in proportion to what each has."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._available_now_end: dict[int, int] | None = None
+
+    def _ends(self) -> dict[int, int]:
+        return {q: hi for q, (_, hi) in asyncio.run(_bounds(self.opts)).items()}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = self._ends()
+
+    def initialOffset(self) -> dict:
+        bounds = asyncio.run(_bounds(self.opts))
+        start = _positions(self.opts.starting_offsets, EARLIEST, self.opts.topic, bounds, "startingOffsets")
+        return {_key(self.opts.topic, q): v for q, v in start.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_records_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        topic = self.opts.topic
+        ends = self._ends()
+        if self._available_now_end is not None:
+            ends = {q: min(v, self._available_now_end.get(q, v)) for q, v in ends.items()}
+        begin = {q: int(start.get(_key(topic, q), 0)) for q in ends}
+        ends = {q: max(begin[q], v) for q, v in ends.items()}
+        if isinstance(limit, ReadMaxRows):
+            avail = ends
+            budget, total = limit.max_rows, sum(avail[q] - begin[q] for q in avail)
+            if total > budget:
+                ends = {q: begin[q] + (avail[q] - begin[q]) * budget // total for q in avail}
+                if all(ends[q] == begin[q] for q in ends):  # a budget smaller than the queue count: one queue
+                    q = max(avail, key=lambda x: avail[x] - begin[x])
+                    ends[q] = begin[q] + min(budget, avail[q] - begin[q])
+        return {_key(topic, q): v for q, v in ends.items()}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        topic = self.opts.topic
+        s = {int(k.rpartition("/")[2]): int(v) for k, v in start.items()}
+        e = {int(k.rpartition("/")[2]): int(v) for k, v in end.items()}
+        return _cut(topic, {q: s.get(q, 0) for q in e}, e, DEFAULT_RECORDS_PER_PARTITION)
+
+    def read(self, partition: QueueRun) -> Iterator[pa.RecordBatch]:
+        return read_run(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # a topic's messages are kept by retention, not by a reader's progress
