@@ -151,9 +151,18 @@ class _ServerConnection(asyncio.Protocol):
                                        ssl_handshake_timeout=srv.handshake_timeout_ms / 1000)
             transport.set_protocol(tls)
             tls.connection_made(transport)
-            waiter.add_done_callback(lambda f: self._tls_done(f, transport, tls))
+            # Write through the TLS layer from now on, not once the handshake's waiter callback runs: with TLS
+            # 1.3 the client's Hello arrives with its Finished, so the TLS layer hands it to data_received in
+            # the same call that completes the handshake, before that callback, and a HelloOk written to the
+            # raw transport went out in clear (the client saw WRONG_VERSION_NUMBER, 2-5% of connections).
+            # Writes made before the handshake completes wait in the TLS layer's backlog.
+            app = tls._get_app_transport()
+            self.transport = app  # type: ignore[assignment]
+            self.cork = _WriteCork(app, srv.dirty_corks)
+            waiter.add_done_callback(self._tls_done)
 
-    def _tls_done(self, f: asyncio.Future, raw: asyncio.BaseTransport, tls: Any) -> None:
+    def _tls_done(self, f: asyncio.Future) -> None:
+        """The TLS handshake ended: a failure closes the connection with its reason."""
         e = None if f.cancelled() else f.exception()
         if f.cancelled() or e is not None:
             reason = f"TLS handshake failed: {e!r}"
@@ -163,12 +172,6 @@ class _ServerConnection(asyncio.Protocol):
                 self.server.stats.closed_tls_errors += 1
                 log.info("closed connection node=%s remote=%s state=tls peer=- reason=%s", self.server.node_id,
                          self.remote, reason)
-            return
-        if self.state == _CLOSED:
-            return
-        app = tls._app_transport  # what our protocol writes to from now on
-        self.transport = app  # type: ignore[assignment]
-        self.cork = _WriteCork(app, self.server.dirty_corks)
 
     def data_received(self, data: bytes) -> None:
         if self.state == _CLOSED:

@@ -157,3 +157,27 @@ def test_a_peer_whose_certificate_another_ca_issued_cannot_join(tmp_path):
 def _peers(cluster: Cluster) -> dict[str, tuple[str, int]]:
     from quorumlog.peers import parse_peers
     return parse_peers(cluster.peers)
+
+
+def test_every_new_tls_connection_gets_its_answer_encrypted(tmp_path):
+    # With TLS 1.3 the client's Hello arrives with its Finished; the node used to answer it on the raw transport
+    # when the TLS layer handed it over before the handshake's callback ran: 2-5% of new connections failed
+    # with WRONG_VERSION_NUMBER (and a peer's Hello looked certificate-less: "presented no certificate").
+    cluster, ca = _tls_cluster(str(tmp_path / "c"))
+    cluster.start()
+    try:
+        async def main() -> None:
+            async with Client(cluster.peers, tls_ca=ca, timeout_ms=20_000) as c:
+                await cluster.wait_leader(c, timeout_s=30)
+            failures = []
+            for i in range(150):
+                nid = f"n{i % 3}"
+                async with Client(_addr(cluster, nid), tls_ca=ca, timeout_ms=5_000, max_retries=0) as one:
+                    failures += [(s.id, s.error) for s in await one.status() if not s.reachable]
+            assert failures == []
+
+        asyncio.run(main())
+        for nid, node in cluster.nodes.items():
+            assert "presented no certificate" not in node.log_text(), nid
+    finally:
+        cluster.stop()
