@@ -2,7 +2,8 @@
 
 Steps: cluster up → load 336,776 flights as JSON entries (batched, many in flight, progress bar) → Spark
 batch job (flights and mean delays per carrier and per route, joined with airlines) printed as tables and
-drawn as a PNG → a streaming query that picks up entries appended meanwhile, while one follower is killed
+drawn as a PNG → topics (demo_topics.py: the flights as messages keyed by carrier, a 2-member consumer group
+with one member killed, Spark by topic) → a streaming query that picks up entries appended meanwhile, while one follower is killed
 with SIGKILL → figures → cluster down (always). Outputs land in ./out (or $QUORUMLOG_DEMO_OUT).
 
 The cluster runs as an operator would run it: TLS on every port (`cluster up --tls`) and a token (a fresh
@@ -129,6 +130,9 @@ def _run(cluster, out: Path, spark_thread, spark_box) -> dict:
     figures = {"rows": load.rows, "load_seconds": round(load.seconds, 2),
                "load_rows_per_s": round(load.rows_per_s), "load_mb_per_s": round(load.mb_per_s, 2)}
     figures.update(_batch_job(spark, cluster, load, airlines, len(flights), out))
+    from .demo_topics import topic_step
+
+    figures.update(topic_step(spark, cluster, bodies, flights["carrier"].tolist(), console))
     figures.update(_streaming(spark, cluster, bodies, load.last_index + 1))
     return figures
 
@@ -348,6 +352,9 @@ def _print_figures(f: dict, out: Path) -> None:
     table.add_row("rows loaded", f"{f['rows']:,}")
     table.add_row("load rate", f"{f['load_rows_per_s']:,} rows/s, {f['load_mb_per_s']} MB/s")
     table.add_row("Spark batch read", f"{f['spark_read_rows_per_s']:,} rows/s ({f['spark_read_rows']:,} rows)")
+    table.add_row("topic: produce", f"{f['topic_messages']:,} messages, {f['topic_produce_per_s']:,}/s")
+    table.add_row("topic: consumer group", f"{f['consumed']:,} delivered in {f['consume_seconds']} s, member b killed")
+    table.add_row("topic: Spark read", f"{f['spark_topic_rows_per_s']:,} rows/s")
     table.add_row("streaming", f"{f['stream_rows']:,} rows in {f['stream_micro_batches']} micro-batches")
     table.add_row("follower killed", str(f["killed_follower"]))
     table.add_row("total time", f"{f['total_s']} s")

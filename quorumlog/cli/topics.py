@@ -150,6 +150,7 @@ def _doc(m: TopicMessage) -> dict[str, Any]:
 def _print_message(m: TopicMessage, json_out: bool) -> None:
     if json_out:
         sys.stdout.write(json.dumps(_doc(m)) + "\n")
+        sys.stdout.flush()
     else:
         out_console.print(f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key!r} tags={m.tags!r}: "
                           f"{m.body.decode(errors='replace')}", highlight=False)
@@ -164,6 +165,9 @@ def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
             max_messages: int = typer.Option(0, "--max", min=0, help="Stop after this many (0: no limit)"),
             follow: bool = typer.Option(False, "--follow", help="Keep waiting for new messages"),
             tags: str = typer.Option("", "--tags", help="Only these tags, e.g. a||b"),
+            session_timeout_ms: int = typer.Option(10_000, "--session-timeout-ms", min=1_000,
+                                                   help="With --consumer-group: how long the group waits for a "
+                                                        "silent member before its queues move"),
             peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
             json_out: bool = JsonOpt) -> None:
     """Print a topic's messages (one JSON document per line with --json): queue by queue, or as a member of
@@ -171,8 +175,8 @@ def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
     if start not in ("earliest", "latest"):
         usage(f"--from {start!r}: earliest or latest")
     if consumer_group is not None:
-        return _consume_in_group(topic, consumer_group, start, max_messages, follow, tags, peers, cluster,
-                                 timeout_ms, json_out)
+        return _consume_in_group(topic, consumer_group, start, max_messages, follow, tags, session_timeout_ms,
+                                 peers, cluster, timeout_ms, json_out)
 
     async def go():
         printed = 0
@@ -204,11 +208,12 @@ def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
 
 
 def _consume_in_group(topic: str, group: str, start: str, max_messages: int, follow: bool, tags: str,
-                      peers: Optional[str], cluster: Optional[str], timeout_ms: int, json_out: bool) -> None:
+                      session_timeout_ms: int, peers: Optional[str], cluster: Optional[str], timeout_ms: int,
+                      json_out: bool) -> None:
     async def go():
         printed = 0
         async with Consumer(_peers(peers, cluster), consumer_group=group, topics=[topic], start_from=start,
-                            tags=tags, timeout_ms=timeout_ms) as c:
+                            tags=tags, session_timeout_ms=session_timeout_ms, timeout_ms=timeout_ms) as c:
             it = c.__aiter__()
             while not (max_messages and printed >= max_messages):
                 try:
