@@ -225,3 +225,70 @@ def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_sta
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_kill_9_of_a_topic_groups_leader_under_a_producer_and_two_consumers_loses_nothing(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as groups:
+            await groups.create("t1", replicas=3, state_machine="topics")
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            await admin.create("events", queues=4)
+        kw = dict(consumer_group="cg", topics=["events"], session_timeout_ms=2_000, heartbeat_interval_ms=200,
+                  auto_commit_interval_ms=300, pull_timeout_ms=300, timeout_ms=20_000)
+        acked: dict[tuple[int, int], bytes] = {}
+        delivered: dict[str, list] = defaultdict(list)
+        stop = asyncio.Event()
+
+        async def produce(p) -> None:
+            i = 0
+            while not stop.is_set():
+                batch = [p.send("events", b"e%05d" % j, key=f"k{j % 13}") for j in range(i, i + 8)]
+                for j, r in zip(range(i, i + 8), await asyncio.gather(*batch, return_exceptions=True)):
+                    if not isinstance(r, BaseException):
+                        acked[(r.queue_id, r.queue_offset)] = b"e%05d" % j
+                i += 8
+                await asyncio.sleep(0.01)
+
+        async def consume(c, name: str) -> None:
+            async for m in c:
+                delivered[name].append(m)
+
+        async with quorumlog.Producer(cluster.peers, timeout_ms=20_000) as p, \
+                quorumlog.Consumer(cluster.peers, member_id="a", **kw) as a, \
+                quorumlog.Consumer(cluster.peers, member_id="b", **kw) as b:
+            tasks = [asyncio.ensure_future(produce(p)), asyncio.ensure_future(consume(a, "a")),
+                     asyncio.ensure_future(consume(b, "b"))]
+            await asyncio.sleep(1.5)
+            async with cluster.client(group="t1") as c1:
+                leader = await cluster.wait_leader(c1, timeout_s=10)
+            cluster.nodes[leader].kill9()
+            await asyncio.sleep(3)
+            cluster.nodes[leader].start()
+            await asyncio.sleep(1.5)
+            stop.set()
+            await tasks[0]
+            deadline = time.monotonic() + 30
+            while not set(acked) <= {(m.queue_id, m.queue_offset) for ms in delivered.values() for m in ms}:
+                assert time.monotonic() < deadline, "acknowledged messages never delivered"
+                await asyncio.sleep(0.1)
+            for t in tasks[1:]:
+                t.cancel()
+            assert a.generation == b.generation and sorted(a.assignment + b.assignment) == \
+                [("events", q) for q in range(4)]
+        assert len(acked) > 200
+        got = {(m.queue_id, m.queue_offset): m.body for ms in delivered.values() for m in ms}
+        assert all(got[k] == v for k, v in acked.items())  # every acknowledged message, under its offset
+        for ms in delivered.values():  # per queue, each member saw offsets in order (a re-delivery restarts
+            last: dict[int, int] = {}  # from a commit, never skips)
+            for m in ms:
+                assert m.queue_offset <= last.get(m.queue_id, -1) + 1, (m.queue_id, m.queue_offset, last)
+                last[m.queue_id] = m.queue_offset
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
