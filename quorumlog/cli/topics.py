@@ -35,6 +35,10 @@ def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, 
            groups: Optional[str] = typer.Option(None, "--groups", help="Spread the queues over these topic "
                                                 "groups, e.g. t1,t2 (default: every group created with "
                                                 "--state-machine topics)"),
+           retention_ms: int = typer.Option(0, "--retention-ms", min=0, help="Drop messages older than this "
+                                            "(on the log's clock; 0: keep)"),
+           retention_bytes: int = typer.Option(0, "--retention-bytes", min=0, help="Keep at most this many bytes "
+                                               "of messages per queue (0: no limit)"),
            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
            json_out: bool = JsonOpt) -> None:
     """Create a topic; prints the group of each queue."""
@@ -42,7 +46,8 @@ def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, 
 
     async def go():
         async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
-            return await admin.create(name, queues, named)
+            return await admin.create(name, queues, named, retention_ms=retention_ms,
+                                      retention_bytes=retention_bytes)
 
     placement = run(go())
     if json_out:
@@ -50,6 +55,29 @@ def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, 
     else:
         out_console.print(f"topic {name}: {len(placement)} queues on {', '.join(sorted(set(placement)))}",
                           highlight=False)
+
+
+@topic_app.command("alter")
+def alter(name: str = typer.Argument(...),
+          retention_ms: Optional[int] = typer.Option(None, "--retention-ms", min=0, help="New age limit (0: keep)"),
+          retention_bytes: Optional[int] = typer.Option(None, "--retention-bytes", min=0,
+                                                        help="New per-queue size limit (0: none)"),
+          peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
+          json_out: bool = JsonOpt) -> None:
+    """Change a topic's retention."""
+    if retention_ms is None and retention_bytes is None:
+        usage("give --retention-ms and/or --retention-bytes")
+
+    async def go():
+        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+            return await admin.alter(name, retention_ms=retention_ms, retention_bytes=retention_bytes)
+
+    doc = run(go())
+    if json_out:
+        print_json({"topic": name, **doc})
+    else:
+        out_console.print(f"topic {name}: retention_ms {doc['retention_ms']}, retention_bytes "
+                          f"{doc['retention_bytes']}", highlight=False)
 
 
 @topic_app.command("list")

@@ -28,7 +28,7 @@ from crc32c import crc32c
 
 from ..errors import BadRequest, MetadataVersionConflict, TopicNotExist
 from ..peers import Address, parse_peers
-from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RE, Message, decode, encode
+from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode, encode
 from ..wire.client import TopicRequest, TopicResponse
 from .client import Client
 from .groups import GroupAdmin
@@ -88,6 +88,12 @@ def queue_for(key: str, queues: int) -> int:
     return h % queues
 
 
+def _retention(value: int) -> int:
+    if value < 0:
+        raise BadRequest(f"retention {value} < 0 (0: unlimited)")
+    return int(value)
+
+
 def _check_name(name: str) -> None:
     if not TOPIC_RE.match(name or ""):
         raise BadRequest(f"topic {name!r}: 1..127 characters of letters, digits, _ % | -")
@@ -126,6 +132,19 @@ class _Routes:
         c._check_open()
         return await c._leader_call(lambda: make(c), what)
 
+    async def send(self, group: str, topic: str, queue_id: int, bodies: tuple[bytes, ...]) -> TopicResponse:
+        """Encoded messages to `group` as one request; every attempt carries the same producer sequence, so a
+        retry after a lost answer is stored once."""
+        seq_box: list[int] = []
+
+        def make(c: Client) -> TopicRequest:
+            if not seq_box:
+                seq_box.append(c.next_seq())
+            return TopicRequest(c._request_id(), "send", topic, queue_id, client_id=c.client_id, seq=seq_box[0],
+                                bodies=bodies)
+
+        return await self.call(group, make, f"send to {topic}/{queue_id}")
+
     async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) offset of a queue, as its group's leader has them."""
         group = (await self.route(topic))[queue_id]
@@ -163,9 +182,11 @@ class TopicAdmin:
                 out.append(p.group)
         return sorted(out)
 
-    async def create(self, name: str, queues: int = DEFAULT_QUEUES, groups: list[str] | None = None) -> list[str]:
+    async def create(self, name: str, queues: int = DEFAULT_QUEUES, groups: list[str] | None = None, *,
+                     retention_ms: int = 0, retention_bytes: int = 0) -> list[str]:
         """Create `name` with `queues` queues spread round robin over `groups` (default: every topic group);
-        returns the group of each queue. TOPIC_EXISTS-like refusal: MetadataVersionConflict if it exists."""
+        returns the group of each queue; MetadataVersionConflict if it exists. Retention (0: unlimited) is the
+        age on the log's clock and the bytes per queue past which messages go (topic/dispatcher.py)."""
         _check_name(name)
         if not 1 <= queues <= MAX_QUEUES:
             raise BadRequest(f"queues {queues}: 1..{MAX_QUEUES}")
@@ -180,16 +201,50 @@ class TopicAdmin:
             if missing:
                 raise BadRequest(f"groups {missing} do not carry topics (`group create G --state-machine topics`)")
         placement = [groups[i % len(groups)] for i in range(queues)]
+        doc = {"queues": placement, "retention_ms": _retention(retention_ms), "retention_bytes": _retention(retention_bytes)}
         try:
-            await self._routes.meta.kv_put(topic_key(name), json.dumps({"queues": placement}).encode(),
-                                           expected_version=0)
+            await self._routes.meta.kv_put(topic_key(name), json.dumps(doc).encode(), expected_version=0)
         except MetadataVersionConflict:
             raise MetadataVersionConflict(f"topic {name!r} exists") from None
+        if retention_ms or retention_bytes:
+            await self._configure(name, doc)
         return placement
+
+    async def alter(self, name: str, *, retention_ms: int | None = None, retention_bytes: int | None = None) -> dict:
+        """Change a topic's retention (None: keep); returns its record. The groups carrying its queues apply
+        it in log order; running `alter` again after a failure part way is safe."""
+        got = await self._routes.meta.kv_get(topic_key(name))
+        if got is None:
+            raise TopicNotExist(f"topic {name!r} does not exist")
+        doc = json.loads(got[0])
+        if retention_ms is not None:
+            doc["retention_ms"] = _retention(retention_ms)
+        if retention_bytes is not None:
+            doc["retention_bytes"] = _retention(retention_bytes)
+        await self._routes.meta.kv_put(topic_key(name), json.dumps(doc).encode(), expected_version=got[1])
+        await self._configure(name, doc)
+        return doc
+
+    async def _configure(self, name: str, doc: dict) -> None:
+        """A config message (FLAG_CONFIG) into every group carrying the topic's queues."""
+        body = json.dumps({"retention_ms": doc.get("retention_ms", 0),
+                           "retention_bytes": doc.get("retention_bytes", 0)}).encode()
+        first_queue = {}
+        for q, g in enumerate(doc["queues"]):
+            first_queue.setdefault(g, q)
+        for group, q in first_queue.items():
+            await self._routes.send(group, name, q, (encode(Message(name, body, q, flags=FLAG_CONFIG)),))
 
     async def list(self) -> dict[str, list[str]]:
         items = await self._routes.meta.kv_list(TOPICS_PREFIX)
         return {kv.key[len(TOPICS_PREFIX):]: json.loads(kv.value)["queues"] for kv in items}
+
+    async def get(self, name: str) -> dict:
+        """A topic's record: {"queues": [group of each queue], "retention_ms", "retention_bytes"}."""
+        got = await self._routes.meta.kv_get(topic_key(name))
+        if got is None:
+            raise TopicNotExist(f"topic {name!r} does not exist")
+        return json.loads(got[0])
 
     async def describe(self, name: str) -> list[dict[str, Any]]:
         """Per queue: its group, min and max offsets (as the group's leader has them)."""
@@ -281,15 +336,7 @@ class TopicClient:
 
     async def _send_encoded(self, topic: str, queue_id: int, bodies: tuple[bytes, ...]) -> list[SendResult]:
         group = (await self.routes.route(topic))[queue_id]
-        seq_box: list[int] = []
-
-        def make(c: Client) -> TopicRequest:
-            if not seq_box:
-                seq_box.append(c.next_seq())  # one sequence for every attempt: a retry is stored once
-            return TopicRequest(c._request_id(), "send", topic, queue_id, client_id=c.client_id, seq=seq_box[0],
-                                bodies=bodies)
-
-        resp = await self.routes.call(group, make, f"send to {topic}/{queue_id}")
+        resp = await self.routes.send(group, topic, queue_id, bodies)
         return [SendResult(topic, queue_id, off) for off in resp.offsets]
 
     async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:

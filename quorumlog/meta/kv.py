@@ -131,7 +131,7 @@ class KVStore:
         self._compacted_through = -1  # changes at or below this revision are not in the history
 
     # -- applying committed entries --------------------------------------------------------------------
-    def apply(self, index: int, body: bytes) -> Result:
+    def apply(self, index: int, body: bytes, timestamp_ms: int = 0) -> Result:
         """Apply the committed entry `index` (each once, in order). A body that is not a command (a no-op,
         damage) changes nothing and answers BAD_REQUEST: every replica answers the same."""
         if index <= self.applied_index:

@@ -19,7 +19,9 @@ from ..store.base import LogView
 class StateMachine(Protocol):
     applied_index: int
 
-    def apply(self, index: int, body: bytes): ...
+    def apply(self, index: int, body: bytes, timestamp_ms: int = 0):
+        """Apply the committed entry at `index` (its body, and the leader's clock when it was appended, which
+        is the same on every member: a machine may use it for time, deterministically)."""
 
     def snapshot(self) -> bytes: ...
 
@@ -49,7 +51,7 @@ class StateMachineRunner:
                         machine.applied_index = h.index
                     else:
                         user_body, _ = split_producer_tag(h.channel, body)
-                        out.append((h.index, machine.apply(h.index, bytes(user_body))))
+                        out.append((h.index, machine.apply(h.index, bytes(user_body), h.timestamp_ms)))
                     self._since_snapshot += 1
         return out
 

@@ -35,7 +35,8 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self._data = bytearray(data)
-        self.min_offset = min_offset  # units below it were deleted with the log they point into
+        self.min_offset = min_offset  # units below it were deleted (retention)
+        self.total_bytes = sum(UNIT.unpack_from(self._data, i)[1] for i in range(0, len(self._data), UNIT.size))
 
     @property
     def max_offset(self) -> int:
@@ -55,6 +56,7 @@ class ConsumeQueue:
             raise ValueError(f"{self.topic}/{self.queue_id}: index {log_index} dispatched after "
                              f"{self.last_log_index} (dispatch follows the committed log, once each)")
         self._data += UNIT.pack(log_index, size, tag_hash)
+        self.total_bytes += size
         return self.max_offset - 1
 
     def get(self, queue_offset: int) -> Unit | None:
@@ -77,8 +79,21 @@ class ConsumeQueue:
         drop = 0
         while drop < len(self._data) // UNIT.size and UNIT.unpack_from(self._data, drop * UNIT.size)[0] < log_index:
             drop += 1
-        del self._data[:drop * UNIT.size]
-        self.min_offset += drop
+        self._drop(drop)
+
+    def trim_to_bytes(self, max_bytes: int) -> None:
+        """Size retention: forget the oldest units until the queue's messages hold at most max_bytes."""
+        drop, total = 0, self.total_bytes
+        while total > max_bytes and drop < len(self._data) // UNIT.size:
+            total -= UNIT.unpack_from(self._data, drop * UNIT.size)[1]
+            drop += 1
+        self._drop(drop)
+
+    def _drop(self, units: int) -> None:
+        for i in range(units):
+            self.total_bytes -= UNIT.unpack_from(self._data, i * UNIT.size)[1]
+        del self._data[:units * UNIT.size]
+        self.min_offset += units
 
     def to_bytes(self) -> bytes:
         return bytes(self._data)

@@ -37,6 +37,9 @@ MAX_TAGS_BYTES = 255
 MAX_PROPERTIES_BYTES = 32 * 1024 - 1
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_QUEUE_ID = 0xFFFF
+# flags: a topic's configuration (retention) for the groups carrying its queues, not a message of a queue;
+# body JSON {"retention_ms": N, "retention_bytes": N} (0: unlimited); written by `topic create` / `topic alter`
+FLAG_CONFIG = 1 << 31
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,3 +292,44 @@ def test_kill_9_of_a_topic_groups_leader_under_a_producer_and_two_consumers_lose
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_topic_retention_by_size_and_time_and_a_consumer_resets_to_the_earliest_kept(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as groups:
+            await groups.create("t1", replicas=3, state_machine="topics")
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            await admin.create("small", queues=1, retention_bytes=5_000)
+            await admin.create("brief", queues=1)
+            async with quorumlog.Producer(cluster.peers, timeout_ms=10_000) as p:
+                for i in range(100):
+                    await p.send("small", b"s" * 100, key="k")
+                lo, hi = await p.offsets("small", 0)
+                assert hi == 100 and 50 < lo < 100  # ~5,000 bytes of ~130-byte messages kept
+                with pytest.raises(quorumlog.errors.OffsetTooSmall):
+                    await p.pull("small", 0, 0)
+                # a consumer group with nothing committed that starts from the earliest: the earliest kept
+                async with quorumlog.Consumer(cluster.peers, consumer_group="cg", topics=["small"],
+                                              timeout_ms=10_000) as c:
+                    first = await asyncio.wait_for(c.__anext__(), 10)
+                    assert first.queue_offset == lo
+                # time: messages older than retention_ms go once the log's clock passes them
+                for i in range(10):
+                    await p.send("brief", b"old%d" % i)
+                await admin.alter("brief", retention_ms=1_000)
+                await asyncio.sleep(2.5)
+                await p.send("brief", b"new")  # the clock moves with the log
+                await p.send("brief", b"newer")
+                lo, hi = await p.offsets("brief", 0)
+                assert (lo, hi) == (10, 12)
+                assert [m.body for m in (await p.pull("brief", 0, lo)).messages] == [b"new", b"newer"]
+            assert (await admin.get("brief"))["retention_ms"] == 1_000
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
