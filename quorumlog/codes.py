@@ -79,10 +79,12 @@ class ResponseCode(IntEnum):
     IN_SYNC_REPLICAS_NOT_ENOUGH = 1402
     # Topics and consumer groups (INTERFACES.md "Topics, queues and consumer groups"): a pull or commit from
     # a generation that is no longer current (Kafka's name); a topic that does not exist (RocketMQ's);
-    # a consumer offset below what retention kept (RocketMQ's OFFSET_TOO_SMALL).
+    # a consumer offset below what retention kept (RocketMQ's OFFSET_TOO_SMALL); a pull from beyond the end
+    # of a queue whose leader holds everything committed (RocketMQ's OFFSET_OVERFLOW_BADLY: a bad commit).
     ILLEGAL_GENERATION = 1500
     TOPIC_NOT_EXIST = 1501
     OFFSET_TOO_SMALL = 1502
+    OFFSET_TOO_BIG = 1503
 
     @classmethod
     def of(cls, value: int) -> "ResponseCode":

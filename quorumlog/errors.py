@@ -67,6 +67,7 @@ InSyncReplicasNotEnough = _error("InSyncReplicasNotEnough", ResponseCode.IN_SYNC
 IllegalGeneration = _error("IllegalGeneration", ResponseCode.ILLEGAL_GENERATION, False)
 TopicNotExist = _error("TopicNotExist", ResponseCode.TOPIC_NOT_EXIST, False)
 OffsetTooSmall = _error("OffsetTooSmall", ResponseCode.OFFSET_TOO_SMALL, False)
+OffsetTooBig = _error("OffsetTooBig", ResponseCode.OFFSET_TOO_BIG, False)
 
 _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
     cls.code: cls
@@ -77,6 +78,6 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
         NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
         NotEnoughBookies, LedgerRecoveryFailed, Unauthorized, FlushSlaveTimeout, SlaveNotAvailable,
-        InSyncReplicasNotEnough, IllegalGeneration, TopicNotExist, OffsetTooSmall,
+        InSyncReplicasNotEnough, IllegalGeneration, TopicNotExist, OffsetTooSmall, OffsetTooBig,
     )
 }

@@ -18,3 +18,11 @@ def test_error_for_code_maps_class_and_retriable():
     assert isinstance(QuorumLogError.for_code(ResponseCode.ENTRY_TOO_LARGE), EntryTooLarge)
     unknown = QuorumLogError.for_code(99999)
     assert type(unknown) is QuorumLogError and unknown.code == ResponseCode.UNKNOWN
+
+
+def test_every_code_of_ours_raises_its_own_error_class():
+    # (DLedger's peer-protocol codes below 1000 stay generic: a client never acts on them one by one)
+    from quorumlog.errors import _BY_CODE
+
+    missing = [c.name for c in ResponseCode if c >= 1000 and c not in _BY_CODE]
+    assert missing == []

@@ -29,7 +29,7 @@ import uuid
 from collections import deque
 from typing import Any
 
-from ..errors import IllegalGeneration, OffsetTooSmall, QuorumLogError, UnknownMember
+from ..errors import IllegalGeneration, OffsetTooBig, OffsetTooSmall, QuorumLogError, UnknownMember
 from ..peers import Address
 from ..topic.group_coordinator import offset_key
 from ..wire.client import ConsumerGroupRequest
@@ -202,11 +202,14 @@ class Consumer:
                 continue
             try:
                 p = task.result()
-            except OffsetTooSmall:
-                lo, _ = await self._tc.offsets(*q)  # retention deleted it: reset to the earliest kept
-                log.warning("consumer %s: %s/%d offset %d was deleted; reset to %d", self.member_id, *q,
-                            self._fetch[q], lo)
-                self._fetch[q] = lo
+            except (OffsetTooSmall, OffsetTooBig) as e:
+                # retention deleted it: the earliest kept; beyond the end (a bad commit): the end, so nothing
+                # that fills the gap is skipped
+                lo, hi = await self._tc.offsets(*q)
+                to = lo if isinstance(e, OffsetTooSmall) else hi
+                log.warning("consumer %s: %s/%d offset %d: %s; reset to %d", self.member_id, *q, self._fetch[q],
+                            e.code.name, to)
+                self._fetch[q] = self._consumed[q] = to
                 continue
             except QuorumLogError as e:
                 log.info("consumer %s: pull of %s/%d failed: %s", self.member_id, *q, e)

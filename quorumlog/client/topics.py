@@ -271,8 +271,9 @@ class TopicClient:
         self.routes = _Routes(peers, **client_kw)
         self.max_message_bytes = max_message_bytes
         self._round_robin = itertools.count()
-        # sends of this loop turn, per queue, coalesced into one request (as the raw client's accumulator does)
-        self._outbox: dict[tuple[str, int], list[tuple[tuple, asyncio.Future]]] = {}
+        # sends of this loop turn, per group, coalesced into one request (as the raw client's accumulator does):
+        # the queues of one group share its log, so one log batch carries them all, each queue in order
+        self._outbox: dict[str, list[tuple[bytes, str, int, asyncio.Future]]] = {}
 
     async def __aenter__(self):
         return self
@@ -290,33 +291,34 @@ class TopicClient:
 
     async def send(self, topic: str, body: bytes | str, *, key: str = "", tags: str = "",
                    properties: dict[str, str] | None = None) -> SendResult:
-        """One message. Sends to one queue made in the same event-loop turn go out as one request (one log
-        batch, in the order they were made); for an order across turns, await each send."""
+        """One message. Sends to queues of one group made in the same event-loop turn go out as one request
+        (one log batch, in the order they were made); for an order across turns, await each send."""
         q = await self.queue_of(topic, key)
+        group = (await self.routes.route(topic))[q]
         encoded = self._encode(topic, q, body, key, tags, properties)  # a bad message fails its own send only
         fut = asyncio.get_running_loop().create_future()
-        box = self._outbox.setdefault((topic, q), [])
-        box.append((encoded, fut))
+        box = self._outbox.setdefault(group, [])
+        box.append((encoded, topic, q, fut))
         if len(box) == 1:
-            asyncio.get_running_loop().call_soon(self._flush, topic, q)
+            asyncio.get_running_loop().call_soon(self._flush, group)
         return await fut
 
-    def _flush(self, topic: str, q: int) -> None:
-        box = self._outbox.pop((topic, q), [])
+    def _flush(self, group: str) -> None:
+        box = self._outbox.pop(group, [])
         if box:
-            asyncio.ensure_future(self._send_box(topic, q, box))
+            asyncio.ensure_future(self._send_box(group, box))
 
-    async def _send_box(self, topic: str, q: int, box: list) -> None:
+    async def _send_box(self, group: str, box: list) -> None:
         try:
-            results = await self._send_encoded(topic, q, tuple(m for m, _ in box))
+            resp = await self.routes.send(group, box[0][1], box[0][2], tuple(m for m, _, _, _ in box))
         except BaseException as e:  # noqa: BLE001 - every sender of the batch gets the error
-            for _, fut in box:
+            for *_, fut in box:
                 if not fut.done():
                     fut.set_exception(e)
             return
-        for (_, fut), r in zip(box, results):
+        for (_, topic, q, fut), off in zip(box, resp.offsets):
             if not fut.done():
-                fut.set_result(r)
+                fut.set_result(SendResult(topic, q, off))
 
     async def send_batch(self, topic: str, queue_id: int,
                          messages: Iterable[tuple[bytes | str, str, str, dict[str, str] | None]]) -> list[SendResult]:

@@ -7,8 +7,11 @@
 - pull: from a queue offset, the units of the consume queue, then the entries they point at, read from the
   log in one pass. Any member serves it (its consume queue never runs ahead of what it knows committed);
   with nothing to read it waits up to wait_ms for the next entry the dispatcher applies (long polling).
-  An offset below the queue's first kept one is OFFSET_TOO_SMALL (retention deleted it); one past the end
-  waits like an empty read.
+  An offset below the queue's first kept one is OFFSET_TOO_SMALL (retention deleted it). One past the end is
+  OFFSET_TOO_BIG when this member is the leader, has committed an entry of its term (so it holds everything
+  ever committed) and dispatched all of it: a commit beyond the end, which would otherwise make a consumer
+  skip the messages that fill the gap. Anywhere else it waits like an empty read (a new leader's dispatcher
+  may still be behind what its predecessor served).
 - offsets: the queue's min and max offsets.
 """
 
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codes import ResponseCode
 from ..format.log_entry import iter_records
-from ..raft.types import ClientAppend, Completion
+from ..raft.types import ClientAppend, Completion, Role
 from ..topic.message import TOPIC_RE, decode, tag_hash
 from ..wire.client import PulledMessage, TopicRequest, TopicResponse
 
@@ -117,6 +120,11 @@ class TopicService:
                 return
             if req.offset < hi:
                 break
+            if req.offset > hi and self._holds_everything_committed():
+                r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_BIG, min_offset=lo,
+                                               max_offset=hi, next_offset=hi,
+                                               message=f"offset {req.offset} > the queue's end {hi}"))
+                return
             left = deadline - loop.time()
             if left <= 0 or r.stopping:
                 r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
@@ -134,6 +142,13 @@ class TopicService:
             next_offset = messages[-1].queue_offset + 1 if messages else req.offset
         r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
                                        next_offset=next_offset, messages=tuple(messages)))
+
+    def _holds_everything_committed(self) -> bool:
+        r = self.replica
+        core, store = r.core, r.store
+        committed = store.committed_index
+        return (core.role is Role.LEADER and committed >= store.begin_index
+                and store.term_at(committed) == core.term and r.sm.applied_index >= committed)
 
     def _read_units(self, units: list) -> list[PulledMessage]:
         """The entries the units point at, in one pass over the log range they span (bounded in bytes)."""

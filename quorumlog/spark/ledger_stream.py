@@ -21,6 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from ..ledger.metadata import LedgerMetadata
 from .arrow import SCHEMA
 from .options import EARLIEST, LATEST, OptionError, SourceOptions
+from .remote import iterate_on_private_loop
 
 ROWS_PER_BATCH = 4096
 ASSUMED_ENTRY_BYTES = 1024  # for sizing partitions: the metadata knows a closed ledger's length only
@@ -109,17 +110,7 @@ def read_run(opts: SourceOptions, p: LedgerRunPartition) -> Iterator[pa.RecordBa
             if offsets:
                 yield _batch(offsets, md.ledger_id, p.created_ms, bodies)
 
-    loop = asyncio.new_event_loop()
-    it = batches()
-    try:
-        while True:
-            try:
-                yield loop.run_until_complete(it.__anext__())
-            except StopAsyncIteration:
-                return
-    finally:
-        loop.run_until_complete(it.aclose())
-        loop.close()
+    return iterate_on_private_loop(batches())
 
 
 class LedgerStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -16,7 +16,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Coroutine
+from typing import Any, AsyncIterator, Coroutine, Iterator, TypeVar
 
 from ..client import Client
 from ..client.blocking import new_event_loop
@@ -24,6 +24,7 @@ from ..errors import NotLeader, QuorumLogError
 from .options import SourceOptions
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REPLICA_MIN_TIMEOUT_MS = 500
 REPLICA_REQUEST_TIMEOUT_MS = 2_000
@@ -157,3 +158,18 @@ def _close_all() -> None:
 
 
 __all__ = ["LogBounds", "QuorumLogError", "Remote", "drop_remote", "remote_for", "settle_worker_heap"]
+
+
+def iterate_on_private_loop(agen: AsyncIterator[T]) -> Iterator[T]:
+    """An async generator as a plain iterator (for a task's read()): it runs on a loop of its own, closed when
+    the iteration ends or is abandoned."""
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                yield loop.run_until_complete(agen.__anext__())
+            except StopAsyncIteration:
+                return
+    finally:
+        loop.run_until_complete(agen.aclose())
+        loop.close()

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .options import EARLIEST, LATEST, OptionError, SourceOptions
+from .remote import iterate_on_private_loop
 
 ROWS_PER_BATCH = 4096
 DEFAULT_RECORDS_PER_PARTITION = 200_000
@@ -150,17 +151,7 @@ def read_run(opts: SourceOptions, p: QueueRun) -> Iterator[pa.RecordBatch]:
             if rows:
                 yield _batch(rows)
 
-    loop = asyncio.new_event_loop()
-    it = batches()
-    try:
-        while True:
-            try:
-                yield loop.run_until_complete(it.__anext__())
-            except StopAsyncIteration:
-                return
-    finally:
-        loop.run_until_complete(it.aclose())
-        loop.close()
+    return iterate_on_private_loop(batches())
 
 
 class TopicBatchReader(DataSourceReader):

@@ -166,7 +166,8 @@ class KvResponse:
 @dataclass(frozen=True, slots=True)
 class TopicRequest:
     """Topic messages on a group that runs the topic dispatcher (quorumlog/topic/). op "send": `bodies` are
-    encoded messages (topic/message.py) appended as one batch with the client's producer id and sequence (a
+    encoded messages (topic/message.py; each names its topic and queue, which may differ: `topic` and
+    `queue_id` only label the request) appended as one batch with the client's producer id and sequence (a
     retry is stored once); answered once dispatched, with each message's queue offset. op "pull": up to
     `max_messages` of queue (`topic`, `queue_id`) from queue offset `offset` whose tag is one of `tags`
     ("a||b"; "" or "*": all), held up to wait_ms while there are none (long polling). op "offsets": the

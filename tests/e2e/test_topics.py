@@ -22,6 +22,20 @@ from .test_meta import _create_meta
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
+async def _topic_groups(cluster: Cluster, *groups: str) -> None:
+    """`_meta` (as `cluster up` makes it) and topic groups on all three nodes."""
+    await _create_meta(cluster)
+    async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
+        for g in groups:
+            await admin.create(g, replicas=3, state_machine="topics")
+
+
+def _consumer_kw(topic: str, session_timeout_ms: int, **kw) -> dict:
+    """A consumer of group cg that notices rebalances and commits within a fraction of a second."""
+    return dict(consumer_group="cg", topics=[topic], session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=200,
+                auto_commit_interval_ms=300, pull_timeout_ms=300, timeout_ms=20_000, **kw)
+
+
 async def _drain(tc: quorumlog.TopicClient, topic: str, queues: int, upto: dict[int, int] | None = None):
     """Every message of every queue from offset 0, per queue, in order."""
     out: dict[int, list] = {}
@@ -41,11 +55,7 @@ def test_topic_send_pull_long_poll_and_offsets_survive_a_leader_kill(tmp_path):
     cluster = Cluster(str(tmp_path), n=3)
 
     async def main() -> None:
-        await _create_meta(cluster)
-        nodes = parse_peers(cluster.peers)
-        async with GroupAdmin(nodes, timeout_ms=20_000) as groups:
-            await groups.create("t1", replicas=3, state_machine="topics")
-            await groups.create("t2", replicas=3, state_machine="topics")
+        await _topic_groups(cluster, "t1", "t2")
         async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
             with pytest.raises(BadRequest):
                 await admin.create("orders", queues=4, groups=["default"])  # not a topic group
@@ -140,13 +150,10 @@ def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_sta
     cluster = Cluster(str(tmp_path), n=3)
 
     async def main() -> None:
-        await _create_meta(cluster)
-        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as groups:
-            await groups.create("t1", replicas=3, state_machine="topics")
+        await _topic_groups(cluster, "t1")
         async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
             await admin.create("flights", queues=4)
-        kw = dict(consumer_group="cg", topics=["flights"], session_timeout_ms=1_500, heartbeat_interval_ms=200,
-                  auto_commit_interval_ms=200, pull_timeout_ms=300, timeout_ms=10_000)
+        kw = _consumer_kw("flights", 1_500)
         delivered: dict[str, list] = defaultdict(list)
 
         async def consume(c: quorumlog.Consumer, name: str, stop: asyncio.Event) -> None:
@@ -231,13 +238,10 @@ def test_kill_9_of_a_topic_groups_leader_under_a_producer_and_two_consumers_lose
     cluster = Cluster(str(tmp_path), n=3)
 
     async def main() -> None:
-        await _create_meta(cluster)
-        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as groups:
-            await groups.create("t1", replicas=3, state_machine="topics")
+        await _topic_groups(cluster, "t1")
         async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
             await admin.create("events", queues=4)
-        kw = dict(consumer_group="cg", topics=["events"], session_timeout_ms=2_000, heartbeat_interval_ms=200,
-                  auto_commit_interval_ms=300, pull_timeout_ms=300, timeout_ms=20_000)
+        kw = _consumer_kw("events", 2_000)
         acked: dict[tuple[int, int], bytes] = {}
         delivered: dict[str, list] = defaultdict(list)
         stop = asyncio.Event()
@@ -298,9 +302,7 @@ def test_topic_retention_by_size_and_time_and_a_consumer_resets_to_the_earliest_
     cluster = Cluster(str(tmp_path), n=3)
 
     async def main() -> None:
-        await _create_meta(cluster)
-        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as groups:
-            await groups.create("t1", replicas=3, state_machine="topics")
+        await _topic_groups(cluster, "t1")
         async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
             await admin.create("small", queues=1, retention_bytes=5_000)
             await admin.create("brief", queues=1)
@@ -327,6 +329,20 @@ def test_topic_retention_by_size_and_time_and_a_consumer_resets_to_the_earliest_
                 assert (lo, hi) == (10, 12)
                 assert [m.body for m in (await p.pull("brief", 0, lo)).messages] == [b"new", b"newer"]
             assert (await admin.get("brief"))["retention_ms"] == 1_000
+            # a commit beyond a queue's end: the next member pulls OFFSET_TOO_BIG and resets to the end, so
+            # the messages that fill the gap are delivered, not skipped
+            async with quorumlog.Consumer(cluster.peers, consumer_group="bad", topics=["brief"], member_id="x",
+                                          timeout_ms=10_000) as x:
+                await x._call("commit", {"generation": x.generation, "offsets": {"brief/0": 500}})
+                with pytest.raises(quorumlog.errors.OffsetTooBig):
+                    await x._tc.pull("brief", 0, 500)
+            async with quorumlog.Consumer(cluster.peers, consumer_group="bad", topics=["brief"],
+                                          timeout_ms=10_000) as y, quorumlog.Producer(cluster.peers) as p:
+                got = asyncio.ensure_future(y.__anext__())
+                await asyncio.sleep(0.5)
+                await p.send("brief", b"after the bad commit")
+                m = await asyncio.wait_for(got, 10)
+                assert (m.body, m.queue_offset) == (b"after the bad commit", 12)
 
     try:
         cluster.start()

@@ -32,6 +32,18 @@ def _grow(c: Cluster, leader: str, nid: str) -> None:
     assert _answer(c, c.change(leader, "promote", nid)) is OK
 
 
+def _with_caught_up_learner() -> tuple[Cluster, str]:
+    """Three voters and n3, a learner holding the whole log and heard from within the election timeout."""
+    c = Cluster(3)
+    leader = c.elect()
+    _settle(c, leader)
+    c.add_node("n3")
+    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
+    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
+    c.run(300)
+    return c, leader
+
+
 def test_majority_overlap_rule():
     a, b = frozenset("ABC"), frozenset("ABCD")
     assert majorities_overlap(a, b) and majorities_overlap(b, a)
@@ -90,13 +102,7 @@ def test_promotion_waits_until_the_learner_holds_the_committed_log():
 def test_a_promotion_of_a_live_learner_a_batch_behind_waits_for_its_ack():
     # Under load a learner trails the commit point by the batch in flight whenever a request lands; refusing
     # then made promotion a lottery on a busy machine (CI: 30 s of LEARNER_NOT_CAUGHT_UP under 4 writers).
-    c = Cluster(3)
-    leader = c.elect()
-    _settle(c, leader)
-    c.add_node("n3")
-    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
-    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
-    c.run(300)
+    c, leader = _with_caught_up_learner()
     c.nodes["n3"].auto_flush = False  # it stores what it gets but acknowledges nothing until flushed
     _answer(c, c.append(leader, [b"in flight"]))
     assert c.core(leader).dispatchers["n3"].match_index < c.core(leader).committed_index
@@ -114,13 +120,7 @@ def test_a_promotion_under_steady_load_holds_appends_for_a_final_round_and_loses
     # from n3 reaches the leader two ticks late while a writer appends every tick. Without the final round
     # (appends held until the learner holds the frozen commit point) the promotion was refused after an
     # election timeout.
-    c = Cluster(3)
-    leader = c.elect()
-    _settle(c, leader)
-    c.add_node("n3")
-    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
-    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
-    c.run(300)
+    c, leader = _with_caught_up_learner()
     late, replayed = deque([[], []]), set()
 
     def two_ticks_late(m):
@@ -139,7 +139,7 @@ def test_a_promotion_under_steady_load_holds_appends_for_a_final_round_and_loses
         writes.append(c.append(leader, [b"w%d" % i]))
         if i == 20:
             promote = c.change(leader, "promote", "n3")
-        held_seen |= getattr(c.core(leader).membership_changer, "held", 0) > 0
+        held_seen |= c.core(leader).membership_changer.held > 0
         c.tick()
         if promote in c.completions and i > 40:
             break
@@ -153,13 +153,7 @@ def test_a_promotion_under_steady_load_holds_appends_for_a_final_round_and_loses
 
 
 def test_a_waiting_promotion_is_refused_after_an_election_timeout():
-    c = Cluster(3)
-    leader = c.elect()
-    _settle(c, leader)
-    c.add_node("n3")
-    assert _answer(c, c.change(leader, "add_learner", "n3")) is OK
-    c.run_until(lambda: c.nodes["n3"].store.end_index == c.nodes[leader].store.end_index)
-    c.run(300)
+    c, leader = _with_caught_up_learner()
     c.nodes["n3"].auto_flush = False
     _answer(c, c.append(leader, [b"never acknowledged by n3"]))
     rid = c.change(leader, "promote", "n3")
