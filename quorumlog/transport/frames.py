@@ -38,7 +38,7 @@ _COPY_BELOW_BYTES: Final = 64 * 1024
 # BufferedProtocol readers: frames at least this big are received in place, into a buffer of their size;
 # everything else goes through a scratch buffer of this size and feed().
 _DIRECT_FROM_BYTES: Final = 256 * 1024
-_SCRATCH_BYTES: Final = 256 * 1024
+SCRATCH_BYTES: Final = 256 * 1024
 
 
 class _NeedData:
@@ -76,7 +76,9 @@ class FrameDecoder:
     __slots__ = ("max_frame_bytes", "_chunk", "_chunk_pos", "_buf", "_buf_pos", "_eof", "_broken", "_direct",
                  "_direct_fill", "_scratch")
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES, scratch: bytearray | None = None) -> None:
+        """`scratch`: get_buffer's buffer, which may be shared by the decoders of one event loop (a server's
+        connections): buffer_updated copies out of it at once, before any other protocol reads."""
         assert max_frame_bytes >= MIN_FRAME_BYTES
         self.max_frame_bytes = max_frame_bytes
         self._chunk: bytes | None = None  # an immutable chunk parsed in place while nothing else is buffered
@@ -87,7 +89,7 @@ class FrameDecoder:
         self._broken = False
         self._direct: bytearray | None = None  # a big frame (from its header on) being received in place
         self._direct_fill = 0
-        self._scratch: bytearray | None = None  # get_buffer's buffer outside big frames (made on first use)
+        self._scratch = scratch  # get_buffer's buffer outside big frames (made on first use unless given)
 
     @property
     def buffered_bytes(self) -> int:
@@ -137,7 +139,7 @@ class FrameDecoder:
         if self._direct is not None:
             return memoryview(self._direct)[self._direct_fill:]
         if self._scratch is None:
-            self._scratch = bytearray(_SCRATCH_BYTES)
+            self._scratch = bytearray(SCRATCH_BYTES)
         return memoryview(self._scratch)
 
     def buffer_updated(self, nbytes: int) -> None:

@@ -6,7 +6,7 @@ current group: one link between two nodes carries every group they share); a CLI
 pipelined requests of the group named in its Hello, each handed to `on_client_request` with a ClientSession to
 answer on (in any order).
 
-asyncio Protocols rather than streams: the server parses frames straight out of data_received and writes
+asyncio Protocols rather than streams: the server parses frames straight out of buffer_updated and writes
 with writelines, so a 100-byte append costs no extra task switch and a 1 MiB push no extra copy.
 Bad input closes only the connection that sent it (logged at INFO as key=value, counted in stats).
 """
@@ -29,7 +29,7 @@ from ._io import (
     _WRITE_HIGH_WATER_BYTES, _WRITE_LOW_WATER_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_IN_FLIGHT, _nodelay,
     _peername, _WriteCork,
 )
-from .frames import MAX_FRAME_BYTES, NEED_DATA, FrameDecoder
+from .frames import MAX_FRAME_BYTES, NEED_DATA, SCRATCH_BYTES, FrameDecoder
 from .handshake import (
     DEFAULT_HANDSHAKE_TIMEOUT_MS, MAX_HELLO_FRAME_BYTES, NODE_LINK, HelloError, HelloOk, Role, check_hello,
     decode_group_select, decode_hello, encode_hello_error, encode_hello_ok,
@@ -94,7 +94,7 @@ class ClientSession:
 _HANDSHAKE, _PEER, _CLIENT, _CLOSED = "handshake", "peer", "client", "closed"
 
 
-class _ServerConnection(asyncio.Protocol):
+class _ServerConnection(asyncio.BufferedProtocol):
     __slots__ = ("server", "transport", "cork", "decoder", "state", "remote", "node_id", "group", "session",
                  "in_flight", "reading_paused", "writing_paused", "handshake_timer")
 
@@ -102,7 +102,7 @@ class _ServerConnection(asyncio.Protocol):
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.cork: _WriteCork | None = None
-        self.decoder = FrameDecoder(MAX_HELLO_FRAME_BYTES)
+        self.decoder = FrameDecoder(MAX_HELLO_FRAME_BYTES, server.scratch)
         self.state = _HANDSHAKE
         self.remote = "?"
         self.node_id = ""
@@ -144,15 +144,15 @@ class _ServerConnection(asyncio.Protocol):
         if srv.ssl_context is not None:
             # TLS is layered here rather than by the listener, so a failed TLS handshake reaches our log with
             # its reason (the listener's fails silently) and counts like any refused handshake. Synchronously:
-            # from now on every byte goes through the TLS layer, none can reach data_received in clear.
+            # from now on every byte goes through the TLS layer, none can reach buffer_updated in clear.
             waiter = loop.create_future()
-            tls = sslproto.SSLProtocol(loop, self, srv.ssl_context, waiter, server_side=True,
-                                       call_connection_made=False,
-                                       ssl_handshake_timeout=srv.handshake_timeout_ms / 1000)
+            tls = _ssl_protocol_class(loop)(loop, self, srv.ssl_context, waiter, server_side=True,
+                                            call_connection_made=False,
+                                            ssl_handshake_timeout=srv.handshake_timeout_ms / 1000)
             transport.set_protocol(tls)
             tls.connection_made(transport)
             # Write through the TLS layer from now on, not once the handshake's waiter callback runs: with TLS
-            # 1.3 the client's Hello arrives with its Finished, so the TLS layer hands it to data_received in
+            # 1.3 the client's Hello arrives with its Finished, so the TLS layer hands it to buffer_updated in
             # the same call that completes the handshake, before that callback, and a HelloOk written to the
             # raw transport went out in clear (the client saw WRONG_VERSION_NUMBER, 2-5% of connections).
             # Writes made before the handshake completes wait in the TLS layer's backlog.
@@ -173,12 +173,17 @@ class _ServerConnection(asyncio.Protocol):
                 log.info("closed connection node=%s remote=%s state=tls peer=- reason=%s", self.server.node_id,
                          self.remote, reason)
 
-    def data_received(self, data: bytes) -> None:
+    # A BufferedProtocol: the socket (or the TLS layer, which decrypts straight into it) writes into the
+    # decoder's buffer, a big frame into a buffer of its own size, so a 1 MiB batch is not copied again.
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.state == _CLOSED:
             return
-        self.server.stats.bytes_in += len(data)
+        self.server.stats.bytes_in += nbytes
         try:
-            self.decoder.feed(data)
+            self.decoder.buffer_updated(nbytes)
         except ProtocolError as e:
             self._fail(str(e))
             return
@@ -386,6 +391,16 @@ class _ServerConnection(asyncio.Protocol):
                 self.transport.close()
 
 
+def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> Any:
+    """The TLS layer of the running loop: uvloop's (compiled; its listener's native TLS uses it too) on a uvloop
+    loop, asyncio's otherwise. Both take the same arguments."""
+    if type(loop).__module__.startswith("uvloop"):
+        from uvloop.loop import SSLProtocol
+
+        return SSLProtocol
+    return sslproto.SSLProtocol
+
+
 class TransportServer:
     """Accepts peer and client connections for one node: of one group (`group`, `members`), or of every group
     `members_of` knows (a node hosting many groups)."""
@@ -411,6 +426,7 @@ class TransportServer:
         self.token = token
         self.on_protocol_error = on_protocol_error
         self.on_peer_hello = on_peer_hello  # (node id, address) of every accepted peer that said where it listens
+        self.scratch = bytearray(SCRATCH_BYTES)  # every connection's read buffer outside big frames (frames.py)
         self.stats = TransportStats()
         self.connections: set[_ServerConnection] = set()
         self.handshaking: dict[_ServerConnection, None] = {}  # insertion order: oldest first
