@@ -75,7 +75,12 @@ class Consumer:
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     async def __aenter__(self) -> "Consumer":
-        await self._join()
+        try:
+            await self._join()
+        except BaseException:
+            self._closed = True
+            await self._tc.close()
+            raise
         self._heartbeat = asyncio.ensure_future(self._heartbeats())
         return self
 

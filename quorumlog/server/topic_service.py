@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..codes import ResponseCode
+from ..errors import IndexOutOfRange
 from ..format.log_entry import iter_records
 from ..raft.types import ClientAppend, Completion, Role
 from ..topic.message import TOPIC_RE, decode, tag_hash
@@ -65,8 +66,7 @@ class TopicService:
                                                         f"{req.max_messages} wait_ms={req.wait_ms}")
             return self._pull(session, req)
         if req.op == "offsets":
-            q = self.dispatcher.queue(req.topic, req.queue_id)
-            lo, hi = (q.min_offset, q.max_offset) if q is not None else (0, 0)
+            lo, hi = self._bounds(self.dispatcher.queue(req.topic, req.queue_id))
             return answer(ResponseCode.SUCCESS, min_offset=lo, max_offset=hi)
         return answer(ResponseCode.BAD_REQUEST, f"unknown topic op {req.op!r} (send, pull, offsets)")
 
@@ -112,7 +112,7 @@ class TopicService:
         while True:
             d = self.dispatcher
             q = d.queue(req.topic, req.queue_id)
-            lo, hi = (q.min_offset, q.max_offset) if q is not None else (0, 0)
+            lo, hi = self._bounds(q)
             if req.offset < lo:
                 r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
                                                max_offset=hi, next_offset=lo,
@@ -137,11 +137,24 @@ class TopicService:
         count = min(req.max_messages, MAX_PULL_MESSAGES)
         units = list(q.read(req.offset, count, wanted))
         next_offset = min(hi, max(req.offset, lo) + count)
-        messages = self._read_units(units)
+        try:
+            messages = self._read_units(units)
+        except IndexOutOfRange:  # log retention ran since the bounds were read
+            lo, hi = self._bounds(q)
+            r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
+                                           max_offset=hi, next_offset=lo, message="deleted by log retention"))
+            return
         if len(messages) < len(units):  # the byte budget cut the read: resume after the last one returned
             next_offset = messages[-1].queue_offset + 1 if messages else req.offset
         r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
                                        next_offset=next_offset, messages=tuple(messages)))
+
+    def _bounds(self, q: Any) -> tuple[int, int]:
+        """A queue's (min, max) offsets here: its min also skips messages this member's log retention deleted
+        (members delete on their own schedules, so the consume queue itself is not changed by it)."""
+        if q is None:
+            return 0, 0
+        return max(q.min_offset, q.first_offset_from(self.replica.store.begin_index)), q.max_offset
 
     def _holds_everything_committed(self) -> bool:
         r = self.replica

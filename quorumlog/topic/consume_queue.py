@@ -74,6 +74,18 @@ class ConsumeQueue:
             if tag_hashes is None or u.tag_hash in tag_hashes:
                 yield u
 
+    def first_offset_from(self, log_index: int) -> int:
+        """The first queue offset whose message is at or after log_index (max_offset if none): where the queue
+        starts for a member whose log retention deleted the entries below log_index."""
+        lo, hi = 0, len(self._data) // UNIT.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if UNIT.unpack_from(self._data, mid * UNIT.size)[0] < log_index:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.min_offset + lo
+
     def delete_before_log_index(self, log_index: int) -> None:
         """Retention: forget units pointing below log_index (their queue offsets are never reused)."""
         drop = 0

@@ -99,11 +99,6 @@ class TopicDispatcher:
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
 
-    def delete_before(self, log_index: int) -> None:
-        """Retention deleted the log below log_index: the units pointing there go too (offsets are kept)."""
-        for q in self.queues.values():
-            q.delete_before_log_index(log_index)
-
     def snapshot(self) -> bytes:
         order = sorted(self.queues)
         head = json.dumps({"applied_index": self.applied_index, "messages": self.messages,

@@ -76,3 +76,12 @@ def test_offsets_are_never_reused_after_retention():
     assert q.min_offset == 4 and q.max_offset == 10 and q.get(3) is None and q.get(4).log_index == 40
     assert q.dispatch(100, 100, 0) == 10  # the next message takes the next offset, not a freed one
     assert [u.queue_offset for u in q.read(0, 100)] == list(range(4, 11))
+
+
+def test_a_queue_starts_after_what_a_members_log_retention_deleted():
+    q = ConsumeQueue("t", 0)
+    for i in range(10):
+        q.dispatch(i * 10, 50, 0)  # messages at log indexes 0, 10, ..., 90
+    assert [q.first_offset_from(x) for x in (0, 1, 10, 11, 90, 91)] == [0, 1, 1, 2, 9, 10]
+    q.delete_before_log_index(25)
+    assert q.min_offset == 3 and q.first_offset_from(0) == 3 and q.first_offset_from(31) == 4
