@@ -132,16 +132,18 @@ class _Routes:
         c._check_open()
         return await c._leader_call(lambda: make(c), what)
 
-    async def send(self, group: str, topic: str, queue_id: int, bodies: tuple[bytes, ...]) -> TopicResponse:
+    async def send(self, group: str, topic: str, queue_id: int, bodies: tuple[bytes, ...], *,
+                   client_id: int | None = None, seq: int | None = None) -> TopicResponse:
         """Encoded messages to `group` as one request; every attempt carries the same producer sequence, so a
-        retry after a lost answer is stored once."""
-        seq_box: list[int] = []
+        retry after a lost answer is stored once. A caller with a producer identity of its own (Spark's
+        writers) gives `client_id` and `seq`."""
+        seq_box: list[int] = [] if seq is None else [seq]
 
         def make(c: Client) -> TopicRequest:
             if not seq_box:
                 seq_box.append(c.next_seq())
-            return TopicRequest(c._request_id(), "send", topic, queue_id, client_id=c.client_id, seq=seq_box[0],
-                                bodies=bodies)
+            return TopicRequest(c._request_id(), "send", topic, queue_id, client_id=client_id or c.client_id,
+                                seq=seq_box[0], bodies=bodies)
 
         return await self.call(group, make, f"send to {topic}/{queue_id}")
 

@@ -60,22 +60,29 @@ class QuorumLogDataSource(DataSource):
         return QuorumLogStreamReader(opts)
 
     def writer(self, schema, overwrite: bool):
+        _check_write(schema, overwrite)
+        opts = self._opts()
+        if opts.topic is not None:
+            from .topic_write import TopicWriter
+
+            return TopicWriter(opts)
         from .write import QuorumLogWriter
 
-        _check_write(schema, overwrite)
-        return QuorumLogWriter(_group_only(self._opts(), "a write"))
+        return QuorumLogWriter(_group_only(opts, "a write"))
 
     def streamWriter(self, schema, overwrite: bool):
+        _check_write(schema, overwrite)
+        opts = self._opts()
+        if opts.topic is not None:
+            from .topic_write import TopicStreamWriter
+
+            return TopicStreamWriter(opts)
         from .write import QuorumLogStreamWriter
 
-        _check_write(schema, overwrite)
-        return QuorumLogStreamWriter(_group_only(self._opts(), "a streaming write"))
+        return QuorumLogStreamWriter(_group_only(opts, "a streaming write"))
 
 
 def _group_only(opts: SourceOptions, what: str) -> SourceOptions:
-    if opts.topic is not None:
-        raise OptionError(f"option topic: {what} to a topic is not supported yet (reads are; send with "
-                          f"quorumlog.Producer)")
     if opts.ledger_stream is not None:
         raise OptionError(f"option ledgerStream: {what} of a ledger stream is not supported yet (reads are; "
                           f"write with quorumlog.LedgerClient.open_stream_writer)")

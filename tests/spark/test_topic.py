@@ -80,3 +80,32 @@ def test_a_topic_reads_in_spark_in_batch_and_streams_each_message_once(spark, cl
     got = [(r["queue_id"], r["queue_offset"]) for r in out]
     assert len(got) == len(set(got)) == 400  # each once, none missing
     assert {(r["queue_id"], r["queue_offset"]): bytes(r["body"]) for r in out} == sent
+
+
+def test_a_dataframe_writes_to_a_topic_keyed_and_a_rerun_of_the_job_stores_nothing_twice(spark, cluster):
+    from quorumlog.client.topics import queue_for
+
+    async def create():
+        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=30_000) as admin:
+            if "tg" not in [p.group for p in await admin.list()]:
+                await admin.create("tg", replicas=3, state_machine="topics")
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as t:
+            await t.create("written", queues=4)
+
+    asyncio.run(create())
+    rows = [(f"row-{i}", f"k{i % 7}" if i % 5 else None, "even" if i % 2 == 0 else "odd") for i in range(500)]
+    df = spark.createDataFrame(rows, "body string, key string, tags string").repartition(3)
+
+    def write():
+        (df.write.format("quorumlog").option("peers", cluster.peers).option("topic", "written")
+         .option("writeId", "job-1").option("writeBatchRows", 40).mode("append").save())
+
+    write()
+    write()  # the same job again (a retried job): every chunk is answered from the first run, none stored
+    out = spark.read.format("quorumlog").option("peers", cluster.peers).option("topic", "written").load().collect()
+    assert sorted(bytes(r["body"]).decode() for r in out) == sorted(b for b, _, _ in rows)
+    for r in out:
+        i = int(bytes(r["body"])[4:])
+        assert r["tags"] == ("even" if i % 2 == 0 else "odd")
+        if i % 5:
+            assert r["key"] == f"k{i % 7}" and r["queue_id"] == queue_for(f"k{i % 7}", 4)
