@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..codes import ResponseCode
 from ..errors import IndexOutOfRange
-from ..format.log_entry import iter_records
+from ..format.log_entry import iter_records, record_columns
 from ..raft.types import ClientAppend, Completion, Role
 from ..topic.message import TOPIC_RE, decode, tag_hash
 from ..wire.client import PulledMessage, TopicRequest, TopicResponse
@@ -34,6 +34,25 @@ if TYPE_CHECKING:
 MAX_PULL_WAIT_MS = 60_000
 MAX_PULL_MESSAGES = 4096
 MAX_PULL_BYTES = 8 << 20
+
+
+def _records(chunk: Any, by_index: dict) -> Iterator[tuple[Any, int, int, int, bytes]]:
+    """(unit, index, term, timestamp ms, body) of the records in `chunk` that `by_index` names: the compiled
+    column scan when there is one (no header object per record), the record walk otherwise."""
+    cols = record_columns(chunk)
+    if cols is None:
+        for h, body in iter_records(chunk):
+            u = by_index.get(h.index)
+            if u is not None:
+                yield u, h.index, h.term, h.timestamp_ms, bytes(body)
+        return
+    n, index_b, term_b, ts_b, offsets_b, data = cols
+    indexes, terms = memoryview(index_b).cast("q"), memoryview(term_b).cast("q")
+    ts_us, offsets = memoryview(ts_b).cast("q"), memoryview(offsets_b).cast("i")
+    for k in range(n):
+        u = by_index.get(indexes[k])
+        if u is not None:
+            yield u, indexes[k], terms[k], ts_us[k] // 1000, data[offsets[k]:offsets[k + 1]]
 
 
 class TopicService:
@@ -177,12 +196,9 @@ class TopicService:
             if records.count == 0:
                 break
             for chunk in records.chunks:
-                for h, body in iter_records(chunk):
-                    u = by_index.get(h.index)
-                    if u is None:
-                        continue
+                for u, index, term, ts_ms, body in _records(chunk, by_index):
                     # (a message entry's body is the message; a producer tag, if any, follows it)
-                    out.append(PulledMessage(u.queue_offset, h.index, h.term, h.timestamp_ms, bytes(body[:u.size])))
+                    out.append(PulledMessage(u.queue_offset, index, term, ts_ms, body[:u.size]))
                     budget -= u.size
             start = records.last_index + 1
         return out

@@ -83,7 +83,9 @@ _GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, m
 _TOPIC_REQ = struct.Struct(">QiqiiQqI")
 # request_id, code, min_offset, max_offset, next_offset, offset count, message count; leader, message, ...
 _TOPIC_RESP = struct.Struct(">QiqqqII")
-_PULLED = struct.Struct(">qqqqI")  # queue_offset, index, term, store_timestamp_ms, body size; then body
+# pulled messages, columnar: every message's queue_offset, index, term, store_timestamp_ms, body size as >q,
+# then every body (one pack and one unpack per response, not one per message)
+_PULLED_FIELDS = 5
 _CG_REQ = struct.Struct(">QI")  # request_id, body size; then op (short), body (JSON)
 _CG_RESP = struct.Struct(">QiI")  # request_id, code, body size; then leader_id (short), body, message (text)
 
@@ -320,13 +322,15 @@ def _enc_topic_req(m: TopicRequest) -> list[Buffer]:
 
 
 def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
-    parts: list[Buffer] = [_TOPIC_RESP.pack(m.request_id, m.code, m.min_offset, m.max_offset, m.next_offset,
-                                            len(m.offsets), len(m.messages)), _short(m.leader_id), _text(m.message),
-                           struct.pack(f">{len(m.offsets)}q", *m.offsets)]
-    for x in m.messages:
-        parts += [_PULLED.pack(x.queue_offset, x.index, x.term, x.store_timestamp_ms, len(x.body)), x.body]
-    size = sum(len(x) for x in parts)
-    return [FRAME_HEADER.pack(size + 1, Kind.TOPIC_RESPONSE), *parts]
+    n = len(m.messages)
+    head = b"".join((_TOPIC_RESP.pack(m.request_id, m.code, m.min_offset, m.max_offset, m.next_offset,
+                                      len(m.offsets), n), _short(m.leader_id), _text(m.message),
+                     struct.pack(f">{len(m.offsets)}q", *m.offsets),
+                     struct.pack(f">{n * _PULLED_FIELDS}q", *[v for x in m.messages for v in
+                                                             (x.queue_offset, x.index, x.term, x.store_timestamp_ms,
+                                                              len(x.body))])))
+    bodies = [x.body for x in m.messages]
+    return _frame(Kind.TOPIC_RESPONSE, head, bodies, sum(map(len, bodies)))
 
 
 def _enc_cg_req(m: ConsumerGroupRequest) -> list[Buffer]:
@@ -687,11 +691,17 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     leader_id = r.short()
     message = r.text()
     offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
-    messages = []
-    for _ in range(n_messages):
-        q, index, term, ts, size = _PULLED.unpack_from(r.take(_PULLED.size))
-        messages.append(PulledMessage(q, index, term, ts, bytes(r.take(size))))
+    cols = struct.unpack(f">{n_messages * _PULLED_FIELDS}q", r.take(8 * _PULLED_FIELDS * n_messages))
+    f = _PULLED_FIELDS
+    sizes = cols[4::f]
+    if min(sizes, default=0) < 0:
+        raise ProtocolError("pulled message: negative size")
+    blob = bytes(r.take(sum(sizes)))
     r.end()
+    messages, pos = [], 0
+    for q, index, term, ts, size in zip(cols[0::f], cols[1::f], cols[2::f], cols[3::f], sizes):
+        messages.append(PulledMessage(q, index, term, ts, blob[pos:pos + size]))
+        pos += size
     return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
                          tuple(offsets), tuple(messages), message)
 

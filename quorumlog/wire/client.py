@@ -7,6 +7,7 @@ in flight on one connection (pipelining).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..codes import ResponseCode
 from ..format.log_entry import Records
@@ -186,8 +187,7 @@ class TopicRequest:
     bodies: tuple[bytes, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class PulledMessage:
+class PulledMessage(NamedTuple):  # (a tuple: a pull carries thousands)
     queue_offset: int
     index: int  # the entry's log index
     term: int  # and its term
