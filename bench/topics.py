@@ -9,6 +9,9 @@
   messages/s (target ≥ 500,000).
 - latency: one producer sends one message at a time while a consumer long-polls its queue; send → delivered,
   p50 / p99 (target p50 ≤ 2 ms).
+- spark (unless --no-spark): a Spark batch read of the topic (`.option("topic", ...)`) against the raw source
+  reading the same group's log, same session, same entries (the raw source's own ratio to the in-memory Arrow
+  ceiling is bench/spark.py's).
 Results: bench/results/topics-<date>.json (flush mode included).
 """
 
@@ -126,12 +129,39 @@ async def _latency(cluster: Cluster, samples: int = 300) -> dict:
                     "pull answers when the dispatcher applies the message (commit + apply)"}
 
 
+def _spark(cluster: Cluster) -> dict:
+    from pyspark.sql import functions as F
+
+    from quorumlog.spark.local import spark_session
+
+    spark = spark_session("quorumlog-topics-bench")
+    try:
+        def rate(**options) -> tuple[int, float]:
+            reader = spark.read.format("quorumlog").option("peers", cluster.peers)
+            for k, v in options.items():
+                reader = reader.option(k, v)
+            df = reader.load()
+            df.select(F.count(F.lit(1))).collect()  # warm the Python workers
+            t0 = time.perf_counter()
+            n = df.select(F.count(F.lit(1)), F.sum(F.length("body"))).collect()[0][0]
+            return n, n / (time.perf_counter() - t0)
+
+        topic_rows, topic_rate = rate(topic="bench")
+        raw_rows, raw_rate = rate(group="tg")
+    finally:
+        spark.stop()
+    return {"topic_rows": topic_rows, "topic_rows_per_s": round(topic_rate), "raw_rows": raw_rows,
+            "raw_rows_per_s": round(raw_rate), "topic_vs_raw": round(topic_rate / raw_rate, 3),
+            "target": "topic read >= 70% of the in-memory Arrow ceiling, as the raw source does"}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration-s", type=float, default=5.0)
     p.add_argument("--flush", default="sync", choices=["sync", "async"])
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--pull-batch", type=int, default=1024, help="max_messages per pull")
+    p.add_argument("--no-spark", action="store_true", help="skip the Spark read")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     a = p.parse_args()
     base = tempfile.mkdtemp(prefix="quorumlog-topics-bench-")
@@ -146,6 +176,8 @@ def main() -> None:
     try:
         cluster.start()
         results = asyncio.run(run())
+        if not a.no_spark:
+            results["spark_batch_read"] = _spark(cluster)
     finally:
         cluster.stop()
     doc = {"bench": "topics against the raw log on the same group (issue 16)",

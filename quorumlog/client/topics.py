@@ -347,20 +347,26 @@ class TopicClient:
         """(min, max) offset of one queue: where reading can start, and one past its last message."""
         return await self.routes.offsets(topic, queue_id)
 
-    async def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256, wait_ms: int = 0,
-                   tags: str = "") -> Pulled:
-        """Messages of one queue from `offset`, waiting up to wait_ms for the first (long polling). Tags
-        ("a||b") are filtered by hash on the node and exactly here. OffsetTooSmall if retention deleted
-        `offset` (its `min_offset` says where the queue starts now)."""
+    async def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256,
+                       wait_ms: int = 0, tags: str = "") -> TopicResponse:
+        """pull's answer as it came (encoded messages, not yet decoded or filtered by exact tag): for a
+        reader that decodes many at once (Spark's, spark/topic.py)."""
         placement = await self.routes.route(topic)
         if not 0 <= queue_id < len(placement):
             raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
         c = self.routes.group_client(placement[queue_id])
         c._check_open()
         # The wait is the node's: give each attempt that long on top of the usual request time.
-        resp = await c._leader_call(
+        return await c._leader_call(
             lambda: TopicRequest(c._request_id(), "pull", topic, queue_id, offset, max_messages, wait_ms, tags=tags),
             f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
+
+    async def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256, wait_ms: int = 0,
+                   tags: str = "") -> Pulled:
+        """Messages of one queue from `offset`, waiting up to wait_ms for the first (long polling). Tags
+        ("a||b") are filtered by hash on the node and exactly here. OffsetTooSmall if retention deleted
+        `offset` (its `min_offset` says where the queue starts now)."""
+        resp = await self.pull_raw(topic, queue_id, offset, max_messages=max_messages, wait_ms=wait_ms, tags=tags)
         wanted = None if tags in ("", "*") else {t.strip() for t in tags.split("||")}
         out = []
         for pm in resp.messages:
