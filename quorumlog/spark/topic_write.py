@@ -24,8 +24,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from ..errors import DuplicateSequenceTooOld
 from ..topic.message import Message, encode
 from .options import OptionError, SourceOptions
-from .write import (BATCH_ID_PROPERTY, MAX_BATCH_ID, QUERY_ID_PROPERTY, SEQ_CHUNK_BITS, AppendedRange, _task_context,
-                    body_column, derive_client_id)
+from .write import SEQ_CHUNK_BITS, AppendedRange, _task_context, body_column, derive_client_id, stream_identity
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +122,7 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AppendedRange:
         ctx = _task_context()
-        query_id = self.opts.write_id or ctx.getLocalProperty(QUERY_ID_PROPERTY)
-        batch_text = ctx.getLocalProperty(BATCH_ID_PROPERTY)
-        if not query_id or batch_text is None:
-            raise RuntimeError(f"streaming write without the query id / batch id task properties "
-                               f"({QUERY_ID_PROPERTY}={query_id!r}, {BATCH_ID_PROPERTY}={batch_text!r})")
-        batch_id = int(batch_text)
-        assert 0 <= batch_id <= MAX_BATCH_ID, batch_id
+        query_id, batch_id = stream_identity(ctx, self.opts)
         return _run(self.opts, iterator, f"topic-query:{query_id}", batch_id << SEQ_CHUNK_BITS, ctx.partitionId())
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

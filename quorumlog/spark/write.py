@@ -139,6 +139,18 @@ def _task_context():
     return ctx
 
 
+def stream_identity(ctx, opts: SourceOptions) -> tuple[str, int]:
+    """(query id, batch id) of a streaming write's task: what its producer ids and sequences derive from."""
+    query_id = opts.write_id or ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    batch_text = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query_id or batch_text is None:
+        raise RuntimeError(f"streaming write without the query id / batch id task properties "
+                           f"({QUERY_ID_PROPERTY}={query_id!r}, {BATCH_ID_PROPERTY}={batch_text!r})")
+    batch_id = int(batch_text)
+    assert 0 <= batch_id <= MAX_BATCH_ID, batch_id
+    return query_id, batch_id
+
+
 class QuorumLogWriter(DataSourceArrowWriter):
     """df.write.format("quorumlog"): one producer per (job, partition), seq = chunk position."""
 
@@ -178,13 +190,7 @@ class QuorumLogStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> AppendedRange:
         ctx = _task_context()
         pid = ctx.partitionId()
-        query_id = self.opts.write_id or ctx.getLocalProperty(QUERY_ID_PROPERTY)
-        batch_text = ctx.getLocalProperty(BATCH_ID_PROPERTY)
-        if not query_id or batch_text is None:
-            raise RuntimeError(f"streaming write without the query id / batch id task properties "
-                               f"({QUERY_ID_PROPERTY}={query_id!r}, {BATCH_ID_PROPERTY}={batch_text!r})")
-        batch_id = int(batch_text)
-        assert 0 <= batch_id <= MAX_BATCH_ID, batch_id
+        query_id, batch_id = stream_identity(ctx, self.opts)
         chunks = chunk_bodies(iterator, self.opts.write_batch_rows, self.opts.write_batch_bytes)
         remote = remote_for(self.opts)
         msg = append_chunks(remote, chunks, f"query:{query_id}", batch_id << SEQ_CHUNK_BITS,
