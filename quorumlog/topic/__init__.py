@@ -1,6 +1,6 @@
-"""Topics, queues and consumer groups on the log (RocketMQ's message model; issue 16), started: the message
+"""Topics, queues and consumer groups on the log (RocketMQ's message model; issue 16), sans-I/O: the message
 layout inside a log entry (`message.py`), the consume queue built by dispatching committed entries
-(`consume_queue.py`), the dispatcher that builds them as a group's state machine (`dispatcher.py`), and a
-consumer group's members and queue owners with generations (`group_coordinator.py`). Not yet: the node
-hosting the dispatcher, placement of queues over groups, the pull path, the producer and consumer clients,
-committed offsets in `_meta`, the CLI and Spark by topic."""
+(`consume_queue.py`), the dispatcher that builds them — and applies each topic's retention — as a group's state
+machine (`dispatcher.py`), and a consumer group's members and queue owners with generations
+(`group_coordinator.py`). The node runs them in server/topic_service.py and server/consumer_groups.py; clients
+are client/topics.py and client/consumer.py; docs/topics.md."""
