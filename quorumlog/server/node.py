@@ -530,18 +530,54 @@ class Node:
 
     async def _http_cluster(self) -> tuple[str, bytes]:
         """The status page's data: every node this node knows, as each reports itself (this one directly),
-        and the ledgers auto-recovery is re-replicating."""
+        the ledgers auto-recovery is re-replicating, the topics and the consumer groups' lag."""
         others = [n for n in self.known_addresses() if n != self.config.node_id]
         docs = await asyncio.gather(*(self.calls.node_status(n) for n in others))
         nodes = [self.node_status(), *docs]
+        under = topics = consumer_groups = None  # (no `_meta` group, or it has no leader now)
         try:
-            under = [json.loads(it.value or b"{}") for it in await asyncio.wait_for(
-                self.calls.meta_list("underreplicated/"), 2)]
+            under_items, topic_items, offset_items = await asyncio.wait_for(asyncio.gather(
+                self.calls.meta_list("underreplicated/"), self.calls.meta_list("topics/"),
+                self.calls.meta_list("offsets/")), 2)
+            under = [json.loads(it.value or b"{}") for it in under_items]
+            topics, consumer_groups = self._topics_doc(topic_items, offset_items)
         except (QuorumLogError, OSError, asyncio.TimeoutError, ValueError):
-            under = None  # (no `_meta` group, or it has no leader now)
+            pass
         doc = {"served_by": self.config.node_id, "time_ms": int(time.time() * 1000), "nodes": nodes,
-               "ledgers_underreplicated": under}
+               "ledgers_underreplicated": under, "topics": topics, "consumer_groups": consumer_groups}
         return "application/json", json.dumps(doc).encode()
+
+    def _topics_doc(self, topic_items: list, offset_items: list) -> tuple[list[dict], list[dict]]:
+        """Topics with their message counts, and per consumer group its committed queues and lag, as far as
+        the topic groups hosted here know their queues' ends (`None` for a queue on a group hosted elsewhere)."""
+        def queue_end(topic: str, queue_id: int, group: str) -> int | None:
+            r = self.replicas.get(group)
+            if r is None or r.state_machine != "topics" or r.sm is None:
+                return None
+            q = r.sm.machine.queue(topic, queue_id)
+            return 0 if q is None else q.max_offset
+
+        placement = {it.key[len("topics/"):]: json.loads(it.value or b"{}").get("queues", []) for it in topic_items}
+        topics = []
+        for name, groups in sorted(placement.items()):
+            ends = [queue_end(name, q, g) for q, g in enumerate(groups)]
+            topics.append({"topic": name, "queues": len(groups), "groups": sorted(set(groups)),
+                           "messages": sum(e for e in ends if e is not None),
+                           "complete": all(e is not None for e in ends)})
+        lag: dict[str, dict] = {}
+        for it in offset_items:
+            group, _, rest = it.key[len("offsets/"):].partition("/")
+            topic, _, queue = rest.rpartition("/")
+            row = lag.setdefault(group, {"group": group, "topics": set(), "queues": 0, "lag": 0, "complete": True})
+            row["topics"].add(topic)
+            row["queues"] += 1
+            groups = placement.get(topic, [])
+            end = queue_end(topic, int(queue), groups[int(queue)]) if int(queue) < len(groups) else None
+            if end is None:
+                row["complete"] = False
+            else:
+                row["lag"] += max(0, end - int(it.value or b"0"))
+        return topics, [{**r, "topics": sorted(r["topics"])} for _, r in sorted(lag.items())]
 
     def _http_metrics(self) -> tuple[str, bytes]:
         for r in self.replicas.values():

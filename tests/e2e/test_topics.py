@@ -5,7 +5,9 @@ from snapshot + log)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from collections import defaultdict
 
 import pytest
@@ -226,6 +228,11 @@ def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_sta
             ends = {f"offsets/cg/flights/{r['queue_id']}": r["max_offset"] for r in await admin.describe("flights")
                     if r["max_offset"]}
         assert offsets == ends  # a closed after delivering everything: its commit, never b's 999
+        # the status page's data shows the topic and the group's lag (0: a committed everything)
+        with urllib.request.urlopen(f"http://127.0.0.1:{cluster.nodes['n0'].http_port}/cluster", timeout=10) as r:
+            doc = json.loads(r.read())
+        assert [(t["topic"], t["messages"]) for t in doc["topics"]] == [("flights", sum(ends.values()))]
+        assert [(g["group"], g["lag"], g["complete"]) for g in doc["consumer_groups"]] == [("cg", 0, True)]
 
     try:
         cluster.start()
