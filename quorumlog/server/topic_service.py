@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -26,11 +27,12 @@ from ..errors import IndexOutOfRange
 from ..format.log_entry import iter_records, record_columns
 from ..raft.types import ClientAppend, Completion, Role
 from ..topic.message import TOPIC_RE, decode, tag_hash
-from ..wire.client import PulledMessage, TopicRequest, TopicResponse
+from ..wire.client import PackedMessages, TopicRequest, TopicResponse
 
 if TYPE_CHECKING:
     from .replica import Replica, _Pending
 
+_LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)
 MAX_PULL_WAIT_MS = 60_000
 MAX_PULL_MESSAGES = 4096
 MAX_PULL_BYTES = 8 << 20
@@ -163,10 +165,11 @@ class TopicService:
             r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
                                            max_offset=hi, next_offset=lo, message="deleted by log retention"))
             return
-        if len(messages) < len(units):  # the byte budget cut the read: resume after the last one returned
-            next_offset = messages[-1].queue_offset + 1 if messages else req.offset
+        if messages.count < len(units):  # the byte budget cut the read: resume after the last one returned
+            next_offset = _LAST_OFFSET.unpack_from(messages.head, (messages.count - 1) * 40)[0] + 1 \
+                if messages.count else req.offset
         r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
-                                       next_offset=next_offset, messages=tuple(messages)))
+                                       next_offset=next_offset, messages=messages))
 
     def _bounds(self, q: Any) -> tuple[int, int]:
         """A queue's (min, max) offsets here: its min also skips messages this member's log retention deleted
@@ -182,13 +185,15 @@ class TopicService:
         return (core.role is Role.LEADER and committed >= store.begin_index
                 and store.term_at(committed) == core.term and r.sm.applied_index >= committed)
 
-    def _read_units(self, units: list) -> list[PulledMessage]:
-        """The entries the units point at, in one pass over the log range they span (bounded in bytes)."""
+    def _read_units(self, units: list) -> PackedMessages:
+        """The entries the units point at, in one pass over the log range they span (bounded in bytes), packed
+        as they travel (no object per message)."""
         if not units:
-            return []
+            return PackedMessages(0, b"", b"")
         store = self.replica.store
         by_index = {u.log_index: u for u in units}
-        out: list[PulledMessage] = []
+        head: list[int] = []
+        bodies: list[bytes] = []
         budget = MAX_PULL_BYTES
         start, end = units[0].log_index, units[-1].log_index
         while start <= end and budget > 0:
@@ -198,10 +203,11 @@ class TopicService:
             for chunk in records.chunks:
                 for u, index, term, ts_ms, body in _records(chunk, by_index):
                     # (a message entry's body is the message; a producer tag, if any, follows it)
-                    out.append(PulledMessage(u.queue_offset, index, term, ts_ms, body[:u.size]))
+                    head += (u.queue_offset, index, term, ts_ms, u.size)
+                    bodies.append(body[:u.size])
                     budget -= u.size
             start = records.last_index + 1
-        return out
+        return PackedMessages(len(bodies), struct.pack(f">{len(head)}q", *head), b"".join(bodies))
 
     def close(self) -> None:
         for t in self._tasks:

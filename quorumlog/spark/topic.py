@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from ..wire.client import PackedMessages
 from .options import EARLIEST, LATEST, OptionError, SourceOptions
 from .remote import iterate_on_private_loop
 
@@ -139,35 +140,36 @@ def _be(raw: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
 
 
 def messages_batch(pulled) -> pa.RecordBatch:
-    """Pulled messages → one RecordBatch, parsed column-wise with numpy and cut by Arrow (no Python object
-    per message), as the raw source's records_to_batch does. Messages with properties, or anything unexpected,
-    take the per-message decoder."""
-    n = len(pulled)
+    """Pulled messages (PackedMessages as they came, or PulledMessages) → one RecordBatch, parsed column-wise
+    with numpy and cut by Arrow (no Python object per message), as the raw source's records_to_batch does.
+    Messages with properties, or anything unexpected, take the per-message decoder."""
+    packed = pulled if isinstance(pulled, PackedMessages) else PackedMessages.of(pulled)
+    n = packed.count
     if n == 0:
         return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in TOPIC_SCHEMA], schema=TOPIC_SCHEMA)
-    queue_offset, index, term, store_ms, bodies = (np.asarray(c) if k < 4 else c for k, c in enumerate(zip(*pulled)))
-    buf = b"".join(bodies)
-    size = np.fromiter(map(len, bodies), np.int64, n)
+    head = np.frombuffer(packed.head, ">i8").reshape(n, 5).astype(np.int64)
+    queue_offset, index, term, store_ms, size = (np.ascontiguousarray(head[:, k]) for k in range(5))
+    buf = packed.blob
     start = np.zeros(n, np.int64)
     np.cumsum(size[:-1], out=start[1:])
     raw = np.frombuffer(buf, np.uint8)
     end = start + size
-    if len(buf) > MAX_BATCH_BYTES or size.min() < _HEAD_BYTES + 7 or not (
+    if len(buf) > MAX_BATCH_BYTES or size.min() < _HEAD_BYTES + 7 or int(size.sum()) != len(buf) or not (
             (raw[start] == 0x51) & (raw[start + 1] == 0x4C) & (raw[start + 2] == 0x4D) & (raw[start + 3] == 1)).all():
-        return _batch_slow(pulled)  # (b"QLM", version 1: anything else is the decoder's to judge)
+        return _batch_slow(packed)  # (b"QLM", version 1: anything else is the decoder's to judge)
     # each length is read only once the previous field is known to end inside its own message
     t0 = start + _HEAD_BYTES + 1
     t1 = t0 + raw[start + _HEAD_BYTES]
     if (t1 + 2 > end).any():
-        return _batch_slow(pulled)
+        return _batch_slow(packed)
     k0 = t1 + 2
     k1 = k0 + _be(raw, t1, 2)
     if (k1 + 2 > end).any():
-        return _batch_slow(pulled)
+        return _batch_slow(packed)
     g0 = k1 + 2
     g1 = g0 + _be(raw, k1, 2)
     if (g1 + 2 > end).any() or _be(raw, g1, 2).any():  # (properties: the per-message decoder)
-        return _batch_slow(pulled)
+        return _batch_slow(packed)
     b0 = g1 + 2
     cuts = np.empty(8 * n + 1, np.int32)  # header | topic | key length | key | tags length | tags | count | body
     for i, col in enumerate((start, t0, t1, k0, k1, g0, g1, b0)):
@@ -206,14 +208,15 @@ def read_run(opts: SourceOptions, p: QueueRun) -> Iterator[pa.RecordBatch]:
     """The run's messages as RecordBatches, one per pull (the client runs on a private loop in the task)."""
 
     async def pull_range(c, lo: int, hi: int) -> list:
-        """Every message of [lo, hi) (more than one pull when the node's byte budget cuts one short)."""
+        """Every message of [lo, hi) as packed answers (more than one when the node's byte budget cuts a pull
+        short; a pull of hi - offset messages from offset never reaches past hi)."""
         out, offset = [], lo
         while offset < hi:
             got = await c.pull_raw(p.topic, p.queue_id, offset, max_messages=hi - offset)
             if got.next_offset <= offset:
                 raise OptionError(f"{p.topic}/{p.queue_id}: offset {offset} planned but not readable (the queue "
                                   f"ends at {got.max_offset})")
-            out += [m for m in got.messages if m.queue_offset < hi]
+            out.append(got.messages)
             offset = got.next_offset
         return out
 
@@ -227,13 +230,13 @@ def read_run(opts: SourceOptions, p: QueueRun) -> Iterator[pa.RecordBatch]:
                 for lo, hi in ranges:
                     window.append(asyncio.ensure_future(pull_range(c, lo, hi)))
                     if len(window) >= PULLS_IN_FLIGHT:
-                        pulled = await window.pop(0)
-                        if pulled:
-                            yield messages_batch(pulled)
+                        for packed in await window.pop(0):
+                            if len(packed):
+                                yield messages_batch(packed)
                 while window:
-                    pulled = await window.pop(0)
-                    if pulled:
-                        yield messages_batch(pulled)
+                    for packed in await window.pop(0):
+                        if len(packed):
+                            yield messages_batch(packed)
             finally:
                 for f in window:
                     f.cancel()

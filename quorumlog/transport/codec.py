@@ -25,7 +25,7 @@ from ..format.producer_state import decode_snapshot
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
-    GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse, ConsumerGroupRequest,
+    GroupResponse, KvItem, KvRequest, KvResponse, PackedMessages, TopicRequest, TopicResponse, ConsumerGroupRequest,
     ConsumerGroupResponse,
 )
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
@@ -322,15 +322,11 @@ def _enc_topic_req(m: TopicRequest) -> list[Buffer]:
 
 
 def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
-    n = len(m.messages)
+    packed = m.messages if isinstance(m.messages, PackedMessages) else PackedMessages.of(m.messages)
     head = b"".join((_TOPIC_RESP.pack(m.request_id, m.code, m.min_offset, m.max_offset, m.next_offset,
-                                      len(m.offsets), n), _short(m.leader_id), _text(m.message),
-                     struct.pack(f">{len(m.offsets)}q", *m.offsets),
-                     struct.pack(f">{n * _PULLED_FIELDS}q", *[v for x in m.messages for v in
-                                                             (x.queue_offset, x.index, x.term, x.store_timestamp_ms,
-                                                              len(x.body))])))
-    bodies = [x.body for x in m.messages]
-    return _frame(Kind.TOPIC_RESPONSE, head, bodies, sum(map(len, bodies)))
+                                      len(m.offsets), packed.count), _short(m.leader_id), _text(m.message),
+                     struct.pack(f">{len(m.offsets)}q", *m.offsets), packed.head))
+    return _frame(Kind.TOPIC_RESPONSE, head, [packed.blob], len(packed.blob))
 
 
 def _enc_cg_req(m: ConsumerGroupRequest) -> list[Buffer]:
@@ -691,19 +687,14 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     leader_id = r.short()
     message = r.text()
     offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
-    cols = struct.unpack(f">{n_messages * _PULLED_FIELDS}q", r.take(8 * _PULLED_FIELDS * n_messages))
-    f = _PULLED_FIELDS
-    sizes = cols[4::f]
+    head = bytes(r.take(8 * _PULLED_FIELDS * n_messages))
+    sizes = struct.unpack(f">{n_messages * _PULLED_FIELDS}q", head)[4::_PULLED_FIELDS]
     if min(sizes, default=0) < 0:
         raise ProtocolError("pulled message: negative size")
     blob = bytes(r.take(sum(sizes)))
     r.end()
-    messages, pos = [], 0
-    for q, index, term, ts, size in zip(cols[0::f], cols[1::f], cols[2::f], cols[3::f], sizes):
-        messages.append(PulledMessage(q, index, term, ts, blob[pos:pos + size]))
-        pos += size
     return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
-                         tuple(offsets), tuple(messages), message)
+                         tuple(offsets), PackedMessages(n_messages, head, blob), message)
 
 
 def _dec_cg_req(p: memoryview) -> ConsumerGroupRequest:

@@ -6,6 +6,7 @@ in flight on one connection (pipelining).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -195,6 +196,48 @@ class PulledMessage(NamedTuple):  # (a tuple: a pull carries thousands)
     body: bytes  # the encoded message (topic/message.py)
 
 
+_PULLED_HEAD = struct.Struct(">qqqqq")  # queue_offset, index, term, store_timestamp_ms, size
+
+
+class PackedMessages:
+    """Pulled messages as they travel: `head`, every message's (queue_offset, index, term, store_timestamp_ms,
+    size) as big-endian int64s, and `blob`, their bodies back to back. The node packs them with numpy and
+    Spark's reader unpacks them the same way, with no object per message; iterating gives PulledMessages."""
+
+    __slots__ = ("count", "head", "blob")
+
+    def __init__(self, count: int, head: bytes, blob: bytes) -> None:
+        self.count, self.head, self.blob = count, head, blob
+
+    @classmethod
+    def of(cls, messages) -> "PackedMessages":
+        messages = list(messages)
+        return cls(len(messages), b"".join(_PULLED_HEAD.pack(m.queue_offset, m.index, m.term, m.store_timestamp_ms,
+                                                            len(m.body)) for m in messages),
+                   b"".join(m.body for m in messages))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        blob, pos = self.blob, 0
+        for q, index, term, ts, size in _PULLED_HEAD.iter_unpack(self.head):
+            yield PulledMessage(q, index, term, ts, blob[pos:pos + size])
+            pos += size
+
+    def __getitem__(self, i: int) -> PulledMessage:
+        return list(self)[i]
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return list(self) == list(other)  # type: ignore[call-overload]
+        except TypeError:
+            return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"PackedMessages({list(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class TopicResponse:
     request_id: int
@@ -204,7 +247,7 @@ class TopicResponse:
     max_offset: int = 0  # one past its last message
     next_offset: int = 0  # pull: where the next pull starts
     offsets: tuple[int, ...] = ()  # send: each message's queue offset
-    messages: tuple[PulledMessage, ...] = ()
+    messages: "tuple[PulledMessage, ...] | PackedMessages" = ()
     message: str = ""
 
 
