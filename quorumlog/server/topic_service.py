@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from bisect import bisect_left, bisect_right
+from operator import attrgetter
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -32,29 +34,36 @@ from ..wire.client import PackedMessages, TopicRequest, TopicResponse
 if TYPE_CHECKING:
     from .replica import Replica, _Pending
 
+_LOG_INDEX = attrgetter("log_index")
 _LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)
 MAX_PULL_WAIT_MS = 60_000
 MAX_PULL_MESSAGES = 4096
 MAX_PULL_BYTES = 8 << 20
 
 
-def _records(chunk: Any, by_index: dict) -> Iterator[tuple[Any, int, int, int, bytes]]:
-    """(unit, index, term, timestamp ms, body) of the records in `chunk` that `by_index` names: the compiled
-    column scan when there is one (no header object per record), the record walk otherwise."""
+def _records(chunk: Any, units: list) -> Iterator[tuple[Any, int, int, int, bytes]]:
+    """(unit, index, term, timestamp ms, body) of the records in `chunk` that `units` (ascending by log index)
+    point at: with the compiled column scan, each unit is found by bisection among the chunk's indexes, so the
+    records of a group's other queues cost nothing here; the record walk otherwise."""
     cols = record_columns(chunk)
     if cols is None:
+        by_index = {u.log_index: u for u in units}
         for h, body in iter_records(chunk):
             u = by_index.get(h.index)
             if u is not None:
                 yield u, h.index, h.term, h.timestamp_ms, bytes(body)
         return
     n, index_b, term_b, ts_b, offsets_b, data = cols
+    if n == 0:
+        return
     indexes, terms = memoryview(index_b).cast("q"), memoryview(term_b).cast("q")
     ts_us, offsets = memoryview(ts_b).cast("q"), memoryview(offsets_b).cast("i")
-    for k in range(n):
-        u = by_index.get(indexes[k])
-        if u is not None:
-            yield u, indexes[k], terms[k], ts_us[k] // 1000, data[offsets[k]:offsets[k + 1]]
+    first, last = indexes[0], indexes[n - 1]
+    k = 0
+    for u in units[bisect_left(units, first, key=_LOG_INDEX):bisect_right(units, last, key=_LOG_INDEX)]:
+        k = bisect_left(indexes, u.log_index, k)
+        if k < n and indexes[k] == u.log_index:
+            yield u, u.log_index, terms[k], ts_us[k] // 1000, data[offsets[k]:offsets[k + 1]]
 
 
 class TopicService:
@@ -191,7 +200,6 @@ class TopicService:
         if not units:
             return PackedMessages(0, b"", b"")
         store = self.replica.store
-        by_index = {u.log_index: u for u in units}
         head: list[int] = []
         bodies: list[bytes] = []
         budget = MAX_PULL_BYTES
@@ -201,7 +209,7 @@ class TopicService:
             if records.count == 0:
                 break
             for chunk in records.chunks:
-                for u, index, term, ts_ms, body in _records(chunk, by_index):
+                for u, index, term, ts_ms, body in _records(chunk, units):
                     # (a message entry's body is the message; a producer tag, if any, follows it)
                     head += (u.queue_offset, index, term, ts_ms, u.size)
                     bodies.append(body[:u.size])
