@@ -280,16 +280,17 @@ class Replica:
             group = self.group
             for msg in ready.messages:
                 send(group, msg)
-        for c in ready.completions:
-            p = self._pending.pop(c.request_id, None)
-            if p is not None:
-                self._complete(p, c)
         if ready.committed_index is not None:
+            # (before the completions: an answered write is then already applied, and readable here)
             committed = min(ready.committed_index, store.end_index)
             store.set_committed_index(committed)
             self.notifier.advance(committed)
             if self.sm is not None:
                 self.kv.on_commit(committed)
+        for c in ready.completions:
+            p = self._pending.pop(c.request_id, None)
+            if p is not None:
+                self._complete(p, c)
 
     def _write(self, appends) -> int | None:
         """Write the Ready's appends to the store (page cache); None if the store refused."""

@@ -120,13 +120,19 @@ class TopicService:
         if c.code != ResponseCode.SUCCESS:
             self.replica._send(p.session, TopicResponse(p.client_request_id, c.code, c.leader_id))
             return
+        if self.replica.sm.applied_index >= c.last_index:  # (the usual case: applied as it committed)
+            self._answer_applied(p, c.first_index, c.last_index)
+            return
         task = asyncio.ensure_future(self._answer_sent(p, c.first_index, c.last_index))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _answer_sent(self, p: "_Pending", first: int, last: int) -> None:
+        await self.replica.sm.wait_applied(last)
+        self._answer_applied(p, first, last)
+
+    def _answer_applied(self, p: "_Pending", first: int, last: int) -> None:
         sm = self.replica.sm
-        await sm.wait_applied(last)
         offsets = []
         for i in range(first, last + 1):
             q = sm.result_of(i)
