@@ -17,13 +17,23 @@ from quorumlog.peers import parse_peers
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
-def _produce(peers: str, first: int, n: int, create: bool = False) -> dict[tuple[int, int], bytes]:
-    async def main():
-        if create:
-            async with GroupAdmin(parse_peers(peers), timeout_ms=30_000) as admin:
+def _topic(peers: str, name: str, queues: int) -> None:
+    """Topic `name` on the topic group tg (made by the first test that needs it)."""
+    async def create():
+        async with GroupAdmin(parse_peers(peers), timeout_ms=30_000) as admin:
+            if "tg" not in [p.group for p in await admin.list()]:
                 await admin.create("tg", replicas=3, state_machine="topics")
-            async with quorumlog.TopicAdmin(peers, timeout_ms=10_000) as t:
-                await t.create("flights", queues=4)
+        async with quorumlog.TopicAdmin(peers, timeout_ms=10_000) as t:
+            await t.create(name, queues=queues)
+
+    asyncio.run(create())
+
+
+def _produce(peers: str, first: int, n: int, create: bool = False) -> dict[tuple[int, int], bytes]:
+    if create:
+        _topic(peers, "flights", 4)
+
+    async def main():
         out = {}
         async with quorumlog.Producer(peers, timeout_ms=10_000) as p:
             for i in range(first, first + n, 20):
@@ -85,14 +95,7 @@ def test_a_topic_reads_in_spark_in_batch_and_streams_each_message_once(spark, cl
 def test_a_dataframe_writes_to_a_topic_keyed_and_a_rerun_of_the_job_stores_nothing_twice(spark, cluster):
     from quorumlog.client.topics import queue_for
 
-    async def create():
-        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=30_000) as admin:
-            if "tg" not in [p.group for p in await admin.list()]:
-                await admin.create("tg", replicas=3, state_machine="topics")
-        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as t:
-            await t.create("written", queues=4)
-
-    asyncio.run(create())
+    _topic(cluster.peers, "written", 4)
     rows = [(f"row-{i}", f"k{i % 7}" if i % 5 else None, "even" if i % 2 == 0 else "odd") for i in range(500)]
     df = spark.createDataFrame(rows, "body string, key string, tags string").repartition(3)
 
@@ -112,14 +115,7 @@ def test_a_dataframe_writes_to_a_topic_keyed_and_a_rerun_of_the_job_stores_nothi
 
 
 def test_a_stream_writes_to_a_topic_and_a_restarted_query_stores_each_row_once(spark, cluster, tmp_path):
-    async def create():
-        async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=30_000) as admin:
-            if "tg" not in [p.group for p in await admin.list()]:
-                await admin.create("tg", replicas=3, state_machine="topics")
-        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as t:
-            await t.create("streamed", queues=2)
-
-    asyncio.run(create())
+    _topic(cluster.peers, "streamed", 2)
     src = tmp_path / "src"
     spark.createDataFrame([(f"s-{i}", f"k{i % 3}") for i in range(200)], "body string, key string") \
         .write.parquet(str(src / "part1"))
