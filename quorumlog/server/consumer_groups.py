@@ -41,7 +41,6 @@ class ConsumerGroupService:
     def __init__(self, replica: "Replica") -> None:
         self.replica = replica
         self.coordinators: dict[str, GroupCoordinator] = {}
-        self.subscriptions: dict[str, dict[str, list[str]]] = {}  # group -> member -> topics
         self._term = -1
         self._ticker: asyncio.Task | None = None
 
@@ -68,7 +67,6 @@ class ConsumerGroupService:
         if r.core.term != self._term:  # a new leadership: earlier coordinators' state is gone
             self._term = r.core.term
             self.coordinators.clear()
-            self.subscriptions.clear()
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.ensure_future(self._tick())
         now = _now_ms()
@@ -93,7 +91,6 @@ class ConsumerGroupService:
                               _assignment(c, member))
             if op == "leave":
                 c.leave(member)
-                self.subscriptions.get(group, {}).pop(member, None)
                 return answer(ResponseCode.SUCCESS)
             if op == "commit":
                 return self._commit(session, req, c, group, member, int(b["generation"]), b["offsets"], answer)
@@ -108,23 +105,18 @@ class ConsumerGroupService:
             return answer(ResponseCode.BAD_REQUEST, f"join: topics {topics}, session_timeout_ms {timeout} "
                                                     f"({MIN_SESSION_TIMEOUT_MS}..{MAX_SESSION_TIMEOUT_MS})")
         kv = self.replica.sm.kv
-        for t in topics:
-            if kv.get(f"topics/{t}") is None:
-                return answer(ResponseCode.TOPIC_NOT_EXIST, f"topic {t!r} does not exist")
-        subs = self.subscriptions.setdefault(group, {})
-        subs[member] = topics
         queues = []
-        for t in sorted({t for ts in subs.values() for t in ts}):
+        for t in topics:
             got = kv.get(f"topics/{t}")
-            if got is not None:
-                queues += [(t, q) for q in range(len(json.loads(got.value)["queues"]))]
+            if got is None:
+                return answer(ResponseCode.TOPIC_NOT_EXIST, f"topic {t!r} does not exist")
+            queues += [(t, q) for q in range(len(json.loads(got.value)["queues"]))]
         c = self.coordinators.get(group)
         if c is None:
-            c = self.coordinators[group] = GroupCoordinator(group, queues, session_timeout_ms=timeout,
+            c = self.coordinators[group] = GroupCoordinator(group, [], session_timeout_ms=timeout,
                                                             generation=max(self._term, 0) << 32)
         c.session_timeout_ms = timeout
-        c.set_queues(queues)
-        c.join(member, now)
+        c.join(member, now, queues)
         log.info("consumer group %s: %s joined, generation %d, members %s", group, member, c.generation,
                  sorted(c.last_seen))
         answer(ResponseCode.SUCCESS, body=_assignment(c, member))
@@ -159,7 +151,6 @@ class ConsumerGroupService:
             now = _now_ms()
             for group, c in list(self.coordinators.items()):
                 for gone in c.tick(now):
-                    self.subscriptions.get(group, {}).pop(gone, None)
                     log.info("consumer group %s: %s silent past its session timeout; generation %d", group, gone,
                              c.generation)
 

@@ -22,6 +22,7 @@ from ..ledger.metadata import LedgerMetadata
 from .arrow import SCHEMA
 from .options import EARLIEST, LATEST, OptionError, SourceOptions
 from .remote import iterate_on_private_loop
+from .stream import cap_end
 
 ROWS_PER_BATCH = 4096
 ASSUMED_ENTRY_BYTES = 1024  # for sizing partitions: the metadata knows a closed ledger's length only
@@ -142,13 +143,8 @@ class LedgerStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = int(start["offset"])
-        end = _readable_end(asyncio.run(_extent(self.opts)))
-        if self._available_now_end is not None:
-            end = min(end, self._available_now_end)
-        if self.opts.ending_index not in (EARLIEST, LATEST):
-            end = min(end, int(self.opts.ending_index))
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + limit.max_rows)
+        end = cap_end(_readable_end(asyncio.run(_extent(self.opts))), begin, self.opts, self._available_now_end,
+                      limit)
         return {"offset": max(begin, end)}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

@@ -48,6 +48,18 @@ def _index(offset: dict) -> int:
     return int(offset["index"])
 
 
+def cap_end(end: int, begin: int, opts: SourceOptions, available_now_end: int | None, limit: ReadLimit) -> int:
+    """A micro-batch's end (exclusive) from what is readable: at most Trigger.AvailableNow's target, the
+    endingIndex option and `begin` + maxRecordsPerTrigger."""
+    if available_now_end is not None:
+        end = min(end, available_now_end)
+    if opts.ending_index not in (EARLIEST, LATEST):
+        end = min(end, int(opts.ending_index))
+    if isinstance(limit, ReadMaxRows):
+        end = min(end, begin + limit.max_rows)
+    return end
+
+
 class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -84,13 +96,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if begin < begin_index:
             self._on_data_loss(begin, begin_index)
             begin = begin_index
-        end = committed_index + 1
-        if self._available_now_end is not None:
-            end = min(end, self._available_now_end)
-        if self.opts.ending_index not in (EARLIEST, LATEST):
-            end = min(end, int(self.opts.ending_index))
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, begin + limit.max_rows)
+        end = cap_end(committed_index + 1, begin, self.opts, self._available_now_end, limit)
         return {"index": max(begin, end, _index(start))}
 
     def _on_data_loss(self, needed: int, begin_index: int) -> None:

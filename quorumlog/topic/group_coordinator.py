@@ -45,6 +45,7 @@ class GroupCoordinator:
         self.generation = generation
         self.last_seen: dict[str, int] = {}
         self.owner: dict[Queue, str] = {}
+        self.subscriptions: dict[str, frozenset[Queue]] = {}  # member -> the queues of its topics
 
     def _rebalance(self) -> None:
         """Queues to members in sorted order, round robin: each queue has exactly one owner."""
@@ -55,24 +56,30 @@ class GroupCoordinator:
     def assignment(self, member: str) -> Assignment:
         return Assignment(self.generation, tuple(q for q in self.queues if self.owner.get(q) == member))
 
-    def join(self, member: str, now_ms: int) -> Assignment:
+    def join(self, member: str, now_ms: int, queues: list[Queue] | None = None) -> Assignment:
+        """`member` joins (or confirms it is here); `queues`, the queues of the topics it subscribes to: the
+        group shares out the union of its members' queues."""
         new = member not in self.last_seen
         self.last_seen[member] = now_ms
+        if queues is not None:
+            self.subscriptions[member] = frozenset(queues)
+            union = sorted(frozenset().union(*self.subscriptions.values()))
+            if union != self.queues:
+                self.queues = union
+                new = True
         if new:
             self._rebalance()
         return self.assignment(member)
 
-    def set_queues(self, queues: list[Queue]) -> None:
-        """The queues of the topics the members subscribe to changed (a member with another topic joined):
-        a new generation shares them out."""
-        queues = sorted(queues)
-        if queues != self.queues:
-            self.queues = queues
-            self._rebalance()
-
     def leave(self, member: str) -> None:
         if self.last_seen.pop(member, None) is not None:
+            self._forget(member)
             self._rebalance()
+
+    def _forget(self, member: str) -> None:
+        """A member left: its subscription goes; queues only it wanted are no longer shared out."""
+        if self.subscriptions.pop(member, None) is not None and self.subscriptions:
+            self.queues = sorted(frozenset().union(*self.subscriptions.values()))
 
     def heartbeat(self, member: str, generation: int, now_ms: int) -> ResponseCode:
         if member not in self.last_seen:
@@ -93,6 +100,7 @@ class GroupCoordinator:
         gone = [m for m, t in self.last_seen.items() if now_ms - t > self.session_timeout_ms]
         for m in gone:
             del self.last_seen[m]
+            self._forget(m)
         if gone:
             self._rebalance()
         return gone

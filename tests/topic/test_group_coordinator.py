@@ -59,14 +59,18 @@ def test_every_queue_has_exactly_one_owner_per_generation(ops):
         assert all(len(v) == (1 if c.last_seen else 0) for v in owners.values()), owners
 
 
-def test_new_queues_make_a_new_generation_and_a_successor_starts_above_every_old_one():
-    c = GroupCoordinator("cg", QUEUES[:2], generation=5 << 32)
-    a = c.join("c1", 0)
+def test_the_group_shares_the_union_of_its_members_topics_and_a_successor_starts_above_every_generation():
+    other = [("U", i) for i in range(2)]
+    c = GroupCoordinator("cg", [], generation=5 << 32)
+    a = c.join("c1", 0, QUEUES[:2])
     assert a.generation == (5 << 32) + 1 and a.queues == tuple(QUEUES[:2])
-    c.set_queues(QUEUES[:2])
-    assert c.generation == a.generation  # nothing changed: no rebalance
-    c.set_queues(QUEUES[:4])
+    assert c.join("c1", 1, QUEUES[:2]).generation == a.generation  # the same subscription: no rebalance
+    b = c.join("c2", 2, other)  # another topic: the union is shared out, in a new generation
     assert c.check("c1", a.generation, QUEUES[0]) == ILLEGAL
-    assert c.join("c1", 1).queues == tuple(QUEUES[:4])
+    mine = c.join("c1", 3, QUEUES[:2])
+    assert set(mine.queues) | set(b.queues) <= set(QUEUES[:2] + other) and len(c.queues) == 4
+    assert set(mine.queues).isdisjoint(c.assignment("c2").queues)
+    c.leave("c2")  # U's queues go with the only member that wanted them
+    assert c.queues == QUEUES[:2] and c.join("c1", 4).queues == tuple(QUEUES[:2])
     successor = GroupCoordinator("cg", QUEUES, generation=6 << 32)
-    assert successor.join("c1", 2).generation > c.generation
+    assert successor.join("c1", 5).generation > c.generation
