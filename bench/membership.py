@@ -18,6 +18,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -139,6 +140,7 @@ def main() -> None:
         result = asyncio.run(run())
     finally:
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)  # four nodes' copies of the filled log: ~4 GB a run
     doc = {"date": str(dt.date.today()), "flush": a.flush, "log_mib": a.log_mib, "nodes": "3 + 1 joining, 127.0.0.1",
            "disk_ceiling": disk, **result}
     if disk["mb_per_s"]:

@@ -22,6 +22,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -180,6 +181,7 @@ def main() -> None:
             results["spark_batch_read"] = _spark(cluster)
     finally:
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)  # three nodes' segments: ~0.3 GB a run
     doc = {"bench": "topics against the raw log on the same group (issue 16)",
            "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
            "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
