@@ -195,6 +195,81 @@ class FileStore(RecoverOnOpen):
     def membership(self) -> tuple[int, bytes] | None:
         return self._membership.latest()
 
+    # -- physical positions (master/slave HA addresses the log by byte offset, as RocketMQ's CommitLog) ------
+    @property
+    def write_position(self) -> int:
+        """One past the last record's bytes: a master/slave member's max physical offset."""
+        return self._write_pos
+
+    def first_position(self) -> int:
+        """Where the first record still held begins (the write position while the log is empty)."""
+        with self._lock:
+            return self._unit(self._begin)[0] if self._end >= self._begin else self._write_pos
+
+    def index_at_position(self, pos: int) -> int:
+        with self._lock:
+            return self._index_at_position(pos)[0]
+
+    def _index_at_position(self, pos: int) -> tuple[int, int]:
+        """(the entry whose record begins at `pos`, 0), or (the next entry, blank length) when `pos` is where a
+        sealed segment's records end and its blank begins; end + 1 at the write position. ValueError for any
+        other position (the middle of a record, outside the log)."""
+        if pos == self._write_pos:
+            return self._end + 1, 0
+        lo, hi = self._begin, self._end  # the first entry beginning at or after pos
+        if self._end < self._begin or not self._unit(lo)[0] <= pos < self._write_pos:
+            raise ValueError(f"position {pos} is outside the log [{self.first_position()}, {self._write_pos}]")
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._unit(mid)[0] < pos:
+                lo = mid + 1
+            else:
+                hi = mid
+        p, _size, _ = self._unit(lo)
+        if p == pos:
+            return lo, 0
+        prev_pos, prev_size, _ = self._unit(lo - 1)
+        seg = self._data[self._data_seg_i(prev_pos)]
+        if prev_pos + prev_size == pos and p >= seg.end:
+            return lo, seg.end - pos
+        raise ValueError(f"position {pos} is inside a record")
+
+    def read_at_position(self, pos: int, max_bytes: int) -> bytes:
+        """The log's bytes as they lie from physical position `pos`, within one segment, cut at a record end:
+        at most max_bytes but at least one record. From a sealed segment's end of records: its blank, then the
+        first record of the next segment. b"" at the write position."""
+        with self._lock:
+            index, blank = self._index_at_position(pos)
+            if index > self._end:
+                return b""
+            out = bytearray()
+            if blank:
+                seg = self._data[self._data_seg_i(pos)]
+                out += seg.view[pos - seg.start: seg.end - seg.start]
+            records = self._read(index, max(1, max_bytes - len(out)))
+            out += records.chunks[0]  # (the first chunk lies in one segment: a byte range of the file)
+            return bytes(out)
+
+    def append_at_position(self, pos: int, data: bytes | memoryview) -> int:
+        """A slave's append of its master's bytes from `pos` (this log's write position): records as they are
+        (CRC- and chain-checked, never re-encoded), after a leading blank when the master's segment ended there.
+        The two logs must lie the same way (equal segment sizes); a difference raises CorruptEntry."""
+        if pos != self._write_pos:
+            raise ValueError(f"append at position {pos}, this log ends at {self._write_pos}")
+        view = memoryview(data).cast("B")
+        if len(view) >= MIN_BLANK_SIZE and log_entry.BLANK.unpack_from(view, 0)[0] == BLANK_MAGIC:
+            blank = log_entry.BLANK.unpack_from(view, 0)[1]
+            seg_end = self._data[-1].end
+            if pos + blank != seg_end or blank >= len(view):
+                raise CorruptEntry(f"master's segment ends at {pos + blank}, this log's at {seg_end} "
+                                   f"(data_segment_size differs?)")
+            view = view[blank:]
+        self.append_records(view)
+        if self._write_pos != pos + len(data):
+            raise CorruptEntry(f"records from position {pos} end here at {self._write_pos}, at the master at "
+                               f"{pos + len(data)} (data_segment_size differs?)")
+        return self._end
+
     # -- reads -------------------------------------------------------------------------------------
     def get(self, index: int) -> Entry:
         with self._lock:  # retention may run on a worker thread
@@ -501,7 +576,7 @@ class FileStore(RecoverOnOpen):
         with self._lock:
             return encode_snapshot(self._snapshot_locked())
 
-    def reset(self, begin_index: int, producers: bytes | None = None) -> None:
+    def reset(self, begin_index: int, producers: bytes | None = None, start: int | None = None) -> None:
         """Drop the whole log and start it empty at `begin_index` (DLedger's follower reset): the leader no
         longer holds the entries this log would need next (retention deleted them), so this node takes the
         leader's log from its begin index on. Everything below `begin_index` is committed group-wide. Entries at
@@ -512,7 +587,11 @@ class FileStore(RecoverOnOpen):
         with self._sync_lock:
             old_data, old_index = list(self._data), list(self._index.values())
             # The new first segment starts past every old one: a first segment at offset 0 means begin 0.
-            start = max(self._data[-1].end if self._data else 0, self.config.data_segment_size_bytes)
+            # A master/slave member passes `start`: its master's first position, a segment start past its own.
+            floor = max(self._data[-1].end if self._data else 0, self.config.data_segment_size_bytes)
+            if start is not None and (start < floor or start % self.config.data_segment_size_bytes):
+                raise ValueError(f"reset at position {start}: must be a segment start at or past {floor}")
+            start = floor if start is None else start
             with self._lock:
                 self._data, self._data_starts, self._index = [], [], {}
                 self._dirty_data.clear()
