@@ -31,7 +31,17 @@ def _show(p: GroupPlacement) -> None:
 @group_app.command("create")
 def create(name: str = typer.Argument(..., help="Group name: letters, digits, . _ - (at most 64)"),
            replicas: int = typer.Option(3, "--replicas", min=1, help="How many nodes host it"),
-           mode: str = typer.Option("raft", "--mode", help="raft (master-slave comes with issue 14)"),
+           mode: str = typer.Option("raft", "--mode", help="raft, or master-slave (RocketMQ HA: one master, the "
+                                                           "others slaves; docs/master-slave.md)"),
+           ack: str = typer.Option("sync", "--ack", help="master-slave: sync (SYNC_MASTER: answered once "
+                                                          "--min-in-sync-replicas members hold it) or async "
+                                                          "(ASYNC_MASTER: after the master's own write)"),
+           min_in_sync_replicas: Optional[int] = typer.Option(
+               None, "--min-in-sync-replicas", min=1, help="master-slave, ack sync: members (master included) "
+                                                           "that must hold an append (default 2)"),
+           slave_read_enable: bool = typer.Option(False, "--slave-read-enable",
+                                                  help="master-slave: slaves serve reads (up to the confirm "
+                                                       "offset)"),
            nodes: Optional[str] = typer.Option(None, "--nodes", help="Place it on these nodes, e.g. n0,n1,n2"),
            segment_bytes: Optional[int] = typer.Option(None, "--segment-bytes", min=4096,
                                                        help="Data segment size (default 64 MiB)"),
@@ -45,8 +55,12 @@ def create(name: str = typer.Argument(..., help="Group name: letters, digits, . 
            timeout_ms: int = typer.Option(20_000, "--timeout-ms", min=1, help="Give up after this long"),
            json_out: bool = JsonOpt) -> None:
     """Create a group on the least-loaded nodes (or --nodes); prints {group, mode, members, leader}."""
-    if mode != "raft":
-        usage(f"--mode {mode!r}: only raft groups can be created so far")
+    if mode not in ("raft", "master-slave"):
+        usage(f"--mode {mode!r}: raft or master-slave")
+    if ack not in ("sync", "async"):
+        usage(f"--ack {ack!r}: sync or async")
+    master_slave = {"ack": ack, "slave_read_enable": slave_read_enable,
+                    "min_in_sync_replicas": min_in_sync_replicas or (2 if ack == "sync" else 1)}
     if state_machine not in (None, "topics"):
         usage(f"--state-machine {state_machine!r}: only topics (the key/value store is `_meta`'s)")
     named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None
@@ -54,7 +68,8 @@ def create(name: str = typer.Argument(..., help="Group name: letters, digits, . 
     async def go():
         async with _admin(peers, cluster, timeout_ms) as admin:
             return await admin.create(name, replicas=replicas, nodes=named, segment_bytes=segment_bytes,
-                                      preallocate=preallocate, state_machine=state_machine)
+                                      preallocate=preallocate, state_machine=state_machine, mode=mode,
+                                      master_slave=master_slave if mode == "master-slave" else None)
 
     p = run(go())
     if json_out:

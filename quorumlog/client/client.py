@@ -30,7 +30,7 @@ from .accumulator import Accumulator, PendingAppend
 from .kv import META_GROUP, KvCalls
 from .pool import DEFAULT_MAX_FRAME_BYTES, ConnectionPool
 from .retry import Deadline, backoff_ms, is_leader_search, is_retriable, timeout_error
-from .types import AppendResult, Entry, NodeStatus
+from .types import WRITABLE_ROLES, AppendResult, Entry, NodeStatus
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class Client:
                 if not st.reachable:
                     self._unreachable.append(f"{st.id}: {st.error}")  # (why, for the error if none leads)
                     continue
-                if st.role == "leader":
+                if st.role in WRITABLE_ROLES:
                     return st.id if st.id in self.peers else None
                 if st.leader_id in self.peers and (best is None or st.term > best[0]):
                     best = (st.term, st.leader_id)
@@ -431,7 +431,7 @@ class Client:
         """One NodeStatus per member, in peers order; a member that does not answer has role "unreachable"."""
         self._check_open()
         out = list(await asyncio.gather(*(self._status_of(nid) for nid in self.peers)))
-        leaders = [s for s in out if s.role == "leader"]
+        leaders = [s for s in out if s.role in WRITABLE_ROLES]
         if leaders:
             self._leader_id = max(leaders, key=lambda s: s.term).id
         return out

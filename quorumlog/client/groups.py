@@ -26,6 +26,7 @@ from ..wire.client import GroupRequest, StatusRequest
 from .kv import META_GROUP
 from ..transport.tls import client_context as tls_client_context
 from .pool import ConnectionPool
+from .types import WRITABLE_ROLES
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class GroupPlacement:
     rows: list[dict[str, Any]] = field(default_factory=list)  # each hosting node's status of the group
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "mode": "raft", "members": self.members, "leader": self.leader,
+        mode = next((r.get("mode", "raft") for r in self.rows), "raft")
+        return {"group": self.group, "mode": mode, "members": self.members, "leader": self.leader,
                 "term": self.term, "committed_index": self.committed_index}
 
 
@@ -148,7 +150,8 @@ class GroupAdmin:
     # -- groups --------------------------------------------------------------------------------------------
     async def create(self, name: str, *, replicas: int = 3, nodes: list[str] | None = None,
                      wait_leader: bool = True, segment_bytes: int | None = None,
-                     preallocate: bool | None = None, state_machine: str | None = None) -> GroupPlacement:
+                     preallocate: bool | None = None, state_machine: str | None = None,
+                     mode: str = "raft", master_slave: dict[str, Any] | None = None) -> GroupPlacement:
         """Create `name` on `nodes`, or on the `replicas` least-loaded reachable nodes; returns once it has a
         leader (its preferred leader when that one wins within the timeout). Segments are 64 MiB and sparse
         unless `segment_bytes` / `preallocate` say otherwise (server/node.py). A node that refuses undoes the
@@ -184,6 +187,9 @@ class GroupAdmin:
             definition["preallocate"] = preallocate
         if state_machine is not None:
             definition["state_machine"] = state_machine
+        if mode != "raft":  # master/slave: the spread leader is the master (server/master_slave.py)
+            definition["mode"] = mode
+            definition["master_slave"] = {"master": preferred, **(master_slave or {})}
         created: list[str] = []
         try:
             for m in members:
@@ -265,7 +271,7 @@ def _by_group(statuses: dict[str, dict | QuorumLogError]) -> dict[str, GroupPlac
         for g in s["groups"]:
             p = out.setdefault(g["group"], GroupPlacement(g["group"], [], None))
             p.rows.append(g)
-            if g["role"] == "leader" and g["term"] >= p.term:
+            if g["role"] in WRITABLE_ROLES and g["term"] >= p.term:
                 p.leader, p.term, p.committed_index = g["id"], g["term"], g["committed_index"]
     for p in out.values():
         hosts = sorted(r["id"] for r in p.rows)

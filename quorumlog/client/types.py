@@ -12,6 +12,9 @@ _ONE_MS = timedelta(milliseconds=1)
 
 UNREACHABLE = "unreachable"  # role of a node that did not answer status
 
+# The member that takes writes: a Raft group's leader, a master/slave group's master.
+WRITABLE_ROLES = ("leader", "master")
+
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:

@@ -43,6 +43,7 @@ from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
 from .metrics import NodeMetrics
 from .replica import Replica, now_ms
+from .master_slave import MODE as MASTER_SLAVE, MasterSlaveReplica
 from .status_page import status_page
 
 log = logging.getLogger(__name__)
@@ -195,8 +196,7 @@ class Node:
         self.default.open()
         self.replicas[self.default.group] = self.default
         for name, definition in self._stored_groups():
-            replica = Replica(self, self._group_config(name, definition),
-                              state_machine=definition.get("state_machine"))
+            replica = self._replica_for(self._group_config(name, definition), definition)
             replica.open()
             self.replicas[name] = replica
         self.fsync_worker = FsyncWorker()
@@ -262,7 +262,7 @@ class Node:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         for r in self.replicas.values():
-            if r.core is not None:
+            if r.core is not None or getattr(r, "mode", "raft") == MASTER_SLAVE:
                 await r.close()
         self.bookie.close()
         await self.calls.close()
@@ -319,7 +319,7 @@ class Node:
             raise _Refused(ResponseCode.GROUP_EXISTS, f"group {name!r} exists on {self.config.node_id}")
         try:
             config = self._group_config(name, definition)
-            replica = Replica(self, config, state_machine=definition.get("state_machine"))
+            replica = self._replica_for(config, definition)
         except (ValueError, KeyError, TypeError, ConfigError) as e:
             raise _Refused(ResponseCode.BAD_REQUEST, f"bad group definition: {e}") from None
         os.makedirs(config.data_dir)
@@ -331,6 +331,17 @@ class Node:
         self.metrics.groups.set(len(self.replicas))
         log.info("group created node=%s group=%s peers=%s", self.config.node_id, name, sorted(peers))
         return replica
+
+    def _replica_for(self, config: NodeConfig, definition: dict):
+        """A Raft replica, or a master/slave group's member (master_slave.py) when the definition says so."""
+        mode = definition.get("mode", "raft")
+        if mode == MASTER_SLAVE:
+            if definition.get("state_machine"):
+                raise ValueError("a master/slave group runs no state machine (yet)")
+            return MasterSlaveReplica(self, config, definition)
+        if mode != "raft":
+            raise ValueError(f"unknown mode {mode!r} (raft, {MASTER_SLAVE})")
+        return Replica(self, config, state_machine=definition.get("state_machine"))
 
     def _definition_of(self, name: str) -> dict | None:
         try:
@@ -597,8 +608,8 @@ class _Refused(Exception):
 
 
 def _canonical(definition: dict) -> dict:
-    keys = ("group", "peers", "preferred_leader_id", "join", "segment_bytes", "index_segment_bytes", "preallocate",
-            "state_machine")
+    keys = ("group", "mode", "master_slave", "peers", "preferred_leader_id", "join", "segment_bytes",
+            "index_segment_bytes", "preallocate", "state_machine")
     return {k: definition[k] for k in keys if k in definition}
 
 

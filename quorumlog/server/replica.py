@@ -603,16 +603,7 @@ class Replica:
         t = now_ms()
         if t - self._store_bytes_at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
             self._store_bytes_at_ms = t
-            total = 0
-            for root, dirs, files in os.walk(self.config.data_dir):
-                if root == self.config.data_dir and "groups" in dirs:
-                    dirs.remove("groups")  # the default group's directory holds the others' (node.py)
-                for f in files:
-                    try:
-                        total += os.stat(os.path.join(root, f)).st_blocks * 512
-                    except OSError:
-                        pass
-            self._store_bytes = total
+            self._store_bytes = directory_bytes(self.config.data_dir)
         return self._store_bytes
 
     def refresh_metrics(self) -> None:
@@ -628,6 +619,20 @@ class Replica:
         m.pending_requests.set(sum(1 for p in self._pending.values() if p.kind == "append"))
         m.waiting_reads.set(self.notifier.waiting)
         m.store_bytes.set(self.dir_bytes())
+
+
+def directory_bytes(data_dir: str) -> int:
+    """Disk blocks used under a group's directory (a sparse segment counts what it holds)."""
+    total = 0
+    for root, dirs, files in os.walk(data_dir):
+        if root == data_dir and "groups" in dirs:
+            dirs.remove("groups")  # the default group's directory holds the others' (node.py)
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
 
 
 def _default_core_factory(raft_config, log_view, hard_state, rng, start_ms):

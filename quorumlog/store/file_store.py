@@ -206,6 +206,14 @@ class FileStore(RecoverOnOpen):
         with self._lock:
             return self._unit(self._begin)[0] if self._end >= self._begin else self._write_pos
 
+    def position_after(self, index: int) -> int:
+        """Where entry `index`'s bytes end (the first position when index is below the log)."""
+        with self._lock:
+            if index < self._begin:
+                return self._unit(self._begin)[0] if self._end >= self._begin else self._write_pos
+            pos, size, _ = self._unit(index)
+            return pos + size
+
     def index_at_position(self, pos: int) -> int:
         with self._lock:
             return self._index_at_position(pos)[0]

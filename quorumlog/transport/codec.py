@@ -30,8 +30,8 @@ from ..wire.client import (
 )
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from ..wire.messages import (
-    HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType, TakeLeadershipRequest,
-    VoteRequest, VoteResponse, VoteResult,
+    HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
+    TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult,
 )
 from .frames import FRAME_HEADER
 from .kinds import Kind
@@ -57,6 +57,8 @@ _PUSH_REQ = struct.Struct(">qBqqqqqBqqQ")
 _PUSH_HAS_RECORDS, _PUSH_HAS_PRODUCERS = 0x01, 0x02  # the flags byte (was has_records: 0 or 1)
 _PUSH_RESP = struct.Struct(">qBiqqq")  # term, push_type, code, index, end_index, begin_index
 _TAKE = struct.Struct(">q")  # term
+_HA_REPORT = struct.Struct(">qqB")  # epoch, offset, hello
+_HA_TRANSFER = struct.Struct(">qqqBI")  # epoch, offset, confirm offset, reset, data size
 _APPEND_REQ = struct.Struct(">QQqI")  # request_id, client_id, seq, count; then count u32 sizes, then bodies
 _APPEND_RESP = struct.Struct(">Qiqqq")  # request_id, code, first_index, last_index, term
 _READ_REQ = struct.Struct(">Qqqqq")  # request_id, start, end, max_bytes, wait_ms
@@ -221,6 +223,16 @@ def _enc_take(m: TakeLeadershipRequest) -> list[Buffer]:
     return _frame(Kind.TAKE_LEADERSHIP_REQUEST, _TAKE.pack(m.term) + _short(m.frm) + _short(m.to))
 
 
+def _enc_ha_report(m: HaReport) -> list[Buffer]:
+    return _frame(Kind.HA_REPORT, _HA_REPORT.pack(m.epoch, m.offset, m.hello) + _short(m.frm) + _short(m.to))
+
+
+def _enc_ha_transfer(m: HaTransfer) -> list[Buffer]:
+    size = memoryview(m.data).nbytes
+    head = _HA_TRANSFER.pack(m.epoch, m.offset, m.confirm_offset, m.reset, size) + _short(m.frm) + _short(m.to)
+    return _frame(Kind.HA_TRANSFER, head, [m.data] if size else None, size)
+
+
 def _enc_append_req(m: AppendRequest) -> list[Buffer]:
     bodies = m.bodies
     n = len(bodies)
@@ -346,6 +358,8 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     PushRequest: _enc_push_req,
     PushResponse: _enc_push_resp,
     TakeLeadershipRequest: _enc_take,
+    HaReport: _enc_ha_report,
+    HaTransfer: _enc_ha_transfer,
     AppendRequest: _enc_append_req,
     AppendResponse: _enc_append_resp,
     ReadRequest: _enc_read_req,
@@ -373,6 +387,7 @@ KIND_OF: dict[type, Kind] = {
     HeartbeatRequest: Kind.HEARTBEAT_REQUEST, HeartbeatResponse: Kind.HEARTBEAT_RESPONSE,
     PushRequest: Kind.PUSH_REQUEST, PushResponse: Kind.PUSH_RESPONSE,
     TakeLeadershipRequest: Kind.TAKE_LEADERSHIP_REQUEST,
+    HaReport: Kind.HA_REPORT, HaTransfer: Kind.HA_TRANSFER,
     AppendRequest: Kind.APPEND_REQUEST, AppendResponse: Kind.APPEND_RESPONSE,
     ReadRequest: Kind.READ_REQUEST, ReadResponse: Kind.READ_RESPONSE,
     StatusRequest: Kind.STATUS_REQUEST, StatusResponse: Kind.STATUS_RESPONSE,
@@ -500,6 +515,27 @@ def _dec_take(p: memoryview) -> TakeLeadershipRequest:
     frm, to = r.short_str(), r.short_str()
     r.end()
     return TakeLeadershipRequest(frm, to, term)
+
+
+def _dec_ha_report(p: memoryview) -> HaReport:
+    epoch, offset, hello = _HA_REPORT.unpack_from(p)
+    r = _Reader(p, _HA_REPORT.size)
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    if offset < 0 or hello > 1:
+        raise ProtocolError(f"HA report: bad offset {offset} or flag {hello}")
+    return HaReport(frm, to, epoch, offset, bool(hello))
+
+
+def _dec_ha_transfer(p: memoryview) -> HaTransfer:
+    epoch, offset, confirm, reset, size = _HA_TRANSFER.unpack_from(p)
+    r = _Reader(p, _HA_TRANSFER.size)
+    frm, to = r.short_str(), r.short_str()
+    data = r.take(size)
+    r.end()
+    if offset < 0 or reset > 1 or (reset and size):
+        raise ProtocolError(f"HA transfer: bad offset {offset}, reset flag {reset} or data with a reset")
+    return HaTransfer(frm, to, epoch, offset, confirm, data, bool(reset))
 
 
 def _dec_append_req(p: memoryview) -> AppendRequest:
@@ -724,6 +760,8 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.PUSH_REQUEST: _dec_push_req,
     Kind.PUSH_RESPONSE: _dec_push_resp,
     Kind.TAKE_LEADERSHIP_REQUEST: _dec_take,
+    Kind.HA_REPORT: _dec_ha_report,
+    Kind.HA_TRANSFER: _dec_ha_transfer,
     Kind.APPEND_REQUEST: _dec_append_req,
     Kind.APPEND_RESPONSE: _dec_append_resp,
     Kind.READ_REQUEST: _dec_read_req,

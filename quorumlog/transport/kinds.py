@@ -20,6 +20,9 @@ class Kind(IntEnum):
     PUSH_REQUEST = 14
     PUSH_RESPONSE = 15
     TAKE_LEADERSHIP_REQUEST = 16
+    # master/slave groups' HA transfer (quorumlog/wire/messages.py HaReport, HaTransfer)
+    HA_REPORT = 17
+    HA_TRANSFER = 18
     # client requests and responses (quorumlog/wire/client.py)
     APPEND_REQUEST = 20
     APPEND_RESPONSE = 21
@@ -46,7 +49,7 @@ class Kind(IntEnum):
     CONSUMER_GROUP_RESPONSE = 39
 
 
-PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.TAKE_LEADERSHIP_REQUEST + 1))
+PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.HA_TRANSFER + 1))
 CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
                                   Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST,
                                   Kind.KV_REQUEST, Kind.BOOKIE_REQUEST, Kind.TOPIC_REQUEST,

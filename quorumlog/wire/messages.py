@@ -132,7 +132,32 @@ class TakeLeadershipRequest:
     term: int
 
 
+@dataclass(frozen=True, slots=True)
+class HaReport:
+    """Slave → master of a master/slave group (RocketMQ's HAClient report): I hold every byte below `offset`."""
+
+    frm: str
+    to: str
+    epoch: int
+    offset: int
+    hello: bool = False  # the first report of a (re)connection: the master starts a new HAConnection for it
+
+
+@dataclass(frozen=True, slots=True)
+class HaTransfer:
+    """Master → slave: the log's bytes from physical `offset` (none: a heartbeat, or with `reset` set: drop your
+    log and restart at `offset`), and the master's confirm offset (what readers may see)."""
+
+    frm: str
+    to: str
+    epoch: int
+    offset: int
+    confirm_offset: int
+    data: bytes | memoryview = b""
+    reset: bool = False
+
+
 Message = (
     VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse
-    | TakeLeadershipRequest
+    | TakeLeadershipRequest | HaReport | HaTransfer
 )

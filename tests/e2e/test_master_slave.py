@@ -1,0 +1,152 @@
+"""Master/slave groups (RocketMQ HA) with real node processes on loopback: SYNC_MASTER appends held by a slave,
+slaves that converge byte for byte after kill -9, SIGSTOPped slaves failing appends with their codes, slave
+reads bounded by the confirm offset, and a retry after FLUSH_SLAVE_TIMEOUT that is not a duplicate."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import pytest
+
+from quorumlog.client.groups import GroupAdmin
+from quorumlog.codes import ResponseCode
+from quorumlog.errors import QuorumLogError
+from quorumlog.peers import parse_peers
+from quorumlog.soak.processes import Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+GROUP = "ms"
+
+
+async def _ms_group(cluster: Cluster, **ms) -> str:
+    """A master/slave group on the three nodes; returns its master."""
+    async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
+        deadline = time.monotonic() + 30
+        while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
+            assert time.monotonic() < deadline, "nodes never answered"
+            await asyncio.sleep(0.1)
+        p = await admin.create(GROUP, replicas=3, mode="master-slave", master_slave=ms)
+    assert p.leader is not None
+    return p.leader
+
+
+async def _rows(cluster: Cluster) -> dict[str, dict]:
+    async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=5_000) as admin:
+        statuses = await admin.cluster_status()
+    return {n: next(g for g in s["groups"] if g["group"] == GROUP) for n, s in statuses.items()
+            if isinstance(s, dict)}
+
+
+async def _converged(cluster: Cluster, timeout_s: float = 30.0) -> dict[str, dict]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = await _rows(cluster)
+        ends = {n: (r["end_index"], r["max_offset"]) for n, r in rows.items()}
+        if len(rows) == 3 and len(set(ends.values())) == 1:
+            return rows
+        assert time.monotonic() < deadline, f"members never converged: {ends}"
+        await asyncio.sleep(0.1)
+
+
+def test_sync_master_acks_what_a_slave_holds_and_a_killed_slave_converges(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_group(cluster, ack="sync", min_in_sync_replicas=2, slave_read_enable=True)
+        rows = await _rows(cluster)
+        assert rows[master]["role"] == "master" and {r["role"] for n, r in rows.items() if n != master} == {"slave"}
+        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+            acked: list = []
+            for i in range(200):
+                acked += await c.append_batch([f"e{i}-{k}".encode() * 20 for k in range(5)])
+            rows = await _converged(cluster)
+            slave = next(n for n in rows if n != master)
+            # kill -9 a slave under load; the master keeps acking with the other one in sync
+            cluster.nodes[slave].kill9()
+            for i in range(100):
+                acked += await c.append_batch([f"k{i}".encode() * 100])
+            cluster.nodes[slave].start()
+            for i in range(100):
+                acked += await c.append_batch([f"r{i}".encode() * 100])
+            last = acked[-1].index
+            assert [a.index for a in acked] == list(range(last + 1))
+            rows = await _converged(cluster)
+            assert rows[slave]["role"] == "slave" and rows[slave]["end_index"] == last
+            # every acknowledged entry, read from the restarted slave (slave_read_enable), once the confirm
+            # offset it heard from the master covers them
+            deadline = time.monotonic() + 10
+            while True:
+                entries = [e async for e in c.read(0, last, node=slave)]
+                if len(entries) == last + 1 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            assert [e.index for e in entries] == list(range(last + 1))
+            assert entries[0].body == b"e0-0" * 20 and entries[last].body == b"r99" * 100
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+def test_sigstopped_slaves_fail_sync_appends_within_slave_timeout_and_a_retry_is_no_duplicate(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_group(cluster, ack="sync", min_in_sync_replicas=2, slave_timeout_ms=1_500)
+        slaves = [n for n in cluster.nodes if n != master]
+        async with cluster.client(group=GROUP, timeout_ms=2_500) as c:
+            for i in range(20):
+                await c.append(f"before{i}".encode())
+            for s in slaves:
+                cluster.nodes[s].signal(signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                with pytest.raises(QuorumLogError) as e:
+                    await c.append(b"while-stopped")  # (retried with its sequence until the client's deadline)
+                took = time.monotonic() - t0
+                assert e.value.code in (ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE,
+                                        ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH), e.value
+                assert took <= 1.5 + 1.0 + 0.5, took
+            finally:
+                for s in slaves:
+                    cluster.nodes[s].signal(signal.SIGCONT)
+            rows = await _converged(cluster)
+            # the failed entry stays in the master's log once (as in RocketMQ), whatever the client's retries:
+            # they carried its producer sequence and waited for the first copy
+            assert rows[master]["end_index"] == 20
+            r = await c.append(b"after")
+            assert r.index == 21
+            entries = [e async for e in c.read(0, 21)]
+            assert [e.body for e in entries[19:]] == [b"before19", b"while-stopped", b"after"]
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+def test_a_slave_refuses_writes_and_reads_unless_slave_read_enable(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_group(cluster, ack="async", min_in_sync_replicas=1)
+        slave = next(n for n in cluster.nodes if n != master)
+        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+            r = await c.append(b"x")
+            assert (r.index, r.term) == (0, 1)
+            await _converged(cluster)
+            with pytest.raises(QuorumLogError) as e:
+                [e async for e in c.read(0, 0, node=slave)]
+            assert e.value.code == ResponseCode.NOT_LEADER and "slave_read_enable" in str(e.value)
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
