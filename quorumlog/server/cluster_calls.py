@@ -19,7 +19,7 @@ from ..ledger.metadata import LedgerMetadata
 from ..peers import parse_address
 from ..transport import ClientConnection
 from ..transport.handshake import NODE_LINK
-from ..wire.client import KvItem, KvRequest, KvResponse, StatusRequest
+from ..wire.client import HaControllerRequest, KvItem, KvRequest, KvResponse, StatusRequest
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 
 if TYPE_CHECKING:
@@ -81,6 +81,20 @@ class ClusterCalls:
     async def meta(self, op: str, key: str, value: bytes = b"", expected_version: int = -1) -> KvResponse:
         """One kv request to the `_meta` group's leader, found from the nodes this node knows. Raises
         MetadataVersionConflict, or QuorumLogError(TIMEOUT) when no leader answered."""
+        return await self._to_meta_leader(lambda: KvRequest(self.request_id(), op, key, value, expected_version),
+                                          key)
+
+    async def ha_controller(self, op: str, body: dict, timeout_ms: float = META_CALL_TIMEOUT_MS) -> dict:
+        """One request to the master/slave groups' controller on the `_meta` leader; its JSON answer."""
+        resp = await self._to_meta_leader(
+            lambda: HaControllerRequest(self.request_id(), op, json.dumps(body).encode()), op, timeout_ms,
+            final=True)
+        return json.loads(resp.body)
+
+    async def _to_meta_leader(self, make_request: Any, what: str, timeout_ms: float = META_CALL_TIMEOUT_MS,
+                              final: bool = False) -> Any:
+        """`make_request()` to the `_meta` leader; `final`: a refusal other than "not the leader" is raised at
+        once instead of asking the next node."""
         addresses = self.node.known_addresses()
         tried: list[str] = []
         target = next(iter(addresses), None)
@@ -91,9 +105,7 @@ class ClusterCalls:
             tried.append(target)
             resp = None
             try:
-                resp = await self._call(target, addresses[target], META_GROUP,
-                                        KvRequest(self.request_id(), op, key, value, expected_version),
-                                        META_CALL_TIMEOUT_MS)
+                resp = await self._call(target, addresses[target], META_GROUP, make_request(), timeout_ms)
             except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError) as e:
                 last = f"{target}: {e}"
             if resp is not None:
@@ -101,7 +113,10 @@ class ClusterCalls:
                     return resp
                 last = f"{target}: {resp.code.name} {resp.message}"
                 if resp.code == ResponseCode.METADATA_VERSION_CONFLICT:
-                    raise MetadataVersionConflict(resp.message or key)
+                    raise MetadataVersionConflict(resp.message or what)
+                if final and resp.code not in (ResponseCode.NOT_LEADER, ResponseCode.LEADER_NOT_READY,
+                                               ResponseCode.UNKNOWN_GROUP):
+                    raise QuorumLogError.for_code(resp.code, f"{what}: {resp.message}")
             leader = resp.leader_id if resp is not None else None
             untried = [a for a in addresses if a not in tried]
             target = leader if leader in addresses and leader != target else (untried[0] if untried else None)

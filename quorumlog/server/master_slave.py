@@ -16,10 +16,17 @@ stores, real fsyncs and the node's peer links (TLS and token included):
 The confirm offset — the lowest offset held across the SyncStateSet, and fsynced here — is the group's commit
 point: no reader, on the master or on a slave (`slave_read_enable`), sees beyond it.
 
+The master is the controller's (server/ha_controller.py, on the `_meta` leader): every member heartbeats it
+every HEARTBEAT_MS and follows the committed {master, epoch, sync_state_set} it answers. A master takes writes
+only within the lease its last answered heartbeat gave (send time + lease_ms), so a master cut off from the
+controller stops before the controller elects another. On becoming master it appends its epoch entry
+`<epoch, max offset>` (ha/epochs.py, `epochs.json` beside the log); a slave's session begins with a handshake —
+hello, the master's epoch entries (HaEpochs), truncation to the consistent point, then its first report — so
+a diverged tail (an old master's unreplicated writes) is cut before it pulls. The master grows and shrinks its
+SyncStateSet through the controller and counts only the accepted set's acks.
+
 The HA frames travel on the node's peer links (multiplexed with Raft groups, like every other group's traffic)
-rather than on a port of their own; "connections" are sessions opened by a slave's `hello` report. The master is
-the one the group definition names; the controller that elects another (ha/controller.py, state in `_meta`) is
-not driven by the runtime yet.
+rather than on a port of their own; a "connection" is a session opened by a slave's hello.
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ from ..codes import ResponseCode
 from ..config import NodeConfig
 from ..errors import QuorumLogError
 from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer
+from ..ha.epochs import EpochCache, EpochEntry, consistent_point
 from ..ha.master import HAConfig
 from ..ha.messages import Drop
 from ..wire.client import AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse
-from ..wire.messages import HaReport, HaTransfer
+from ..wire.messages import HaEpochs, HaReport, HaTransfer
+from .durable_file import write_json_durably
 from .flush_thread import ThreadedGroupCommitter
 from .ha_store import StoreHALog
 from .metrics import GroupMetrics
@@ -48,6 +57,10 @@ from .replica import STATUS_DISK_BYTES_INTERVAL_MS, directory_bytes, now_ms, ope
 log = logging.getLogger(__name__)
 
 MODE = "master-slave"
+EPOCHS_FILE = "epochs.json"
+HEARTBEAT_MS = 200  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
+HELLO_RETRY_MS = 1_000  # a hello not answered by the master's epochs within this long is sent again
+ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +122,11 @@ class MasterSlaveReplica:
         self.group = config.group
         self.settings = MasterSlaveSettings.from_definition(definition, sorted(config.peers))
         self.node_id = config.node_id
-        self.is_master = self.node_id == self.settings.master
-        self.epoch = 1
+        # Who is master, in which epoch: the controller's word. Until its first answer this member follows the
+        # configured master and takes no writes.
+        self.master_id = self.settings.master
+        self.epoch = 0
+        self.is_master = False
         self.members = frozenset(config.peers)
         self.links = {p: a for p, a in config.peers.items() if p != self.node_id}
         self.sync_flush = config.flush == "sync"
@@ -118,6 +134,7 @@ class MasterSlaveReplica:
         self.notifier = CommitNotifier()
         self.store: Any = None
         self.log: StoreHALog | None = None
+        self.epochs = EpochCache()
         self.committer: ThreadedGroupCommitter | None = None
         self.core = None  # (no Raft core)
         self.quiet = False
@@ -125,16 +142,26 @@ class MasterSlaveReplica:
         self.failed: str | None = None
         self._store_bytes_at_ms, self._store_bytes = -STATUS_DISK_BYTES_INTERVAL_MS, 0
         self._ha = self.settings.ha_config()
+        self._lease_until = 0  # (monotonic ms) a master takes writes until then
         # master
         self._connections: dict[str, HAConnection] = {}
-        self._transfer = GroupTransferService(
-            self.settings.min_in_sync_replicas if self.settings.ack == "sync" else 1,
-            self.settings.slave_timeout_ms, self.settings.ha_max_time_slave_not_catchup_ms)
+        self._transfer = self._new_transfer()
         self._pending: dict[int, _Append] = {}
         self._next_id = 1
+        self._acked_offset = 0  # the end offset of the last append answered SUCCESS
+        self._altering = False
+        self._altered_at = 0
         # slave
         self._client: HAClient | None = None
+        self._hello_at: int | None = None  # a hello waits for the master's epochs
         self._master_confirm = -1
+
+    def _new_transfer(self) -> GroupTransferService:
+        s = self.settings
+        t = GroupTransferService(s.min_in_sync_replicas if s.ack == "sync" else 1, s.slave_timeout_ms,
+                                 s.ha_max_time_slave_not_catchup_ms)
+        t.accepted = frozenset({self.node_id})
+        return t
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -142,18 +169,27 @@ class MasterSlaveReplica:
         os.makedirs(cfg.data_dir, exist_ok=True)
         self.store = open_store(cfg)
         self.log = StoreHALog(self.store, cfg.data_segment_size)
+        try:
+            with open(os.path.join(cfg.data_dir, EPOCHS_FILE)) as f:
+                self.epochs = EpochCache([EpochEntry(e, o) for e, o in json.load(f)])
+        except FileNotFoundError:
+            pass
+        self.epochs.truncate(self.store.write_position + 1)  # (entries of bytes a crash took back)
         self.notifier.advance(self.store.committed_index)
-        log.info("master/slave member opening node=%s group=%s role=%s master=%s ack=%s begin=%d end=%d "
-                 "max_offset=%d", self.node_id, self.group, self.role, self.settings.master, self.settings.ack,
-                 self.store.begin_index, self.store.end_index, self.store.write_position)
+        log.info("master/slave member opening node=%s group=%s configured_master=%s ack=%s begin=%d end=%d "
+                 "max_offset=%d last_epoch=%d", self.node_id, self.group, self.settings.master, self.settings.ack,
+                 self.store.begin_index, self.store.end_index, self.store.write_position, self.epochs.last_epoch)
+
+    def _save_epochs(self) -> None:
+        write_json_durably(os.path.join(self.config.data_dir, EPOCHS_FILE),
+                           [[e.epoch, e.start_offset] for e in self.epochs.entries])
 
     def start(self) -> None:
         self.committer = ThreadedGroupCommitter(
             self.store, sync=self.sync_flush, on_durable=self._on_durable, on_failed=self._store_failed,
             observe_fsync_s=self.metrics.fsync_seconds.observe, fsync_worker=self.host.fsync_worker)
         self.host.spawn(self.committer.run(), f"flusher-{self.group}")
-        if not self.is_master:
-            self._client = HAClient(self.log, self._ha, now_ms())
+        self.host.spawn(self._heartbeats(), f"ha-heartbeat-{self.group}")
 
     @property
     def role(self) -> str:
@@ -174,9 +210,7 @@ class MasterSlaveReplica:
                         await asyncio.to_thread(self.store.checkpoint)
                 except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
                     log.error("final flush/checkpoint failed group=%s: %s", self.group, e)
-        for p in self._pending.values():
-            self._answer(p, ResponseCode.TIMEOUT, "node shutting down")
-        self._pending.clear()
+        self._fail_pending(ResponseCode.TIMEOUT, "node shutting down")
         if self.store is not None:
             self.store.close()
 
@@ -197,16 +231,101 @@ class MasterSlaveReplica:
             self.failed = reason
             self.host.fail_stop(f"group {self.group}: {reason}")
 
+    # -- the controller ------------------------------------------------------------------------------------
+    async def _heartbeats(self) -> None:
+        import asyncio
+        restarted = True
+        while not self.stopping and not self.failed:
+            sent = now_ms()
+            try:
+                view = await self.host.calls.ha_controller("heartbeat", {
+                    "group": self.group, "member": self.node_id, "members": sorted(self.members),
+                    "master": self.settings.master, "epoch": self.epochs.last_epoch,
+                    "max_offset": self.store.write_position, "restarted": restarted}, timeout_ms=2 * HEARTBEAT_MS)
+                restarted = False
+                if not self.stopping:
+                    self._on_view(view, sent)
+            except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError, ValueError, KeyError) as e:
+                log.debug("controller heartbeat failed node=%s group=%s: %s", self.node_id, self.group, e)
+            await asyncio.sleep(HEARTBEAT_MS / 1000)
+
+    def _on_view(self, view: dict, sent_ms: int) -> None:
+        master, epoch = view["master"], int(view["epoch"])
+        if epoch < self.epoch or master is None:
+            return
+        if epoch > self.epoch or master != self.master_id:
+            self._become(master, epoch)
+        if self.is_master and "lease_ms" in view:
+            self._lease_until = sent_ms + int(view["lease_ms"])
+            if not self._altering:
+                self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
+            self._pump(now_ms())
+
+    def _become(self, master: str, epoch: int) -> None:
+        log.warning("master/slave group %s: %s is master in epoch %d (this node %s was %s in epoch %d)",
+                    self.group, master, epoch, self.node_id, self.role, self.epoch)
+        self._fail_pending(ResponseCode.TERM_CHANGED, f"master changed to {master} (epoch {epoch})")
+        self.master_id, self.epoch = master, epoch
+        self.is_master = master == self.node_id
+        self._lease_until = 0
+        self._connections = {}
+        self._transfer = self._new_transfer()
+        self._acked_offset = 0
+        if self.is_master:
+            self.epochs.begin(epoch, self.store.write_position)
+            self._save_epochs()
+            self._client = None
+        else:
+            self._client = HAClient(self.log, self._ha, now_ms())
+            self._hello_at = None
+            self._master_confirm = -1
+
+    def _fail_pending(self, code: ResponseCode, message: str) -> None:
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            self._answer(p, code, message)
+
+    def _maybe_alter_sync_state_set(self, now: int) -> None:
+        """Grow the SyncStateSet by slaves in sync holding every acknowledged byte; shrink it by those out of
+        sync. The controller's answer, once committed, is the set whose acks count."""
+        if self._altering or now - self._altered_at < ALTER_SYNC_STATE_SET_MS or now >= self._lease_until:
+            return
+        t = self._transfer
+        in_sync = set(t.in_sync(now))
+        want = {self.node_id} | {s for s in in_sync if t.slaves[s].offset >= self._acked_offset}
+        want |= {s for s in t.accepted if s in in_sync}
+        if want == set(t.accepted):
+            return
+        self._altering, self._altered_at = True, now
+        self.host.spawn(self._alter(frozenset(want), self.epoch), f"ha-alter-{self.group}")
+
+    async def _alter(self, members: frozenset, epoch: int) -> None:
+        try:
+            view = await self.host.calls.ha_controller("alter_sync_state_set", {
+                "group": self.group, "master": self.node_id, "epoch": epoch, "members": sorted(members)})
+            if self.is_master and self.epoch == epoch:
+                self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
+                log.info("master/slave group %s: sync state set %s (epoch %d)", self.group,
+                         sorted(self._transfer.accepted), epoch)
+        except Exception as e:  # noqa: BLE001 - proposed again on a later tick
+            log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
+        finally:
+            self._altering = False
+            self._altered_at = now_ms()
+
     # -- the master ----------------------------------------------------------------------------------------
     def _on_report(self, m: HaReport, now: int) -> None:
-        if not self.is_master or m.frm not in self.links:
+        if not self.is_master or m.frm not in self.links or m.epoch != self.epoch:
             return
         conn = self._connections.get(m.frm)
         if m.hello or conn is None or conn.closed:
-            conn = self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now)
+            # A new session: the slave learns our epochs, truncates to the consistent point, then reports.
+            self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now)
             self._transfer.on_slave_connected(m.frm)
-            if not m.hello:
-                return  # a report of a connection we dropped: the slave says hello again when it notices
+            entries = tuple((e.epoch, e.start_offset) for e in self.epochs.entries)
+            self.host.send(self.group, HaEpochs(self.node_id, m.frm, self.epoch, self.store.write_position, entries))
+            self.host.flush_transport()
+            return
         out = conn.on_report(SlaveReport(m.offset), now)
         if not conn.closed:
             self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now)
@@ -214,7 +333,9 @@ class MasterSlaveReplica:
         self._pump(now)
 
     def _pump(self, now: int) -> None:
-        """Frames to every slave, finished waits, the confirm offset."""
+        """Frames to every slave, finished waits, the confirm offset, the SyncStateSet."""
+        if not self.is_master:
+            return
         for slave, conn in list(self._connections.items()):
             self._send_master(slave, conn.poll(now))
         for done in self._transfer.poll(now):
@@ -229,10 +350,11 @@ class MasterSlaveReplica:
                 self._answer(p, done.code, f"{done.code.name}: end offset {done.end_offset} not held by "
                                            f"{self._transfer.min_in_sync_replicas} members")
         self._advance_commit(now)
+        self._maybe_alter_sync_state_set(now)
         self.host.flush_transport()
 
     def _send_master(self, slave: str, out: list) -> None:
-        confirm = self._confirm_offset(now_ms())
+        confirm = self._confirm_offset()
         for m in out:
             if isinstance(m, Transfer):
                 self.host.send(self.group, HaTransfer(self.node_id, slave, self.epoch, m.offset, confirm, m.data))
@@ -244,15 +366,18 @@ class MasterSlaveReplica:
                             m.reason)
                 self._transfer.on_slave_gone(slave)
 
-    def _confirm_offset(self, now: int) -> int:
+    def _confirm_offset(self) -> int:
+        """What every member of the accepted SyncStateSet holds (fsynced here under sync flush)."""
         end = self.store.write_position
         if self.sync_flush and self.committer is not None:
             end = min(end, self.store.position_after(self.committer.durable_index))
-        return self._transfer.confirm_offset(end, now)
+        slaves = self._transfer.slaves
+        return min([end, *(slaves[n].offset if n in slaves else 0 for n in self._transfer.accepted
+                           if n != self.node_id)])
 
     def _advance_commit(self, now: int) -> None:
         if self.is_master:
-            index = self.log.index_below(self._confirm_offset(now))
+            index = self.log.index_below(self._confirm_offset())
         else:
             durable = self.committer.durable_index if self.committer else self.store.end_index
             held = self.store.end_index if not self.sync_flush else durable
@@ -267,13 +392,17 @@ class MasterSlaveReplica:
     def _client_append(self, session: Any, request: AppendRequest) -> None:
         def refuse(code: ResponseCode, message: str) -> None:
             self.metrics.count_request(code.name)
-            _send(session, AppendResponse(request.request_id, code, self.settings.master, message=message))
+            _send(session, AppendResponse(request.request_id, code, self.master_id, message=message))
 
         if self.stopping:
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
         if not self.is_master:
             return refuse(ResponseCode.NOT_LEADER, f"{self.node_id} is a slave of group {self.group}; the master "
-                                                   f"is {self.settings.master}")
+                                                   f"is {self.master_id}")
+        now = now_ms()
+        if now >= self._lease_until:
+            return refuse(ResponseCode.LEADER_NOT_READY, f"{self.node_id} holds no lease from the controller: "
+                                                         f"it takes no writes (epoch {self.epoch})")
         if not request.bodies:
             return refuse(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "empty batch")
         limit = self.config.max_entry_bytes
@@ -282,7 +411,6 @@ class MasterSlaveReplica:
                 return refuse(ResponseCode.ENTRY_TOO_LARGE, f"entry of {len(body)} bytes > max_entry_bytes {limit}")
         if self.host.disk_full:
             return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full")
-        now = now_ms()
         producer = (request.client_id, request.seq) if request.client_id else None
         hit = self.store.find_producer_batch(*producer) if producer else None
         try:
@@ -305,7 +433,7 @@ class MasterSlaveReplica:
         if done is not None:
             if done.code != ResponseCode.SUCCESS:
                 del self._pending[rid]
-                self._answer(p, done.code, f"{done.code.name}: {len(self._transfer.in_sync(now))} slaves in sync, "
+                self._answer(p, done.code, f"{done.code.name}: sync state set {sorted(self._transfer.accepted)}, "
                                            f"min_in_sync_replicas {self._transfer.min_in_sync_replicas}")
                 self._pump(now)
                 return
@@ -318,6 +446,7 @@ class MasterSlaveReplica:
         durable = not self.sync_flush or self.committer.durable_index >= p.last
         if p.transferred and durable:
             del self._pending[rid]
+            self._acked_offset = max(self._acked_offset, p.end_offset)
             self._answer(p, ResponseCode.SUCCESS)
 
     def _answer(self, p: _Append, code: ResponseCode, message: str = "") -> None:
@@ -325,7 +454,7 @@ class MasterSlaveReplica:
         if code == ResponseCode.SUCCESS:
             _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch))
         else:
-            _send(p.session, AppendResponse(p.request_id, code, self.settings.master, message=message))
+            _send(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
 
     def _on_durable(self, index: int) -> None:
         now = now_ms()
@@ -337,9 +466,43 @@ class MasterSlaveReplica:
             self._report(now)
 
     # -- the slave -----------------------------------------------------------------------------------------
+    def _on_epochs(self, m: HaEpochs, now: int) -> None:
+        """The master's answer to our hello: cut what diverged, adopt its epochs, report where we are."""
+        c = self._client
+        if c is None or m.frm != self.master_id or m.epoch != self.epoch:
+            return
+        master = EpochCache([EpochEntry(e, o) for e, o in m.entries])
+        mine = self.store.write_position
+        point = consistent_point(self.epochs, mine, master, m.max_offset) if self.epochs.entries else \
+            min(mine, m.max_offset, master.entries[0].start_offset if master.entries else 0)
+        if point < mine:
+            try:
+                index = self.store.index_at_position(point)
+            except ValueError:
+                index = None
+            if index is None or index - 1 < self.store.committed_index:
+                log.error("master/slave group %s: cannot truncate to the consistent point %d (entry %s) below "
+                          "the committed entry %d: an unclean election? this member stays out of sync",
+                          self.group, point, index, self.store.committed_index)
+                return
+            log.warning("master/slave group %s: truncating the diverged tail from offset %d (entry %d) to follow "
+                        "%s in epoch %d", self.group, point, index, self.master_id, self.epoch)
+            self.store.truncate_after(index - 1)
+            self.committer.truncated(index - 1)
+            self.epochs.truncate(point)
+        for e in master.entries:  # (the master's epochs after the consistent point: the bytes we are to pull)
+            last = self.epochs.entries[-1] if self.epochs.entries else None
+            if last is None or (e.epoch > last.epoch and e.start_offset >= last.start_offset):
+                self.epochs.begin(e.epoch, e.start_offset)
+        self._save_epochs()
+        self._hello_at = None
+        c.on_disconnected()
+        c.on_connected(now)
+        self._send_report(self._reported_offset(), False)
+
     def _on_transfer(self, m: HaTransfer, now: int) -> None:
         c = self._client
-        if c is None or m.frm != self.settings.master:
+        if c is None or m.frm != self.master_id or m.epoch != self.epoch:
             return
         self._master_confirm = max(self._master_confirm, m.confirm_offset)
         if not c.connected:
@@ -371,7 +534,7 @@ class MasterSlaveReplica:
         return self.log.max_offset()
 
     def _send_report(self, offset: int, hello: bool) -> None:
-        self.host.send(self.group, HaReport(self.node_id, self.settings.master, self.epoch, offset, hello))
+        self.host.send(self.group, HaReport(self.node_id, self.master_id, self.epoch, offset, hello))
         self.host.flush_transport()
 
     def _slave_tick(self, now: int) -> None:
@@ -379,12 +542,13 @@ class MasterSlaveReplica:
         if c is None:
             return
         if not c.connected:
-            # (Re)connect once everything written here is fsynced: the hello report then says exactly what
-            # this member holds, and the master sends from there.
+            # (Re)connect once everything written here is fsynced: after the handshake the first report then
+            # says exactly what this member holds, and the master sends from there.
             if self.committer is None or self.committer.durable_index < self.store.end_index:
                 return
-            for o in c.on_connected(now):
-                self._send_report(o.offset, True)
+            if self._hello_at is None or now - self._hello_at >= HELLO_RETRY_MS:
+                self._hello_at = now
+                self._send_report(self.store.write_position, True)
             return
         for o in c.poll(now):
             if isinstance(o, Drop):
@@ -402,6 +566,8 @@ class MasterSlaveReplica:
             self._on_report(msg, now)
         elif isinstance(msg, HaTransfer):
             self._on_transfer(msg, now)
+        elif isinstance(msg, HaEpochs):
+            self._on_epochs(msg, now)
         # (Raft messages for a group that is not Raft: dropped)
 
     def tick(self, t_ms: int) -> None:
@@ -431,7 +597,7 @@ class MasterSlaveReplica:
             _send(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
                                         self.store.committed_index,
                                         message=f"slave_read_enable is off in group {self.group}: read from "
-                                                f"the master {self.settings.master}"))
+                                                f"the master {self.master_id}"))
             return
         _send(session, await serve_read(self.store, request, self.notifier, self.host.stopping_event))
 
@@ -443,23 +609,24 @@ class MasterSlaveReplica:
         pass
 
     async def retention(self) -> None:
-        pass  # (not yet: a master must keep what a lagging slave still needs, as RocketMQ does not)
+        pass  # (not yet: a master must keep what a lagging slave still needs)
 
     def status(self) -> dict[str, Any]:
         now = now_ms()
         doc = {
             "id": self.node_id, "group": self.group, "mode": MODE, "role": self.role, "term": self.epoch,
-            "epoch": self.epoch, "leader_id": self.settings.master, "ack": self.settings.ack,
+            "epoch": self.epoch, "leader_id": self.master_id, "ack": self.settings.ack,
             "begin_index": self.store.begin_index, "end_index": self.store.end_index,
             "committed_index": self.store.committed_index,
             "durable_index": self.committer.durable_index if self.committer else -1,
             "max_offset": self.store.write_position, "voters": sorted(self.members), "learners": [],
             "watermarks": {}, "store_bytes": self.dir_bytes(),
+            "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries],
         }
         if self.is_master:
             in_sync = self._transfer.in_sync(now)
-            doc.update(confirm_offset=self._confirm_offset(now),
-                       sync_state_set=self._transfer.sync_state_set(self.node_id, now),
+            doc.update(confirm_offset=self._confirm_offset(), sync_state_set=sorted(self._transfer.accepted),
+                       lease_ms_left=max(0, self._lease_until - now),
                        min_in_sync_replicas=self._transfer.min_in_sync_replicas,
                        slaves={s: {"ack_offset": c.slave_ack_offset, "request_offset": c.slave_request_offset,
                                    "push2slave_max_offset": c.push2slave_max_offset, "in_sync": s in in_sync,

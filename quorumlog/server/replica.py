@@ -29,16 +29,18 @@ from ..peers import parse_address
 from ..topic.dispatcher import TopicDispatcher
 from ..transport.handshake import ANY_MEMBER
 from ..raft.types import (
-    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Durable, Ready, Receive, Role,
+    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Ready, Receive, Role,
     StoreFailed, Stored, Tick, TransferLeadership,
 )
 from ..wire.client import (
-    AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, KvRequest, KvResponse,
+    AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, HaControllerRequest, KvRequest,
+    KvResponse,
     MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TopicRequest, TopicResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
 from . import kv_service
 from .consumer_groups import ConsumerGroupService
+from .ha_controller import HAControllerService
 from .topic_service import TopicService
 from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
@@ -62,7 +64,7 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit"
+    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit" | "ha_put"
     received_s: float
     count: int = 0
     size_bytes: int = 0
@@ -83,6 +85,7 @@ class Replica:
         self.kv = kv_service.KvService(self)  # (also applies and snapshots a topic group's dispatcher)
         self.topics = TopicService(self)
         self.consumer_groups = ConsumerGroupService(self)  # (served by the `_meta` group's leader)
+        self.ha_controller = HAControllerService(self)  # (likewise: master/slave groups' controller)
         self.config = config
         self.group = config.group
         self.store = store
@@ -201,6 +204,7 @@ class Replica:
         self.kv.close()
         self.topics.close()
         self.consumer_groups.close()
+        self.ha_controller.close()
         if self.store is not None:
             self.store.close()
 
@@ -406,6 +410,8 @@ class Replica:
             self.topics.completed(p, c)
         elif p.kind == "cg_commit":
             self.consumer_groups.completed(p, c)
+        elif p.kind == "ha_put":
+            self.ha_controller.completed(p, c)
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
 
@@ -420,6 +426,8 @@ class Replica:
             self._send(p.session, TopicResponse(p.client_request_id, code, message=message))
         elif p.kind == "cg_commit":
             self._send(p.session, ConsumerGroupResponse(p.client_request_id, code, message=message))
+        elif p.kind == "ha_put":
+            self.ha_controller.completed(p, Completion(0, code))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
 
@@ -447,6 +455,8 @@ class Replica:
             return self.topics.on_request(session, request)
         elif isinstance(request, ConsumerGroupRequest):
             return self.consumer_groups.on_request(session, request)
+        elif isinstance(request, HaControllerRequest):
+            return self.ha_controller.on_request(session, request)
         elif isinstance(request, StatusRequest):
             self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                                json.dumps(self.host.status(self)).encode()))

@@ -16,7 +16,7 @@ network. Record *contents* are not checked here (the store checks magic, sizes, 
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from typing import Any, Callable
 
 from ..codes import ResponseCode
 from ..errors import CorruptEntry, ProtocolError
@@ -26,11 +26,11 @@ from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ReadRequest, ReadResponse, StatusRequest,
     StatusResponse, TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
     GroupResponse, KvItem, KvRequest, KvResponse, PackedMessages, TopicRequest, TopicResponse, ConsumerGroupRequest,
-    ConsumerGroupResponse,
+    ConsumerGroupResponse, HaControllerRequest, HaControllerResponse,
 )
 from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from ..wire.messages import (
-    HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
+    HaEpochs, HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
     TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult,
 )
 from .frames import FRAME_HEADER
@@ -59,6 +59,8 @@ _PUSH_RESP = struct.Struct(">qBiqqq")  # term, push_type, code, index, end_index
 _TAKE = struct.Struct(">q")  # term
 _HA_REPORT = struct.Struct(">qqB")  # epoch, offset, hello
 _HA_TRANSFER = struct.Struct(">qqqBI")  # epoch, offset, confirm offset, reset, data size
+_HA_EPOCHS = struct.Struct(">qqI")  # epoch, max offset, entries; then (epoch, start offset) pairs
+_HA_EPOCH_ENTRY = struct.Struct(">qq")
 _APPEND_REQ = struct.Struct(">QQqI")  # request_id, client_id, seq, count; then count u32 sizes, then bodies
 _APPEND_RESP = struct.Struct(">Qiqqq")  # request_id, code, first_index, last_index, term
 _READ_REQ = struct.Struct(">Qqqqq")  # request_id, start, end, max_bytes, wait_ms
@@ -233,6 +235,12 @@ def _enc_ha_transfer(m: HaTransfer) -> list[Buffer]:
     return _frame(Kind.HA_TRANSFER, head, [m.data] if size else None, size)
 
 
+def _enc_ha_epochs(m: HaEpochs) -> list[Buffer]:
+    head = _HA_EPOCHS.pack(m.epoch, m.max_offset, len(m.entries)) + b"".join(
+        _HA_EPOCH_ENTRY.pack(e, s) for e, s in m.entries)
+    return _frame(Kind.HA_EPOCHS, head + _short(m.frm) + _short(m.to))
+
+
 def _enc_append_req(m: AppendRequest) -> list[Buffer]:
     bodies = m.bodies
     n = len(bodies)
@@ -341,13 +349,18 @@ def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
     return _frame(Kind.TOPIC_RESPONSE, head, [packed.blob], len(packed.blob))
 
 
-def _enc_cg_req(m: ConsumerGroupRequest) -> list[Buffer]:
-    return _frame(Kind.CONSUMER_GROUP_REQUEST, _CG_REQ.pack(m.request_id, len(m.body)) + _short(m.op) + bytes(m.body))
+def _enc_json_req(kind: Kind) -> Callable[[Any], list[Buffer]]:
+    """Coordinators' requests (consumer groups, the HA controller): request_id, op, a JSON body."""
+    def enc(m) -> list[Buffer]:
+        return _frame(kind, _CG_REQ.pack(m.request_id, len(m.body)) + _short(m.op) + bytes(m.body))
+    return enc
 
 
-def _enc_cg_resp(m: ConsumerGroupResponse) -> list[Buffer]:
-    return _frame(Kind.CONSUMER_GROUP_RESPONSE, _CG_RESP.pack(m.request_id, m.code, len(m.body)) + _short(m.leader_id)
-                  + bytes(m.body) + _text(m.message))
+def _enc_json_resp(kind: Kind) -> Callable[[Any], list[Buffer]]:
+    def enc(m) -> list[Buffer]:
+        return _frame(kind, _CG_RESP.pack(m.request_id, m.code, len(m.body)) + _short(m.leader_id) + bytes(m.body)
+                      + _text(m.message))
+    return enc
 
 
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
@@ -360,6 +373,7 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     TakeLeadershipRequest: _enc_take,
     HaReport: _enc_ha_report,
     HaTransfer: _enc_ha_transfer,
+    HaEpochs: _enc_ha_epochs,
     AppendRequest: _enc_append_req,
     AppendResponse: _enc_append_resp,
     ReadRequest: _enc_read_req,
@@ -378,8 +392,10 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     BookieOpResponse: _enc_bookie_resp,
     TopicRequest: _enc_topic_req,
     TopicResponse: _enc_topic_resp,
-    ConsumerGroupRequest: _enc_cg_req,
-    ConsumerGroupResponse: _enc_cg_resp,
+    ConsumerGroupRequest: _enc_json_req(Kind.CONSUMER_GROUP_REQUEST),
+    ConsumerGroupResponse: _enc_json_resp(Kind.CONSUMER_GROUP_RESPONSE),
+    HaControllerRequest: _enc_json_req(Kind.HA_CONTROLLER_REQUEST),
+    HaControllerResponse: _enc_json_resp(Kind.HA_CONTROLLER_RESPONSE),
 }
 
 KIND_OF: dict[type, Kind] = {
@@ -387,7 +403,7 @@ KIND_OF: dict[type, Kind] = {
     HeartbeatRequest: Kind.HEARTBEAT_REQUEST, HeartbeatResponse: Kind.HEARTBEAT_RESPONSE,
     PushRequest: Kind.PUSH_REQUEST, PushResponse: Kind.PUSH_RESPONSE,
     TakeLeadershipRequest: Kind.TAKE_LEADERSHIP_REQUEST,
-    HaReport: Kind.HA_REPORT, HaTransfer: Kind.HA_TRANSFER,
+    HaReport: Kind.HA_REPORT, HaTransfer: Kind.HA_TRANSFER, HaEpochs: Kind.HA_EPOCHS,
     AppendRequest: Kind.APPEND_REQUEST, AppendResponse: Kind.APPEND_RESPONSE,
     ReadRequest: Kind.READ_REQUEST, ReadResponse: Kind.READ_RESPONSE,
     StatusRequest: Kind.STATUS_REQUEST, StatusResponse: Kind.STATUS_RESPONSE,
@@ -398,6 +414,7 @@ KIND_OF: dict[type, Kind] = {
     BookieOpRequest: Kind.BOOKIE_REQUEST, BookieOpResponse: Kind.BOOKIE_RESPONSE,
     TopicRequest: Kind.TOPIC_REQUEST, TopicResponse: Kind.TOPIC_RESPONSE,
     ConsumerGroupRequest: Kind.CONSUMER_GROUP_REQUEST, ConsumerGroupResponse: Kind.CONSUMER_GROUP_RESPONSE,
+    HaControllerRequest: Kind.HA_CONTROLLER_REQUEST, HaControllerResponse: Kind.HA_CONTROLLER_RESPONSE,
 }
 
 
@@ -536,6 +553,15 @@ def _dec_ha_transfer(p: memoryview) -> HaTransfer:
     if offset < 0 or reset > 1 or (reset and size):
         raise ProtocolError(f"HA transfer: bad offset {offset}, reset flag {reset} or data with a reset")
     return HaTransfer(frm, to, epoch, offset, confirm, data, bool(reset))
+
+
+def _dec_ha_epochs(p: memoryview) -> HaEpochs:
+    epoch, max_offset, n = _HA_EPOCHS.unpack_from(p)
+    r = _Reader(p, _HA_EPOCHS.size)
+    entries = tuple(_HA_EPOCH_ENTRY.unpack(r.take(_HA_EPOCH_ENTRY.size)) for _ in range(n))
+    frm, to = r.short_str(), r.short_str()
+    r.end()
+    return HaEpochs(frm, to, epoch, max_offset, entries)
 
 
 def _dec_append_req(p: memoryview) -> AppendRequest:
@@ -733,23 +759,27 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
                          tuple(offsets), PackedMessages(n_messages, head, blob), message)
 
 
-def _dec_cg_req(p: memoryview) -> ConsumerGroupRequest:
-    request_id, n = _CG_REQ.unpack_from(p)
-    r = _Reader(p, _CG_REQ.size)
-    op = r.short_str()
-    body = bytes(r.take(n))
-    r.end()
-    return ConsumerGroupRequest(request_id, op, body)
+def _dec_json_req(cls) -> Callable[[memoryview], Any]:
+    def dec(p: memoryview):
+        request_id, n = _CG_REQ.unpack_from(p)
+        r = _Reader(p, _CG_REQ.size)
+        op = r.short_str()
+        body = bytes(r.take(n))
+        r.end()
+        return cls(request_id, op, body)
+    return dec
 
 
-def _dec_cg_resp(p: memoryview) -> ConsumerGroupResponse:
-    request_id, code, n = _CG_RESP.unpack_from(p)
-    r = _Reader(p, _CG_RESP.size)
-    leader_id = r.short()
-    body = bytes(r.take(n))
-    message = r.text()
-    r.end()
-    return ConsumerGroupResponse(request_id, ResponseCode.of(code), leader_id, body, message)
+def _dec_json_resp(cls) -> Callable[[memoryview], Any]:
+    def dec(p: memoryview):
+        request_id, code, n = _CG_RESP.unpack_from(p)
+        r = _Reader(p, _CG_RESP.size)
+        leader_id = r.short()
+        body = bytes(r.take(n))
+        message = r.text()
+        r.end()
+        return cls(request_id, ResponseCode.of(code), leader_id, body, message)
+    return dec
 
 
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
@@ -762,6 +792,7 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.TAKE_LEADERSHIP_REQUEST: _dec_take,
     Kind.HA_REPORT: _dec_ha_report,
     Kind.HA_TRANSFER: _dec_ha_transfer,
+    Kind.HA_EPOCHS: _dec_ha_epochs,
     Kind.APPEND_REQUEST: _dec_append_req,
     Kind.APPEND_RESPONSE: _dec_append_resp,
     Kind.READ_REQUEST: _dec_read_req,
@@ -780,8 +811,10 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.BOOKIE_RESPONSE: _dec_bookie_resp,
     Kind.TOPIC_REQUEST: _dec_topic_req,
     Kind.TOPIC_RESPONSE: _dec_topic_resp,
-    Kind.CONSUMER_GROUP_REQUEST: _dec_cg_req,
-    Kind.CONSUMER_GROUP_RESPONSE: _dec_cg_resp,
+    Kind.CONSUMER_GROUP_REQUEST: _dec_json_req(ConsumerGroupRequest),
+    Kind.HA_CONTROLLER_REQUEST: _dec_json_req(HaControllerRequest),
+    Kind.CONSUMER_GROUP_RESPONSE: _dec_json_resp(ConsumerGroupResponse),
+    Kind.HA_CONTROLLER_RESPONSE: _dec_json_resp(HaControllerResponse),
 }
 
 

@@ -23,6 +23,7 @@ class Kind(IntEnum):
     # master/slave groups' HA transfer (quorumlog/wire/messages.py HaReport, HaTransfer)
     HA_REPORT = 17
     HA_TRANSFER = 18
+    HA_EPOCHS = 19
     # client requests and responses (quorumlog/wire/client.py)
     APPEND_REQUEST = 20
     APPEND_RESPONSE = 21
@@ -47,14 +48,18 @@ class Kind(IntEnum):
     # a consumer group's coordinator (quorumlog/wire/client.py ConsumerGroupRequest)
     CONSUMER_GROUP_REQUEST = 38
     CONSUMER_GROUP_RESPONSE = 39
+    # the master/slave groups' controller (quorumlog/wire/client.py HaControllerRequest)
+    HA_CONTROLLER_REQUEST = 40
+    HA_CONTROLLER_RESPONSE = 41
 
 
-PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.HA_TRANSFER + 1))
+PEER_KINDS = frozenset(range(Kind.VOTE_REQUEST, Kind.HA_EPOCHS + 1))
 CLIENT_REQUEST_KINDS = frozenset({Kind.APPEND_REQUEST, Kind.READ_REQUEST, Kind.STATUS_REQUEST,
                                   Kind.TRANSFER_LEADER_REQUEST, Kind.MEMBER_CHANGE_REQUEST, Kind.GROUP_REQUEST,
                                   Kind.KV_REQUEST, Kind.BOOKIE_REQUEST, Kind.TOPIC_REQUEST,
-                                  Kind.CONSUMER_GROUP_REQUEST})
+                                  Kind.CONSUMER_GROUP_REQUEST, Kind.HA_CONTROLLER_REQUEST})
 CLIENT_RESPONSE_KINDS = frozenset({Kind.APPEND_RESPONSE, Kind.READ_RESPONSE, Kind.STATUS_RESPONSE,
                                    Kind.TRANSFER_LEADER_RESPONSE, Kind.MEMBER_CHANGE_RESPONSE,
                                    Kind.GROUP_RESPONSE, Kind.KV_RESPONSE, Kind.BOOKIE_RESPONSE,
-                                   Kind.TOPIC_RESPONSE, Kind.CONSUMER_GROUP_RESPONSE})
+                                   Kind.TOPIC_RESPONSE, Kind.CONSUMER_GROUP_RESPONSE,
+                                   Kind.HA_CONTROLLER_RESPONSE})

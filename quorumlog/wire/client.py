@@ -272,7 +272,27 @@ class ConsumerGroupResponse:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class HaControllerRequest:
+    """The master/slave groups' controller, on the `_meta` group's leader (server/ha_controller.py): op
+    "heartbeat" ({group, member, epoch, max_offset, restarted}), "alter_sync_state_set" ({group, master, epoch,
+    members}), "elect" ({group, to}), "describe" ({group}). JSON, like the consumer groups' coordinator's."""
+
+    request_id: int
+    op: str
+    body: bytes = b"{}"
+
+
+@dataclass(frozen=True, slots=True)
+class HaControllerResponse:
+    request_id: int
+    code: ResponseCode
+    leader_id: str | None = None
+    body: bytes = b"{}"  # JSON: {master, epoch, sync_state_set, lease_ms}
+    message: str = ""
+
+
 ClientRequest = (AppendRequest | ReadRequest | StatusRequest | TransferLeaderRequest | MemberChangeRequest
-                 | GroupRequest | KvRequest | TopicRequest | ConsumerGroupRequest)
+                 | GroupRequest | KvRequest | TopicRequest | ConsumerGroupRequest | HaControllerRequest)
 ClientResponse = (AppendResponse | ReadResponse | StatusResponse | TransferLeaderResponse | MemberChangeResponse
-                  | GroupResponse | KvResponse | TopicResponse | ConsumerGroupResponse)
+                  | GroupResponse | KvResponse | TopicResponse | ConsumerGroupResponse | HaControllerResponse)

@@ -157,7 +157,20 @@ class HaTransfer:
     reset: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class HaEpochs:
+    """Master → slave, the answer to a slave's hello (RocketMQ 5's HA handshake): the master's epoch entries
+    `(epoch, start_offset)` and its max offset. The slave truncates to the consistent point they give, then
+    reports where it is and the transfer begins."""
+
+    frm: str
+    to: str
+    epoch: int
+    max_offset: int
+    entries: tuple[tuple[int, int], ...] = ()
+
+
 Message = (
     VoteRequest | VoteResponse | HeartbeatRequest | HeartbeatResponse | PushRequest | PushResponse
-    | TakeLeadershipRequest | HaReport | HaTransfer
+    | TakeLeadershipRequest | HaReport | HaTransfer | HaEpochs
 )

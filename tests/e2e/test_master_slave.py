@@ -16,18 +16,18 @@ from quorumlog.errors import QuorumLogError
 from quorumlog.peers import parse_peers
 from quorumlog.soak.processes import Cluster
 
+from .test_meta import _create_meta
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 GROUP = "ms"
 
 
 async def _ms_group(cluster: Cluster, **ms) -> str:
-    """A master/slave group on the three nodes; returns its master."""
+    """`_meta` (the controller's state, as `cluster up` makes it) and a master/slave group on the three nodes;
+    returns its master."""
+    await _create_meta(cluster)
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
-        deadline = time.monotonic() + 30
-        while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
-            assert time.monotonic() < deadline, "nodes never answered"
-            await asyncio.sleep(0.1)
         p = await admin.create(GROUP, replicas=3, mode="master-slave", master_slave=ms)
     assert p.leader is not None
     return p.leader

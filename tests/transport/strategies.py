@@ -12,11 +12,11 @@ from quorumlog.wire.client import (
     AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TransferLeaderRequest, TransferLeaderResponse, MemberChangeRequest, MemberChangeResponse, GroupRequest,
     GroupResponse, KvItem, KvRequest, KvResponse, PulledMessage, TopicRequest, TopicResponse, ConsumerGroupRequest,
-    ConsumerGroupResponse,
+    ConsumerGroupResponse, HaControllerRequest, HaControllerResponse,
 )
 from quorumlog.wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 from quorumlog.wire.messages import (
-    HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, PushRequest, PushResponse, PushType,
+    HaEpochs, HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, PushRequest, PushResponse, PushType,
     TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult,
 )
 
@@ -49,6 +49,7 @@ peer_messages = st.one_of(
     st.builds(HaReport, ids, ids, i64, st.integers(0, 2**63 - 1), st.booleans()),
     st.builds(HaTransfer, ids, ids, i64, st.integers(0, 2**63 - 1), i64, st.binary(max_size=300), st.just(False)),
     st.builds(HaTransfer, ids, ids, i64, st.integers(0, 2**63 - 1), i64, st.just(b""), st.just(True)),
+    st.builds(HaEpochs, ids, ids, i64, i64, st.lists(st.tuples(i64, i64), max_size=5).map(tuple)),
 )
 
 client_messages = st.one_of(
@@ -80,6 +81,8 @@ client_messages = st.one_of(
               texts),
     st.builds(ConsumerGroupRequest, u64, ids, st.binary(max_size=200)),
     st.builds(ConsumerGroupResponse, u64, codes, st.none() | ids, st.binary(max_size=200), texts),
+    st.builds(HaControllerRequest, u64, ids, st.binary(max_size=200)),
+    st.builds(HaControllerResponse, u64, codes, st.none() | ids, st.binary(max_size=200), texts),
 )
 
 messages = st.one_of(peer_messages, client_messages)

@@ -1,0 +1,184 @@
+"""The master/slave groups' controller, on the `_meta` group's leader (RocketMQ 5's controller, with our `_meta`
+Raft group in place of its DLedger controller group). The decisions are ha/controller.py's, sans-I/O; this
+service feeds it heartbeats, ticks it, and makes each decision durable in `_meta` before anyone acts on it.
+
+- State per group, `ha/<group>` = {master, epoch, sync_state_set, members}: every change is written through the
+  `_meta` log and answered (or handed out in heartbeat answers) only once committed. A member therefore never
+  learns an epoch or a SyncStateSet that a later `_meta` leader could have forgotten.
+- heartbeat ({group, member, members, master, epoch, max_offset, restarted}): every member, every
+  HEARTBEAT_MS; the answer is the committed {master, epoch, sync_state_set} and, for the master, `lease_ms`:
+  it accepts writes until its send time + lease_ms. The controller elects another master only after
+  `master_timeout_ms` (> lease) without the master's heartbeat — so the old master's lease ran out first, even
+  when it is only cut off (RocketMQ #6316: a returning old master was writable beside the new one).
+- alter_sync_state_set ({group, master, epoch, members}): the master grows or shrinks its SyncStateSet;
+  answered once committed, and only then does the master count the new set's acks.
+- elect ({group, to}): `ha elect`, a switch by hand once the master's lease ran out.
+- A new `_meta` leader starts from the committed states and assumes a lease was granted just before it took
+  over: it elects nobody for master_timeout_ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..codes import ResponseCode
+from ..ha.controller import HAController
+from ..meta.kv import encode_put
+from ..raft.types import ClientAppend, Completion, Role
+from ..wire.client import HaControllerRequest, HaControllerResponse
+
+if TYPE_CHECKING:
+    from .replica import Replica, _Pending
+
+log = logging.getLogger(__name__)
+
+HA_PREFIX = "ha/"
+TICK_MS = 100
+MASTER_TIMEOUT_MS = 3_000  # no heartbeat from the master for this long: elect another
+LEASE_MS = 2_000  # a master's writes stop this long after its last answered heartbeat was sent
+
+
+class HAControllerService:
+    def __init__(self, replica: "Replica", *, master_timeout_ms: int = MASTER_TIMEOUT_MS,
+                 lease_ms: int = LEASE_MS) -> None:
+        self.replica = replica
+        self.master_timeout_ms = master_timeout_ms
+        self.lease_ms = lease_ms
+        self.controllers: dict[str, HAController] = {}
+        self.committed: dict[str, dict] = {}  # group -> the state `_meta` holds
+        self._writing: set[str] = set()  # groups with a change on its way through the log
+        self._term = -1
+        self._ticker: asyncio.Task | None = None
+
+    # -- requests ------------------------------------------------------------------------------------------
+    def on_request(self, session: Any, req: HaControllerRequest) -> None:
+        r = self.replica
+
+        def answer(code: ResponseCode, message: str = "", body: Any = None) -> None:
+            r._send(session, HaControllerResponse(req.request_id, code, r.core.leader_id,
+                                                  json.dumps(body or {}).encode(), message))
+
+        if r.state_machine != "kv":
+            return answer(ResponseCode.BAD_REQUEST, "master/slave groups are controlled by the `_meta` group")
+        if r.stopping:
+            return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
+        if r.core.role is not Role.LEADER:
+            return answer(ResponseCode.NOT_LEADER)
+        if r.core.term != self._term:  # a new leadership: start again from what `_meta` holds
+            self._term = r.core.term
+            self.controllers.clear()
+            self.committed.clear()
+            self._writing.clear()
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.ensure_future(self._tick())
+        now = _now_ms()
+        try:
+            b = json.loads(req.body)
+            group = str(b["group"])
+            c = self._controller(group, b, now)
+            if c is None:
+                return answer(ResponseCode.UNKNOWN_GROUP, f"no master/slave group {group!r} is known")
+            if req.op == "heartbeat":
+                # (a restart counts for a master that wrote in the current epoch, not for a new group's master)
+                restarted = bool(b.get("restarted")) and int(b["epoch"]) >= c.epoch
+                lease = c.on_heartbeat(str(b["member"]), now, int(b["epoch"]), int(b["max_offset"]), restarted)
+                view = dict(self.committed[group])
+                if lease is not None and view["master"] == b["member"] and view["epoch"] == c.epoch:
+                    view["lease_ms"] = self.lease_ms
+                return answer(ResponseCode.SUCCESS, body=view)
+            if req.op == "alter_sync_state_set":
+                if group in self._writing:
+                    return answer(ResponseCode.LEADER_PENDING_FULL, "a change of this group is being written")
+                if not c.alter_sync_state_set(str(b["master"]), int(b["epoch"]), set(b["members"])):
+                    return answer(ResponseCode.TERM_CHANGED, f"not the master of epoch {c.epoch}",
+                                  self.committed[group])
+                return self._write(group, c, session, req)
+            if req.op == "elect":
+                c.request_switch(str(b["to"]))
+                return answer(ResponseCode.SUCCESS, body={"switching_to": b["to"], **self.committed[group]})
+            if req.op == "describe":
+                return answer(ResponseCode.SUCCESS, body={**self.committed[group], "alive": sorted(c.heard)})
+        except (KeyError, TypeError, ValueError) as e:
+            return answer(ResponseCode.BAD_REQUEST, f"ha {req.op}: {e}")
+        return answer(ResponseCode.BAD_REQUEST, f"unknown ha op {req.op!r}")
+
+    def _controller(self, group: str, b: dict, now: int) -> HAController | None:
+        c = self.controllers.get(group)
+        if c is not None:
+            return c
+        item = self.replica.sm.kv.get(HA_PREFIX + group)
+        if item is not None:
+            state = json.loads(item.value)
+        elif "members" in b and "master" in b:  # a new group's first heartbeat: its configured master, epoch 1
+            state = {"master": str(b["master"]), "epoch": 0, "sync_state_set": [], "members": sorted(b["members"])}
+        else:
+            return None
+        c = HAController(state["members"], master_timeout_ms=self.master_timeout_ms, lease_ms=self.lease_ms)
+        c.master, c.epoch, c.sync_state_set = state["master"], state["epoch"], frozenset(state["sync_state_set"])
+        c.lease_end_ms = now + self.master_timeout_ms  # (an earlier controller may have granted one just now)
+        self.controllers[group] = c
+        self.committed[group] = _state(c)
+        if state["epoch"] == 0:  # begin the configured master's epoch 1
+            c.epoch, c.sync_state_set = 1, frozenset({c.master})
+            c.lease_end_ms = 0
+            self._write(group, c)
+        return c
+
+    # -- durable changes -----------------------------------------------------------------------------------
+    def _write(self, group: str, c: HAController, session: Any = None, req: Any = None) -> None:
+        from .replica import _Pending
+        r = self.replica
+        state = _state(c)
+        self._writing.add(group)
+        rid = r._new_request_id()
+        r._pending[rid] = _Pending(session, req.request_id if req else 0, "ha_put", time.perf_counter(),
+                                   request=(group, state, req))
+        r.step(ClientAppend(rid, (encode_put(HA_PREFIX + group, json.dumps(state).encode()),), 0, -1))
+
+    def completed(self, p: "_Pending", c: Completion) -> None:
+        group, state, req = p.request
+        self._writing.discard(group)
+        if c.code == ResponseCode.SUCCESS:
+            if state["epoch"] != self.committed.get(group, {}).get("epoch"):
+                log.info("master/slave group %s: master %s, epoch %d (sync state set %s)", group, state["master"],
+                         state["epoch"], state["sync_state_set"])
+            self.committed[group] = state
+        else:  # not written (leadership lost, say): start again from what `_meta` holds
+            self.controllers.pop(group, None)
+            self.committed.pop(group, None)
+        if req is not None:
+            self.replica._send(p.session, HaControllerResponse(p.client_request_id, c.code, c.leader_id,
+                                                               json.dumps(state).encode()))
+
+    async def _tick(self) -> None:
+        while not self.replica.stopping:
+            await asyncio.sleep(TICK_MS / 1000)
+            r = self.replica
+            if r.core.role is not Role.LEADER or r.core.term != self._term:
+                continue
+            now = _now_ms()
+            for group, c in list(self.controllers.items()):
+                if group in self._writing:
+                    continue
+                elected = c.tick(now)
+                if elected is not None:
+                    log.warning("master/slave group %s: electing %s for epoch %d (%s)", group, elected.master,
+                                elected.epoch, "clean" if elected.clean else "UNCLEAN: outside the sync state set")
+                    self._write(group, c)
+
+    def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+
+
+def _state(c: HAController) -> dict:
+    return {"master": c.master, "epoch": c.epoch, "sync_state_set": sorted(c.sync_state_set),
+            "members": sorted(c.members)}
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
