@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 HA_PREFIX = "ha/"
 TICK_MS = 100
-MASTER_TIMEOUT_MS = 3_000  # no heartbeat from the master for this long: elect another
-LEASE_MS = 2_000  # a master's writes stop this long after its last answered heartbeat was sent
+MASTER_TIMEOUT_MS = 1_000  # no heartbeat from the master for this long: elect another (RocketMQ: 10 s)
+LEASE_MS = 600  # a master's writes stop this long after its last answered heartbeat was sent
 
 
 class HAControllerService:

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 MODE = "master-slave"
 EPOCHS_FILE = "epochs.json"
-HEARTBEAT_MS = 200  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
+HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
 HELLO_RETRY_MS = 1_000  # a hello not answered by the master's epochs within this long is sent again
 ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
 
@@ -149,6 +149,7 @@ class MasterSlaveReplica:
         self._pending: dict[int, _Append] = {}
         self._next_id = 1
         self._acked_offset = 0  # the end offset of the last append answered SUCCESS
+        self._confirmed = 0  # the confirm offset: only grows within an epoch
         self._altering = False
         self._altered_at = 0
         # slave
@@ -271,6 +272,7 @@ class MasterSlaveReplica:
         self._connections = {}
         self._transfer = self._new_transfer()
         self._acked_offset = 0
+        self._confirmed = self.store.position_after(self.store.committed_index)
         if self.is_master:
             self.epochs.begin(epoch, self.store.write_position)
             self._save_epochs()
@@ -367,13 +369,16 @@ class MasterSlaveReplica:
                 self._transfer.on_slave_gone(slave)
 
     def _confirm_offset(self) -> int:
-        """What every member of the accepted SyncStateSet holds (fsynced here under sync flush)."""
+        """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
+        has not reported since its session began holds at least what was confirmed before: it never goes back."""
         end = self.store.write_position
         if self.sync_flush and self.committer is not None:
             end = min(end, self.store.position_after(self.committer.durable_index))
         slaves = self._transfer.slaves
-        return min([end, *(slaves[n].offset if n in slaves else 0 for n in self._transfer.accepted
-                           if n != self.node_id)])
+        held = [slaves[n].offset if n in slaves and slaves[n].offset >= 0 else self._confirmed
+                for n in self._transfer.accepted if n != self.node_id]
+        self._confirmed = max(self._confirmed, min([end, *held]))
+        return self._confirmed
 
     def _advance_commit(self, now: int) -> None:
         if self.is_master:

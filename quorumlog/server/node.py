@@ -443,7 +443,10 @@ class Node:
             last = t
             for r in list(self.replicas.values()):
                 if not r.quiet:
-                    r.tick(t)
+                    try:
+                        r.tick(t)
+                    except Exception:  # noqa: BLE001 - one group's bug must not stop every group's clock
+                        log.exception("tick failed node=%s group=%s", self.config.node_id, r.group)
             if self.config.quiesce:
                 self._node_liveness(t)
 

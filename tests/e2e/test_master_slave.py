@@ -150,3 +150,56 @@ def test_a_slave_refuses_writes_and_reads_unless_slave_read_enable(tmp_path):
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_returns_as_a_slave(tmp_path):
+    """The controller elects a slave of the SyncStateSet once the master's lease ran out; every acknowledged
+    entry is in the new master's log; the old master comes back as a slave, cuts what it alone held and
+    converges."""
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_group(cluster, ack="sync", min_in_sync_replicas=2)
+        acked: dict[bytes, int] = {}
+        stop = asyncio.Event()
+        errors: list[str] = []
+
+        async def writer(w: int) -> None:
+            async with cluster.client(group=GROUP, timeout_ms=30_000) as c:
+                i = 0
+                while not stop.is_set():
+                    body = f"w{w}-{i}".encode()
+                    try:
+                        r = await c.append(body)
+                        acked[body] = r.index
+                    except QuorumLogError as e:
+                        errors.append(f"{e.code.name}")
+                    i += 1
+
+        writers = [asyncio.ensure_future(writer(w)) for w in range(4)]
+        await asyncio.sleep(1.5)
+        before = len(acked)
+        assert before > 50, before
+        cluster.nodes[master].kill9()
+        killed_at = time.monotonic()
+        while len(acked) < before + 100:  # the new master takes writes
+            assert time.monotonic() - killed_at < 30, f"no writes after the kill ({len(acked) - before})"
+            await asyncio.sleep(0.05)
+        cluster.nodes[master].start()
+        await asyncio.sleep(1.0)
+        stop.set()
+        await asyncio.gather(*writers)
+        rows = await _converged(cluster)
+        new_master = next(n for n, r in rows.items() if r["role"] == "master")
+        assert new_master != master and rows[master]["role"] == "slave"
+        assert rows[new_master]["epoch"] >= 2
+        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+            log = {e.body: e.index async for e in c.read(0)}
+        lost = {b: i for b, i in acked.items() if log.get(b) != i}
+        assert not lost, f"{len(lost)} acknowledged entries lost or moved, e.g. {list(lost.items())[:3]}"
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
