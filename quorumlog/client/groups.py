@@ -206,7 +206,7 @@ class GroupAdmin:
             return GroupPlacement(name, members, None)
         placement = await self.wait_leader(name, members, preferred)
         if name != META_GROUP:
-            await self.record_quietly(self.record_group(name, members))
+            await self.record_quietly(self.record_group(name, members, mode))
         return placement
 
     async def wait_leader(self, name: str, members: list[str], preferred: str | None = None) -> GroupPlacement:

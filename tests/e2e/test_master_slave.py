@@ -23,12 +23,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 GROUP = "ms"
 
 
-async def _ms_group(cluster: Cluster, **ms) -> str:
-    """`_meta` (the controller's state, as `cluster up` makes it) and a master/slave group on the three nodes;
+async def _ms_group(cluster: Cluster, nodes: list[str] | None = None, **ms) -> str:
+    """`_meta` (the controller's state, as `cluster up` makes it) and a master/slave group on three nodes;
     returns its master."""
     await _create_meta(cluster)
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
-        p = await admin.create(GROUP, replicas=3, mode="master-slave", master_slave=ms)
+        p = await admin.create(GROUP, replicas=3, nodes=nodes, mode="master-slave", master_slave=ms)
     assert p.leader is not None
     return p.leader
 
@@ -36,8 +36,7 @@ async def _ms_group(cluster: Cluster, **ms) -> str:
 async def _rows(cluster: Cluster) -> dict[str, dict]:
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=5_000) as admin:
         statuses = await admin.cluster_status()
-    return {n: next(g for g in s["groups"] if g["group"] == GROUP) for n, s in statuses.items()
-            if isinstance(s, dict)}
+    return {n: g for n, s in statuses.items() if isinstance(s, dict) for g in s["groups"] if g["group"] == GROUP}
 
 
 async def _converged(cluster: Cluster, timeout_s: float = 30.0) -> dict[str, dict]:
@@ -94,11 +93,15 @@ def test_sync_master_acks_what_a_slave_holds_and_a_killed_slave_converges(tmp_pa
 
 
 def test_sigstopped_slaves_fail_sync_appends_within_slave_timeout_and_a_retry_is_no_duplicate(tmp_path):
-    cluster = Cluster(str(tmp_path), n=3)
+    """Five nodes: `_meta` (the controller) keeps its majority while both slaves of the group are stopped, so
+    the master keeps its lease and the appends fail for want of slaves. (With the controller's majority gone
+    too, the master stops taking writes within its lease: LEADER_NOT_READY.)"""
+    cluster = Cluster(str(tmp_path), n=5)
 
     async def main() -> None:
-        master = await _ms_group(cluster, ack="sync", min_in_sync_replicas=2, slave_timeout_ms=1_500)
-        slaves = [n for n in cluster.nodes if n != master]
+        members = ["n0", "n1", "n2"]
+        master = await _ms_group(cluster, members, ack="sync", min_in_sync_replicas=2, slave_timeout_ms=1_500)
+        slaves = [n for n in members if n != master]
         async with cluster.client(group=GROUP, timeout_ms=2_500) as c:
             for i in range(20):
                 await c.append(f"before{i}".encode())
