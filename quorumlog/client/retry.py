@@ -45,6 +45,8 @@ def backoff_ms(attempt: int, rng: random.Random, err: BaseException | None = Non
 _LEADER_SEARCH_CODES = frozenset({
     ResponseCode.NOT_LEADER, ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT, ResponseCode.LEADER_NOT_READY,
     ResponseCode.TERM_CHANGED, ResponseCode.LEADER_TRANSFERRING,
+    # a master/slave group's new master whose slaves are still joining its SyncStateSet: part of the switch
+    ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
 })
 
 

@@ -84,13 +84,23 @@ class GroupTransferService:
         return min([master_max_offset, *(self.slaves[n].offset for n in self.in_sync(now_ms))])
 
     # -- waiting appends ---------------------------------------------------------------------------------
+    def refusal(self, now_ms: int) -> ResponseCode | None:
+        """Why an append would be refused at once (checked before it is written, as RocketMQ's putMessage
+        does), or None."""
+        if self.min_in_sync_replicas <= 1:
+            return None
+        if not any(s.connected for s in self.slaves.values()):
+            return ResponseCode.SLAVE_NOT_AVAILABLE
+        if self._in_sync_count(now_ms) < self.min_in_sync_replicas:
+            return ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
+        return None
+
     def request(self, request_id: int, end_offset: int, now_ms: int) -> TransferDone | None:
         if self.min_in_sync_replicas <= 1:
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
-        if not any(s.connected for s in self.slaves.values()):
-            return TransferDone(request_id, ResponseCode.SLAVE_NOT_AVAILABLE, end_offset)
-        if self._in_sync_count(now_ms) < self.min_in_sync_replicas:
-            return TransferDone(request_id, ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, end_offset)
+        code = self.refusal(now_ms)
+        if code is not None:
+            return TransferDone(request_id, code, end_offset)
         if self._acks(end_offset) + 1 >= self.min_in_sync_replicas:
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
         self._waiting[request_id] = (end_offset, now_ms + self.slave_timeout_ms)

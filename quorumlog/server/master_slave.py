@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 MODE = "master-slave"
 EPOCHS_FILE = "epochs.json"
 HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
-HELLO_RETRY_MS = 1_000  # a hello not answered by the master's epochs within this long is sent again
+HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this long is sent again
 ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
 
 
@@ -416,6 +416,11 @@ class MasterSlaveReplica:
                 return refuse(ResponseCode.ENTRY_TOO_LARGE, f"entry of {len(body)} bytes > max_entry_bytes {limit}")
         if self.host.disk_full:
             return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full")
+        code = self._transfer.refusal(now)
+        if code is not None:  # (nothing written: RocketMQ checks before it writes too)
+            return refuse(code, f"{code.name}: sync state set {sorted(self._transfer.accepted)}, connected slaves "
+                                f"{sorted(n for n, s in self._transfer.slaves.items() if s.connected)}, "
+                                f"min_in_sync_replicas {self._transfer.min_in_sync_replicas}")
         producer = (request.client_id, request.seq) if request.client_id else None
         hit = self.store.find_producer_batch(*producer) if producer else None
         try:
