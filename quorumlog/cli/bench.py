@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from ..client import Client
+from ..client.types import WRITABLE_ROLES
 from ..errors import QuorumLogError
 from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, err_console, out_console, print_json, resolve_target,
                      run, usage)
@@ -35,7 +36,7 @@ async def _bench(t, writers: int, duration_s: float, warmup_s: float, value_byte
         statuses = await client.status()
         flush = (t.cluster or {}).get("flush") or next(
             (s.raw.get("flush") for s in statuses if s.raw.get("flush")), "unknown")
-        leader = next((s.id for s in statuses if s.role == "leader"), None)
+        leader = next((s.id for s in statuses if s.role in WRITABLE_ROLES), None)
         loop = asyncio.get_running_loop()
         start = loop.time()
         measure_from = start + warmup_s

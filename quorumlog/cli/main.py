@@ -16,6 +16,7 @@ from .common import EXIT_USAGE, usage
 from .data import append, read, status, transfer_leader
 from .groups import group_app
 from .kv import kv_app
+from .ha import ha_app
 from .ledgers import bookie_app, ledger_app
 from .members import member_app
 from .node import node_command
@@ -59,6 +60,7 @@ app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(group_app, name="group")
 app.add_typer(kv_app, name="kv")
+app.add_typer(ha_app, name="ha")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(bookie_app, name="bookie")
 app.add_typer(member_app, name="member")

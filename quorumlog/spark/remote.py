@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Coroutine, Iterator, TypeVar
 
 from ..client import Client
 from ..client.blocking import new_event_loop
+from ..client.types import WRITABLE_ROLES
 from ..errors import NotLeader, QuorumLogError
 from .options import SourceOptions
 
@@ -90,7 +91,7 @@ class Remote:
         deadline = loop.time() + self.opts.timeout_ms / 1000
         while True:
             nodes = await self.client.status()
-            leaders = [s for s in nodes if s.role == "leader"]
+            leaders = [s for s in nodes if s.role in WRITABLE_ROLES]  # (a master/slave group: its master)
             if leaders:
                 leader = max(leaders, key=lambda s: s.term)
                 followers = tuple(s.id for s in nodes if s.role == "follower")

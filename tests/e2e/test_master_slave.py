@@ -5,7 +5,11 @@ reads bounded by the confirm offset, and a retry after FLUSH_SLAVE_TIMEOUT that 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,6 +25,7 @@ from .test_meta import _create_meta
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 GROUP = "ms"
+QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
 
 
 async def _ms_group(cluster: Cluster, nodes: list[str] | None = None, **ms) -> str:
@@ -200,6 +205,51 @@ def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_retur
             log = {e.body: e.index async for e in c.read(0)}
         lost = {b: i for b, i in acked.items() if log.get(b) != i}
         assert not lost, f"{len(lost)} acknowledged entries lost or moved, e.g. {list(lost.items())[:3]}"
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+def test_ha_elect_switches_by_hand_under_writes_and_loses_nothing(tmp_path):
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_group(cluster, ack="sync", min_in_sync_replicas=2)
+        to = sorted(n for n in cluster.nodes if n != master)[0]
+        acked: dict[bytes, int] = {}
+        stop = asyncio.Event()
+
+        async def writer() -> None:
+            async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+                i = 0
+                while not stop.is_set():
+                    body = f"x{i}".encode()
+                    acked[body] = (await c.append(body)).index
+                    i += 1
+
+        w = asyncio.ensure_future(writer())
+        await asyncio.sleep(0.5)
+        out = await asyncio.to_thread(subprocess.run, [QUORUMLOG, "ha", "elect", "--peers", cluster.peers, "--group",
+                                                       GROUP, "--to", to, "--json"],
+                                      capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        state = json.loads(out.stdout)
+        assert state["master"] == to and state["epoch"] == 2
+        n = len(acked)
+        deadline = time.monotonic() + 20
+        while len(acked) < n + 50:
+            assert time.monotonic() < deadline, "no writes after the switch"
+            await asyncio.sleep(0.05)
+        stop.set()
+        await w
+        rows = await _converged(cluster)
+        assert rows[to]["role"] == "master" and rows[master]["role"] == "slave"
+        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+            log = {e.body: e.index async for e in c.read(0)}
+        assert all(log.get(b) == i for b, i in acked.items())
 
     try:
         cluster.start()
