@@ -31,6 +31,9 @@ def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (r
          log_level: str = typer.Option("warning", "--log-level", help="Soak runner's log level"),
          tls: bool = typer.Option(False, "--tls", help="Run the nodes on mutual TLS with a token (a CA and "
                                   "certificates made under the base dir)"),
+         mode: str = typer.Option("raft", "--mode", help="raft | master-slave: the writers' group (master-slave: "
+                                                         "a SYNC_MASTER group and its controller; the kinds that "
+                                                         "act on processes, disks and namespaces)"),
          json_out: bool = JsonOpt) -> None:
     """Run a fault soak on local node processes and check every acknowledged append."""
     from ..soak.runner import ALL_KINDS, FAULT_KINDS, IS_ROOT, run_soak
@@ -43,6 +46,8 @@ def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (r
         usage(f"--kinds: unknown {', '.join(unknown)}; known: {', '.join(ALL_KINDS)}")
     if "disk_full" in chosen and not IS_ROOT:
         usage("--kinds: disk_full needs root (tmpfs mounts)")
+    if mode not in ("raft", "master-slave"):
+        usage(f"--mode must be raft or master-slave, got {mode!r}")
     if network not in ("auto", "netns", "proxy"):
         usage(f"--network must be auto, netns or proxy, got {network!r}")
     if network == "netns" and not IS_ROOT:
@@ -51,7 +56,7 @@ def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (r
     if base_dir is not None:
         os.makedirs(base_dir, exist_ok=True)
     result = run_soak(seed, cycles, base_dir=base_dir, report_root=report_dir, writers=writers, kinds=chosen,
-                      network=network, tls=tls)
+                      network=network, tls=tls, mode=mode)
     figures = result.figures()
     figures["passed"] = result.passed
     figures["report_dir"] = result.report_dir

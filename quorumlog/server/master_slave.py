@@ -152,6 +152,7 @@ class MasterSlaveReplica:
         self._confirmed = 0  # the confirm offset: only grows within an epoch
         self._altering = False
         self._altered_at = 0
+        self._handing_over = False
         # slave
         self._client: HAClient | None = None
         self._hello_at: int | None = None  # a hello waits for the master's epochs
@@ -225,7 +226,29 @@ class MasterSlaveReplica:
         pass  # (node-level events for Raft cores, e.g. PeerSilent: HA has its own housekeeping)
 
     def report_disk_full(self, reason: str) -> None:
-        log.warning("disk full node=%s group=%s: %s", self.node_id, self.group, reason)
+        """A master that cannot store hands over, as a Raft leader does: it asks the controller to elect the most
+        caught-up other member of its SyncStateSet (the switch waits for this master's lease to run out)."""
+        if not self.is_master or self._handing_over:
+            return
+        t = self._transfer
+        others = [n for n in t.accepted if n != self.node_id and n in t.slaves]
+        if not others:
+            log.warning("disk full node=%s group=%s: no other member of the sync state set to hand over to (%s)",
+                        self.node_id, self.group, reason)
+            return
+        to = max(others, key=lambda n: (t.slaves[n].offset, n))
+        log.warning("disk full node=%s group=%s: handing the master over to %s (%s)", self.node_id, self.group, to,
+                    reason)
+        self._handing_over = True
+        self.host.spawn(self._hand_over(to), f"ha-hand-over-{self.group}")
+
+    async def _hand_over(self, to: str) -> None:
+        try:
+            await self.host.calls.ha_controller("elect", {"group": self.group, "to": to})
+        except Exception as e:  # noqa: BLE001 - asked again at the next disk check
+            log.warning("hand-over to %s failed node=%s group=%s: %s", to, self.node_id, self.group, e)
+        finally:
+            self._handing_over = False
 
     def _store_failed(self, code: ResponseCode, reason: str) -> None:
         if code == ResponseCode.DISK_ERROR:

@@ -20,12 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--network", choices=("auto", "proxy", "netns"), default="auto",
                    help="netns (root): real partitions by veth link down; proxy: TCP proxy only; auto: netns if root")
     p.add_argument("--tls", action="store_true", help="nodes on mutual TLS with a token")
+    p.add_argument("--mode", choices=("raft", "master-slave"), default="raft",
+                   help="the writers' group: the nodes' Raft group, or a master/slave group (RocketMQ HA)")
     p.add_argument("--out", help="write the figures (JSON) here too")
     p.add_argument("--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
-    result = run_soak(a.seed, a.cycles, writers=a.writers, kinds=tuple(a.kinds.split(",")), network=a.network, tls=a.tls)
+    result = run_soak(a.seed, a.cycles, writers=a.writers, kinds=tuple(a.kinds.split(",")), network=a.network, tls=a.tls,
+                      mode=a.mode)
     figures = result.figures()
     text = json.dumps(figures, indent=1)
     print(text)

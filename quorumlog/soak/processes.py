@@ -18,6 +18,7 @@ from typing import Any
 
 import quorumlog
 from quorumlog.client import Client, Entry
+from quorumlog.client.types import WRITABLE_ROLES
 
 PYTHON = sys.executable
 
@@ -234,9 +235,11 @@ class Cluster:
         deadline = time.monotonic() + timeout_s
         while True:
             st = await self.statuses(client)
-            leaders = [s for nid, s in st.items() if s.role == "leader" and nid not in exclude and s.term >= min_term
-                       and all(o.leader_id == s.id for o in st.values() if o.role == "follower" and o.term == s.term
-                               and _member_of(o.id, s))]
+            # (a master/slave group: its master, and the slaves of its epoch following it)
+            leaders = [s for nid, s in st.items() if s.role in WRITABLE_ROLES and nid not in exclude
+                       and s.term >= min_term
+                       and all(o.leader_id == s.id for o in st.values() if o.role in ("follower", "slave")
+                               and o.term == s.term and _member_of(o.id, s))]
             if len(leaders) == 1:
                 return leaders[0].id
             if time.monotonic() > deadline:

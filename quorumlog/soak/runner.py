@@ -27,6 +27,8 @@ import quorumlog
 from quorumlog.client import Client
 
 from quorumlog.codes import ResponseCode
+from quorumlog.client.types import WRITABLE_ROLES
+from quorumlog.peers import parse_peers
 from quorumlog.wire.client import AppendRequest
 
 from . import checker
@@ -54,6 +56,12 @@ IS_ROOT = os.geteuid() == 0
 FAULT_KINDS = BASE_KINDS + (ROOT_KINDS if IS_ROOT else ())
 EXTRA_KINDS = (() if IS_ROOT else ROOT_KINDS) + MEMBERSHIP_KINDS
 ALL_KINDS = BASE_KINDS + ROOT_KINDS + MEMBERSHIP_KINDS
+# A master/slave group (--mode master-slave) is created with the nodes' direct addresses: the per-link TCP
+# proxies do not sit on its links, so only the kinds that act on processes, disks and network namespaces
+# reach it (partitions need netns, i.e. root).
+MASTER_SLAVE_KINDS = ("kill9_node", "kill9_majority", "pause_leader", "restart_all", "torn_tail",
+                      "failing_disk_leader", "partition_minority", "isolate_leader") + ROOT_KINDS
+MASTER_SLAVE_GROUP = "ms"
 SLOTS = ("n0", "n1", "n2")  # a schedule names slots; a slot's node changes when a membership cycle replaces it
 LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_leader", "disk_full",
                 "failing_disk_leader")
@@ -64,6 +72,8 @@ LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_le
 DEFINITE_REFUSALS = frozenset({
     ResponseCode.NOT_LEADER, ResponseCode.LEADER_TRANSFERRING, ResponseCode.LEADER_PENDING_FULL,
     ResponseCode.ENTRY_TOO_LARGE, ResponseCode.REQUEST_WITH_EMPTY_BODYS, ResponseCode.LEADER_NOT_READY,
+    # a master/slave master decides these before it writes (FLUSH_SLAVE_TIMEOUT is not: the entry stays)
+    ResponseCode.SLAVE_NOT_AVAILABLE, ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
 })
 NOT_SENT = "not_sent"
 
@@ -255,8 +265,21 @@ def _fill_disk(data_dir: str) -> str:
 class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
                  kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0,
-                 network: str = "auto", tls: bool = False) -> None:
+                 network: str = "auto", tls: bool = False, mode: str = "raft") -> None:
         os.makedirs(base_dir, exist_ok=True)
+        if mode not in ("raft", "master-slave"):
+            raise ValueError(f"mode {mode!r}: raft or master-slave")
+        self.mode = mode
+        # the group the writers use: the nodes' own Raft group, or a master/slave group created on them
+        self.group = MASTER_SLAVE_GROUP if mode == "master-slave" else None
+        if mode == "master-slave":
+            dropped = [k for k in kinds if k not in MASTER_SLAVE_KINDS]
+            kinds = tuple(k for k in kinds if k in MASTER_SLAVE_KINDS)
+            if not (network == "netns" or (network == "auto" and netns.available())):
+                dropped += [k for k in kinds if k in ("partition_minority", "isolate_leader")]
+                kinds = tuple(k for k in kinds if k not in ("partition_minority", "isolate_leader"))
+            if dropped:
+                log.warning("master-slave soak: kinds %s do not reach the group's direct links; left out", dropped)
         self.base_dir = base_dir
         self.seed = seed
         self.rng = random.Random(seed * 7919 + 1)
@@ -306,6 +329,9 @@ class Soak:
                           "cut, delay, rate, resets)" if self.links else "asyncio per-link TCP proxy (no namespaces)")
         if tls:
             self.mechanism += "; nodes on mutual TLS with a token"
+        if mode == "master-slave":
+            self.mechanism += (f"; writers on master/slave group {MASTER_SLAVE_GROUP} (SYNC_MASTER, min_in_sync_replicas "
+                               f"2 of 3, controller in _meta)")
         host = self.links.host if self.links else {m: "127.0.0.1" for m in all_ids}
         proxy_host = self.links.bridge_host if self.links else "127.0.0.1"
         real = {nid: node.port for nid, node in self.cluster.nodes.items()}
@@ -339,7 +365,7 @@ class Soak:
 
     # -- workload ------------------------------------------------------------------------------------
     async def _writer(self, name: str, stop: asyncio.Event) -> None:
-        client = Client(self.client_peers, timeout_ms=4_000)
+        client = Client(self.client_peers, timeout_ms=4_000, group=self.group)
         attempts: list = []
         _record_attempts(client, attempts)
         i = 0
@@ -579,7 +605,7 @@ class Soak:
             except quorumlog.QuorumLogError:
                 continue
             s = st.get(target)
-            if s is not None and s.role == "leader":
+            if s is not None and s.role in WRITABLE_ROLES:
                 c.target_led_after_fault = True
         c.acks_during_hold = sum(1 for x in self.ok_times if c.t_fault <= x <= end)
 
@@ -596,7 +622,9 @@ class Soak:
         stop = asyncio.Event()
         tasks: list[asyncio.Task] = []
         try:
-            async with Client(self.client_peers, timeout_ms=10_000) as admin:
+            if self.mode == "master-slave":
+                await self._create_master_slave_group()
+            async with Client(self.client_peers, timeout_ms=10_000, group=self.group) as admin:
                 await self.cluster.wait_leader(admin, timeout_s=30)
                 tasks = [asyncio.create_task(self._writer(f"w{i}", stop)) for i in range(self.writers)]
                 await asyncio.sleep(0.5)
@@ -619,6 +647,17 @@ class Soak:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.net.close()
         return logs, config_violations + checker.check(self.history, logs)
+
+    async def _create_master_slave_group(self) -> None:
+        """`_meta` (the controller's state) and the group, SYNC_MASTER with 2 of 3 in sync, slaves readable."""
+        from quorumlog.client.groups import GroupAdmin
+        async with Client(self.client_peers, timeout_ms=10_000) as c:
+            await self.cluster.wait_leader(c, timeout_s=30)
+        nodes = {m: a for m, a in parse_peers(self.client_peers).items() if m in self.members}
+        async with GroupAdmin(nodes, timeout_ms=30_000) as admin:
+            await admin.create_meta()
+            await admin.create(MASTER_SLAVE_GROUP, nodes=list(self.members), mode="master-slave",
+                               master_slave={"min_in_sync_replicas": 2, "slave_read_enable": True})
 
     def run(self, report_root: str | None = None) -> SoakResult:
         t0 = time.monotonic()
