@@ -31,6 +31,7 @@ rather than on a port of their own; a "connection" is a session opened by a slav
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -153,6 +154,7 @@ class MasterSlaveReplica:
         self._altering = False
         self._altered_at = 0
         self._handing_over = False
+        self._pump_scheduled = False
         # slave
         self._client: HAClient | None = None
         self._hello_at: int | None = None  # a hello waits for the master's epochs
@@ -202,7 +204,6 @@ class MasterSlaveReplica:
         self.notifier.wake_all()
 
     async def close(self) -> None:
-        import asyncio
         if self.committer is not None:
             self.committer.close()
             if not self.failed:
@@ -257,7 +258,6 @@ class MasterSlaveReplica:
 
     # -- the controller ------------------------------------------------------------------------------------
     async def _heartbeats(self) -> None:
-        import asyncio
         restarted = True
         while not self.stopping and not self.failed:
             sent = now_ms()
@@ -355,7 +355,18 @@ class MasterSlaveReplica:
         if not conn.closed:
             self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now)
         self._send_master(m.frm, out)
-        self._pump(now)
+        self._schedule_pump()
+
+    def _schedule_pump(self) -> None:
+        """One pump after this loop turn's appends, reports and fsyncs: the frames of many appends go together."""
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_pump)
+
+    def _scheduled_pump(self) -> None:
+        self._pump_scheduled = False
+        if not self.stopping and not self.failed:
+            self._pump(now_ms())
 
     def _pump(self, now: int) -> None:
         """Frames to every slave, finished waits, the confirm offset, the SyncStateSet."""
@@ -468,11 +479,10 @@ class MasterSlaveReplica:
                 del self._pending[rid]
                 self._answer(p, done.code, f"{done.code.name}: sync state set {sorted(self._transfer.accepted)}, "
                                            f"min_in_sync_replicas {self._transfer.min_in_sync_replicas}")
-                self._pump(now)
                 return
             p.transferred = True
         self._finish_if_done(rid)
-        self._pump(now)
+        self._schedule_pump()
 
     def _finish_if_done(self, rid: int) -> None:
         p = self._pending[rid]
@@ -494,7 +504,7 @@ class MasterSlaveReplica:
         if self.is_master:
             for rid in [r for r, p in self._pending.items() if p.last <= index]:
                 self._finish_if_done(rid)
-            self._pump(now)
+            self._schedule_pump()
         elif self._client is not None and self._client.connected and self.sync_flush:
             self._report(now)
 
