@@ -13,6 +13,8 @@ service feeds it heartbeats, ticks it, and makes each decision durable in `_meta
 - alter_sync_state_set ({group, master, epoch, members}): the master grows or shrinks its SyncStateSet;
   answered once committed, and only then does the master count the new set's acks.
 - elect ({group, to}): `ha elect`, a switch by hand once the master's lease ran out.
+- resign ({group, master, epoch, to}): the master itself asks for the switch (its disk is full) and has
+  stopped writing before it asked: elected at the next tick, without waiting for its lease.
 - A new `_meta` leader starts from the committed states and assumes a lease was granted just before it took
   over: it elects nobody for master_timeout_ms.
 """
@@ -99,6 +101,13 @@ class HAControllerService:
                 return self._write(group, c, session, req)
             if req.op == "elect":
                 c.request_switch(str(b["to"]))
+                return answer(ResponseCode.SUCCESS, body={"switching_to": b["to"], **self.committed[group]})
+            if req.op == "resign":  # the master itself stopped writing (a full disk): no lease to wait for
+                if b["master"] != c.master or int(b["epoch"]) != c.epoch:
+                    return answer(ResponseCode.TERM_CHANGED, f"not the master of epoch {c.epoch}",
+                                  self.committed[group])
+                c.request_switch(str(b["to"]))
+                c.lease_end_ms = 0
                 return answer(ResponseCode.SUCCESS, body={"switching_to": b["to"], **self.committed[group]})
             if req.op == "describe":
                 return answer(ResponseCode.SUCCESS, body={**self.committed[group], "alive": sorted(c.heard)})

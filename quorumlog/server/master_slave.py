@@ -61,6 +61,7 @@ MODE = "master-slave"
 EPOCHS_FILE = "epochs.json"
 HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
 HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this long is sent again
+HAND_OVER_WAIT_MS = 2_000  # a master that resigned and is still master after this long takes leases again
 ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
 
 
@@ -227,8 +228,8 @@ class MasterSlaveReplica:
         pass  # (node-level events for Raft cores, e.g. PeerSilent: HA has its own housekeeping)
 
     def report_disk_full(self, reason: str) -> None:
-        """A master that cannot store hands over, as a Raft leader does: it asks the controller to elect the most
-        caught-up other member of its SyncStateSet (the switch waits for this master's lease to run out)."""
+        """A master that cannot store hands over, as a Raft leader does: it stops writing (drops its lease, fails
+        what waits) and asks the controller to elect the most caught-up other member of its SyncStateSet now."""
         if not self.is_master or self._handing_over:
             return
         t = self._transfer
@@ -241,14 +242,26 @@ class MasterSlaveReplica:
         log.warning("disk full node=%s group=%s: handing the master over to %s (%s)", self.node_id, self.group, to,
                     reason)
         self._handing_over = True
-        self.host.spawn(self._hand_over(to), f"ha-hand-over-{self.group}")
+        self._lease_until = 0
+        self._fail_pending(ResponseCode.TERM_CHANGED, f"{self.node_id} hands the master over to {to}: disk full")
+        self.host.spawn(self._hand_over(to, self.epoch), f"ha-hand-over-{self.group}")
 
-    async def _hand_over(self, to: str) -> None:
-        try:
-            await self.host.calls.ha_controller("elect", {"group": self.group, "to": to})
-        except Exception as e:  # noqa: BLE001 - asked again at the next disk check
-            log.warning("hand-over to %s failed node=%s group=%s: %s", to, self.node_id, self.group, e)
-        finally:
+    async def _hand_over(self, to: str, epoch: int) -> None:
+        # Asked again until the controller answers (its `_meta` leader may be on this full disk too, handing its
+        # own leadership over right now). No lease meanwhile: the controller's next view makes this member a
+        # slave. If it has not after HAND_OVER_WAIT_MS (`to` was not electable), it takes leases again; the next
+        # disk check asks again if the disk is still full.
+        # (Asked again even once taken: a new `_meta` leader's controller knows nothing of the request.)
+        deadline = now_ms() + HAND_OVER_WAIT_MS
+        while now_ms() < deadline and self.is_master and self.epoch == epoch and not self.stopping:
+            try:
+                await self.host.calls.ha_controller("resign", {"group": self.group, "master": self.node_id,
+                                                               "epoch": epoch, "to": to})
+            except Exception as e:  # noqa: BLE001 - asked again below, or at the next disk check
+                log.info("hand-over to %s not taken yet node=%s group=%s: %s", to, self.node_id, self.group, e)
+            await asyncio.sleep(2 * HEARTBEAT_MS / 1000)
+        if self.is_master and self.epoch == epoch:
+            log.warning("hand-over to %s did not happen node=%s group=%s", to, self.node_id, self.group)
             self._handing_over = False
 
     def _store_failed(self, code: ResponseCode, reason: str) -> None:
@@ -279,7 +292,7 @@ class MasterSlaveReplica:
             return
         if epoch > self.epoch or master != self.master_id:
             self._become(master, epoch)
-        if self.is_master and "lease_ms" in view:
+        if self.is_master and "lease_ms" in view and not self._handing_over:
             self._lease_until = sent_ms + int(view["lease_ms"])
             if not self._altering:
                 self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
@@ -292,6 +305,7 @@ class MasterSlaveReplica:
         self.master_id, self.epoch = master, epoch
         self.is_master = master == self.node_id
         self._lease_until = 0
+        self._handing_over = False
         self._connections = {}
         self._transfer = self._new_transfer()
         self._acked_offset = 0
