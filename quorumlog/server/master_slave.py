@@ -53,11 +53,12 @@ from .flush_thread import ThreadedGroupCommitter
 from .ha_store import StoreHALog
 from .metrics import GroupMetrics
 from .reads import CommitNotifier, serve_read
-from .replica import STATUS_DISK_BYTES_INTERVAL_MS, directory_bytes, now_ms, open_store
+from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, now_ms, open_store
 
 log = logging.getLogger(__name__)
 
 MODE = "master-slave"
+_send = Replica._send  # (answers a session that may have gone away)
 EPOCHS_FILE = "epochs.json"
 HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
 HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this long is sent again
@@ -263,6 +264,13 @@ class MasterSlaveReplica:
         if self.is_master and self.epoch == epoch:
             log.warning("hand-over to %s did not happen node=%s group=%s", to, self.node_id, self.group)
             self._handing_over = False
+
+    def _write_failed(self, e: QuorumLogError) -> None:
+        """A write the store refused: EIO is final (fail-stop, as a Raft replica's); a full disk hands over."""
+        if e.code == ResponseCode.DISK_ERROR:
+            self._store_failed(e.code, str(e))
+        elif e.code == ResponseCode.DISK_FULL:
+            self.report_disk_full(str(e))
 
     def _store_failed(self, code: ResponseCode, reason: str) -> None:
         if code == ResponseCode.DISK_ERROR:
@@ -482,6 +490,7 @@ class MasterSlaveReplica:
                 last = self.store.append_batch(self.epoch, request.bodies, int(time.time() * 1000), producer)
                 self.committer.written(last)
         except QuorumLogError as e:
+            self._write_failed(e)
             return refuse(e.code, str(e))
         rid = self._next_id
         self._next_id += 1
@@ -570,6 +579,8 @@ class MasterSlaveReplica:
         except (QuorumLogError, ValueError) as e:  # bytes that do not fit here: a new session from a clean state
             log.warning("HA transfer refused node=%s group=%s offset=%d: %s", self.node_id, self.group, m.offset, e)
             c.on_disconnected()
+            if isinstance(e, QuorumLogError):
+                self._write_failed(e)
             return
         if self.store.end_index != before:
             self.committer.written(self.store.end_index)
@@ -708,13 +719,6 @@ class MasterSlaveReplica:
         m.term.set(self.epoch)
         m.end_index.set(self.store.end_index)
         m.committed_index.set(self.store.committed_index)
-
-
-def _send(session: Any, response: Any) -> None:
-    try:
-        session.send(response)
-    except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
-        log.debug("could not answer a closed session: %s", e)
 
 
 def _refusal(request: Any, code: ResponseCode, message: str) -> Any:

@@ -48,6 +48,28 @@ async def _rows(cluster: Cluster) -> dict[str, dict]:
     return {n: g for n, s in statuses.items() if isinstance(s, dict) for g in s["groups"] if g["group"] == GROUP}
 
 
+async def _write_until(cluster: Cluster, prefix: str, acked: dict[bytes, int], stop: asyncio.Event,
+                       errors: list[str] | None = None) -> None:
+    """One writer: appends prefix0, prefix1, ... until `stop`, recording each acknowledged index (and, with
+    `errors`, going on past failed appends)."""
+    async with cluster.client(group=GROUP, timeout_ms=30_000) as c:
+        i = 0
+        while not stop.is_set():
+            body = f"{prefix}{i}".encode()
+            try:
+                acked[body] = (await c.append(body)).index
+            except QuorumLogError as e:
+                if errors is None:
+                    raise
+                errors.append(e.code.name)
+            i += 1
+
+
+async def _log(cluster: Cluster) -> dict[bytes, int]:
+    async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+        return {e.body: e.index async for e in c.read(0)}
+
+
 async def _converged(cluster: Cluster, timeout_s: float = 30.0) -> dict[str, dict]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -182,20 +204,7 @@ def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_retur
         acked: dict[bytes, int] = {}
         stop = asyncio.Event()
         errors: list[str] = []
-
-        async def writer(w: int) -> None:
-            async with cluster.client(group=GROUP, timeout_ms=30_000) as c:
-                i = 0
-                while not stop.is_set():
-                    body = f"w{w}-{i}".encode()
-                    try:
-                        r = await c.append(body)
-                        acked[body] = r.index
-                    except QuorumLogError as e:
-                        errors.append(f"{e.code.name}")
-                    i += 1
-
-        writers = [asyncio.ensure_future(writer(w)) for w in range(4)]
+        writers = [asyncio.ensure_future(_write_until(cluster, f"w{w}-", acked, stop, errors)) for w in range(4)]
         await asyncio.sleep(1.5)
         before = len(acked)
         assert before > 50, before
@@ -212,8 +221,7 @@ def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_retur
         new_master = next(n for n, r in rows.items() if r["role"] == "master")
         assert new_master != master and rows[master]["role"] == "slave"
         assert rows[new_master]["epoch"] >= 2
-        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
-            log = {e.body: e.index async for e in c.read(0)}
+        log = await _log(cluster)
         lost = {b: i for b, i in acked.items() if log.get(b) != i}
         assert not lost, f"{len(lost)} acknowledged entries lost or moved, e.g. {list(lost.items())[:3]}"
 
@@ -232,16 +240,7 @@ def test_ha_elect_switches_by_hand_under_writes_and_loses_nothing(tmp_path):
         to = sorted(n for n in cluster.nodes if n != master)[0]
         acked: dict[bytes, int] = {}
         stop = asyncio.Event()
-
-        async def writer() -> None:
-            async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
-                i = 0
-                while not stop.is_set():
-                    body = f"x{i}".encode()
-                    acked[body] = (await c.append(body)).index
-                    i += 1
-
-        w = asyncio.ensure_future(writer())
+        w = asyncio.ensure_future(_write_until(cluster, "x", acked, stop))
         await asyncio.sleep(0.5)
         out = await asyncio.to_thread(subprocess.run, [QUORUMLOG, "ha", "elect", "--peers", cluster.peers, "--group",
                                                        GROUP, "--to", to, "--json"],
@@ -258,8 +257,7 @@ def test_ha_elect_switches_by_hand_under_writes_and_loses_nothing(tmp_path):
         await w
         rows = await _converged(cluster)
         assert rows[to]["role"] == "master" and rows[master]["role"] == "slave"
-        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
-            log = {e.body: e.index async for e in c.read(0)}
+        log = await _log(cluster)
         assert all(log.get(b) == i for b, i in acked.items())
 
     try:
@@ -281,16 +279,7 @@ def test_a_master_stopped_past_its_lease_never_writes_beside_the_new_one(tmp_pat
         old = await _ms_group(cluster, ack=ack, min_in_sync_replicas=2 if ack == "sync" else 1)
         acked: dict[bytes, int] = {}
         stop = asyncio.Event()
-
-        async def writer() -> None:
-            async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
-                i = 0
-                while not stop.is_set():
-                    body = f"y{i}".encode()
-                    acked[body] = (await c.append(body)).index
-                    i += 1
-
-        w = asyncio.ensure_future(writer())
+        w = asyncio.ensure_future(_write_until(cluster, "y", acked, stop))
         await asyncio.sleep(0.5)
         host, port = parse_peers(cluster.peers)[old]
         conn = await ClientConnection.open(host, port, group=GROUP, client_name="direct", timeout_ms=5_000)
@@ -332,8 +321,7 @@ def test_a_master_stopped_past_its_lease_never_writes_beside_the_new_one(tmp_pat
         await w
         rows = await _converged(cluster)
         assert rows[old]["role"] == "slave" and rows[new]["role"] == "master"
-        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
-            log = {e.body: e.index async for e in c.read(0)}
+        log = await _log(cluster)
         if ack == "sync":  # (async: what the stopped master acknowledged alone may be gone, as in RocketMQ)
             assert all(log.get(b) == i for b, i in acked.items())
         assert not any(b.startswith(b"to-old-") for b in log)
