@@ -97,7 +97,8 @@ async def _catch_up(cluster: Cluster, mib: int) -> dict:
         await asyncio.sleep(0.02)
     done = time.monotonic()
     took = done - first[0]
-    return {"bytes": target - first[1], "seconds": round(took, 2), "mb_per_s": round((target - first[1]) / took / 1e6, 1),
+    moved = target - first[1]
+    return {"bytes": moved, "seconds": round(took, 2), "mb_per_s": round(moved / took / 1e6, 1),
             "seconds_from_restart": round(done - t0, 2)}
 
 

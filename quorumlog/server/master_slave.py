@@ -472,6 +472,8 @@ class MasterSlaveReplica:
                 return refuse(ResponseCode.ENTRY_TOO_LARGE, f"entry of {len(body)} bytes > max_entry_bytes {limit}")
         if self.host.disk_full:
             return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full")
+        if len(self._pending) >= self.config.max_pending_requests:  # (as a Raft leader's: DLedger's maxPendingRequests)
+            return refuse(ResponseCode.LEADER_PENDING_FULL, f"{len(self._pending)} appends wait for their slaves")
         code = self._transfer.refusal(now)
         if code is not None:  # (nothing written: RocketMQ checks before it writes too)
             return refuse(code, f"{code.name}: sync state set {sorted(self._transfer.accepted)}, connected slaves "

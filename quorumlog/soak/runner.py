@@ -271,7 +271,7 @@ class Soak:
             raise ValueError(f"mode {mode!r}: raft or master-slave")
         self.mode = mode
         # the group the writers use: the nodes' own Raft group, or a master/slave group created on them
-        self.group = MASTER_SLAVE_GROUP if mode == "master-slave" else None
+        self.group = MASTER_SLAVE_GROUP if mode == "master-slave" else "default"
         if mode == "master-slave":
             dropped = [k for k in kinds if k not in MASTER_SLAVE_KINDS]
             kinds = tuple(k for k in kinds if k in MASTER_SLAVE_KINDS)
