@@ -1,0 +1,135 @@
+"""A master/slave group's master in the node runtime (server/master_slave.py), in process with a real store and
+fsyncs, fed the messages a misbehaving or lagging slave sends: the RocketMQ bug reports the master must survive."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from quorumlog.codes import ResponseCode
+from quorumlog.config import NodeConfig
+from quorumlog.server.flush_thread import FsyncWorker
+from quorumlog.server.master_slave import MasterSlaveReplica
+from quorumlog.server.metrics import NodeMetrics
+from quorumlog.server.replica import now_ms
+from quorumlog.wire.client import AppendRequest
+from quorumlog.wire.messages import HaEpochs, HaReport, HaTransfer
+
+PEERS = {"n0": ("127.0.0.1", 1), "n1": ("127.0.0.1", 2), "n2": ("127.0.0.1", 3)}
+
+
+class _Host:
+    """What the replica asks of its node: sends are kept, tasks run on the loop, the controller is absent."""
+
+    def __init__(self) -> None:
+        self.metrics = NodeMetrics("n0")
+        self.fsync_worker = FsyncWorker()
+        self.sent: list[Any] = []
+        self.disk_full = False
+        self.tasks: list[asyncio.Task] = []
+        self.stopping_event = asyncio.Event()
+        self.failed: str | None = None
+
+    def spawn(self, coro: Any, name: str) -> None:
+        if name.startswith("ha-heartbeat"):
+            coro.close()  # (no controller here: the test hands the replica its views)
+            return
+        self.tasks.append(asyncio.ensure_future(coro))
+
+    def send(self, group: str, msg: Any) -> None:
+        self.sent.append(msg)
+
+    def flush_transport(self) -> None:
+        pass
+
+    def fail_stop(self, reason: str) -> None:
+        self.failed = reason
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.responses: list[Any] = []
+
+    def send(self, response: Any) -> None:
+        self.responses.append(response)
+
+
+async def _master(tmp_path, **settings) -> tuple[MasterSlaveReplica, _Host]:
+    host = _Host()
+    cfg = NodeConfig(node_id="n0", peers=dict(PEERS), data_dir=str(tmp_path / "n0"), group="ms",
+                     data_segment_size=1 << 20, index_segment_size=32 * 1024, max_entry_bytes=256 * 1024)
+    r = MasterSlaveReplica(host, cfg, {"master_slave": {"master": "n0", "min_in_sync_replicas": 2, **settings}})
+    r.open()
+    r.start()
+    r._on_view({"master": "n0", "epoch": 1, "sync_state_set": ["n0", "n1"], "lease_ms": 60_000}, now_ms())
+    assert r.is_master
+    return r, host
+
+
+async def _append(r: MasterSlaveReplica, body: bytes, request_id: int = 1) -> _Session:
+    s = _Session()
+    r.on_client_request(s, AppendRequest(request_id, (body,), 0, -1))
+    await asyncio.sleep(0.05)  # (its fsync)
+    return s
+
+
+def _frames(host: _Host, kind: type) -> list:
+    return [m for m in host.sent if isinstance(m, kind)]
+
+
+def test_a_report_beyond_the_masters_end_is_never_an_ack(tmp_path):
+    """RocketMQ #1155/#3015: a slave claiming bytes the master never wrote must not complete a SYNC_MASTER
+    append; the master drops that session, and the append fails with FLUSH_SLAVE_TIMEOUT."""
+    async def main() -> None:
+        r, host = await _master(tmp_path, slave_timeout_ms=300)
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        assert _frames(host, HaEpochs)  # the handshake's answer
+        r.on_peer_message(HaReport("n1", "n0", 1, 0))  # its first report: it holds nothing
+        s = _Session()
+        r.on_client_request(s, AppendRequest(1, (b"x" * 100,), 0, -1))
+        r.on_peer_message(HaReport("n1", "n0", 1, 10_000_000))  # far beyond our end
+        await asyncio.sleep(0.6)
+        r.tick(now_ms())
+        assert [m.code for m in s.responses] == [ResponseCode.FLUSH_SLAVE_TIMEOUT]
+        assert r._connections["n1"].closed and "beyond the master's end" in r._connections["n1"].closed
+        assert r.status()["confirm_offset"] == 0  # nothing counted as held by n1
+        await r.close()
+    asyncio.run(main())
+
+
+def test_an_honest_slave_completes_the_append_and_moves_the_confirm_offset(tmp_path):
+    """The control case of the test above: a report of exactly the bytes sent completes the append."""
+    async def main() -> None:
+        r, host = await _master(tmp_path)
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        r.on_peer_message(HaReport("n1", "n0", 1, 0))
+        s = _Session()
+        r.on_client_request(s, AppendRequest(1, (b"y" * 100,), 0, -1))
+        await asyncio.sleep(0.05)
+        sent = [m for m in _frames(host, HaTransfer) if m.data]
+        assert sent and sent[0].offset == 0
+        end = sent[-1].offset + len(sent[-1].data)
+        r.on_peer_message(HaReport("n1", "n0", 1, end))
+        await asyncio.sleep(0.05)
+        assert [m.code for m in s.responses] == [ResponseCode.SUCCESS]
+        assert r.status()["confirm_offset"] == end == r.store.write_position
+        await r.close()
+    asyncio.run(main())
+
+
+def test_a_slave_whose_offset_retention_deleted_is_reset_not_left_heartbeating(tmp_path):
+    """RocketMQ #3388: a slave asking for bytes the master no longer holds is told where the master's log now
+    begins (a reset), instead of an endless exchange of heartbeats."""
+    async def main() -> None:
+        r, host = await _master(tmp_path, min_in_sync_replicas=1)
+        for i in range(40):  # several 1 MiB segments
+            await _append(r, bytes([i]) * 100_000, request_id=i + 1)
+        r.store.set_committed_index(r.store.end_index)
+        removed = r.store.delete_expired(10**15, r.store.end_index)
+        assert removed >= 1 and r.store.first_position() > 0
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        r.on_peer_message(HaReport("n1", "n0", 1, 100))  # an offset that is gone
+        resets = [m for m in _frames(host, HaTransfer) if m.reset]
+        assert resets and resets[-1].offset == r.store.first_position()
+        await r.close()
+    asyncio.run(main())
