@@ -28,11 +28,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 from quorumlog.client.groups import GroupAdmin  # noqa: E402
 from quorumlog.errors import QuorumLogError  # noqa: E402
 from quorumlog.peers import parse_peers  # noqa: E402
 from quorumlog.soak.processes import Cluster  # noqa: E402
+
+import results_file  # noqa: E402  (bench/results_file.py)
 
 QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
 MIB = 1024 * 1024
@@ -169,12 +172,7 @@ def main() -> None:
            "setup": f"3 nodes on 127.0.0.1, flush {a.flush}; groups raft (3 replicas), ms2 (SYNC_MASTER, 2 slaves, "
                     f"min_in_sync_replicas 2), ms1 (SYNC_MASTER, 1 slave); 1 KiB entries",
            "command": "python bench/master_slave.py " + " ".join(sys.argv[1:]), "results": results}
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"master-slave-{dt.date.today().isoformat()}.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(json.dumps(results, indent=1))
-    print(f"results: {path}")
+    results_file.write(a.out, "master-slave", doc, results)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import shutil
 import statistics
@@ -30,11 +29,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import quorumlog  # noqa: E402
 from quorumlog.client.groups import GroupAdmin  # noqa: E402
 from quorumlog.peers import parse_peers  # noqa: E402
 from quorumlog.soak.processes import Cluster  # noqa: E402
+
+import results_file  # noqa: E402  (bench/results_file.py)
 
 WRITERS = 64
 BODY = b"x" * 100
@@ -188,12 +190,7 @@ def main() -> None:
            "setup": f"3 nodes on 127.0.0.1, flush {a.flush}, topic group tg (3 replicas), topic bench with "
                     f"{QUEUES} queues; one client process", "command": " ".join(["python", *sys.argv]),
            "results": results}
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"topics-{dt.date.today().isoformat()}.json")
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-    print(json.dumps(results, indent=1))
-    print(f"results: {path}")
+    results_file.write(a.out, "topics", doc, results)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from .flush_thread import ThreadedGroupCommitter
 from .ha_store import StoreHALog
 from .metrics import GroupMetrics
 from .reads import CommitNotifier, serve_read
-from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, now_ms, open_store
+from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +209,7 @@ class MasterSlaveReplica:
         if self.committer is not None:
             self.committer.close()
             if not self.failed:
-                try:
-                    async with self.committer.io_lock:
-                        await asyncio.to_thread(self.store.flush)
-                        await asyncio.to_thread(self.store.checkpoint)
-                except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
-                    log.error("final flush/checkpoint failed group=%s: %s", self.group, e)
+                await final_flush(self.store, self.committer, self.group)
         self._fail_pending(ResponseCode.TIMEOUT, "node shutting down")
         if self.store is not None:
             self.store.close()

@@ -191,12 +191,7 @@ class Replica:
         if self.committer is not None:
             self.committer.close()  # stops its fsync work (after a running fsync, which io_lock waits for)
         if self.store is not None and self.committer is not None and not self.failed:
-            try:
-                async with self.committer.io_lock:
-                    await asyncio.to_thread(self.store.flush)
-                    await asyncio.to_thread(self.store.checkpoint)
-            except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
-                log.error("final flush/checkpoint failed group=%s: %s", self.group, e)
+            await final_flush(self.store, self.committer, self.group)
         for p in self._pending.values():
             self._answer_pending(p, ResponseCode.TERM_CHANGED if p.kind == "append" else ResponseCode.TIMEOUT,
                                  message="node shutting down")
@@ -629,6 +624,16 @@ class Replica:
         m.pending_requests.set(sum(1 for p in self._pending.values() if p.kind == "append"))
         m.waiting_reads.set(self.notifier.waiting)
         m.store_bytes.set(self.dir_bytes())
+
+
+async def final_flush(store: Any, committer: GroupCommitter, group: str) -> None:
+    """A closing group's last fsync and checkpoint, after any running fsync (io_lock)."""
+    try:
+        async with committer.io_lock:
+            await asyncio.to_thread(store.flush)
+            await asyncio.to_thread(store.checkpoint)
+    except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
+        log.error("final flush/checkpoint failed group=%s: %s", group, e)
 
 
 def directory_bytes(data_dir: str) -> int:
