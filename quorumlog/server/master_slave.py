@@ -674,7 +674,24 @@ class MasterSlaveReplica:
         pass
 
     async def retention(self) -> None:
-        pass  # (not yet: a master must keep what a lagging slave still needs)
+        """Delete old segments (file_reserved_hours, as a Raft group's) below the commit point and, on the master,
+        below what every connected slave holds: a lagging slave keeps its place. (A slave away longer than that
+        is Reset to the master's first byte when it comes back, RocketMQ #3388.)"""
+        if self.failed or self.committer is None or self.stopping:
+            return
+        safe = self.store.committed_index
+        try:
+            if self.is_master:
+                for st in self._transfer.slaves.values():
+                    if st.connected and st.offset >= 0:
+                        safe = min(safe, self.log.index_below(st.offset))
+        except ValueError:
+            return  # (an offset between records: a report of another epoch's layout; next round)
+        async with self.committer.io_lock:
+            removed = await asyncio.to_thread(self.store.delete_expired, int(time.time() * 1000), safe)
+        if removed:
+            log.info("retention node=%s group=%s safe_index=%d segments_removed=%d begin=%d", self.node_id,
+                     self.group, safe, removed, self.store.begin_index)
 
     def status(self) -> dict[str, Any]:
         now = now_ms()
