@@ -7,9 +7,9 @@ master's log completes once `min_in_sync_replicas` members (the master included)
     g.request(request_id, end_offset, now_ms) -> TransferDone | None  # None: wait
     g.poll(now_ms) -> [TransferDone]     # acks and timeouts; call after reports and on a timer
 
-A slave is in sync while it caught up with the master's end within the last `not_catchup_ms` (RocketMQ's
-haMaxTimeSlaveNotCatchup); the SyncStateSet is the master and those slaves, and the confirm offset (what
-readers may see) is the lowest offset held across it. Refused at once: SLAVE_NOT_AVAILABLE when no slave is
+A slave is in sync while it caught up with the master's end — or with the end the master had at its previous
+report — within the last `not_catchup_ms` (RocketMQ's haMaxTimeSlaveNotCatchup); the SyncStateSet is the
+master and those slaves, and the confirm offset (what readers may see) is the lowest offset held across it. Refused at once: SLAVE_NOT_AVAILABLE when no slave is
 connected, IN_SYNC_REPLICAS_NOT_ENOUGH when fewer than `min_in_sync_replicas` members are in sync; after
 `slave_timeout_ms` without enough acks, FLUSH_SLAVE_TIMEOUT (the bytes stay in the master's log, as in
 RocketMQ; the idempotent producer's sequence numbers make the retry a no-op, not a duplicate).
@@ -32,8 +32,9 @@ class TransferDone:
 @dataclass(slots=True)
 class _Slave:
     offset: int = -1
-    caught_up_ms: int | None = None  # the last time it held the master's end
+    caught_up_ms: int | None = None  # the last time it held the master's end (or kept up with it, below)
     connected: bool = True
+    target: int = -1  # the master's end at this slave's previous report
 
 
 class GroupTransferService:
@@ -57,8 +58,12 @@ class GroupTransferService:
         s = self.slaves.setdefault(slave, _Slave())
         s.connected = True
         s.offset = max(s.offset, offset)
-        if s.offset >= master_max_offset:
+        # Caught up: it holds the master's end, or — under a steady load, where the end always moves on before
+        # a report comes back — everything the master held at its previous report (RocketMQ's
+        # lastMasterMaxOffset). Else a slave keeping pace would drop out of sync after not_catchup_ms of load.
+        if s.offset >= master_max_offset or 0 <= s.target <= s.offset:
             s.caught_up_ms = now_ms
+        s.target = master_max_offset
         self._now_ms = max(self._now_ms, now_ms)
 
     def on_slave_connected(self, slave: str) -> None:
