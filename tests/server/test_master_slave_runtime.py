@@ -71,8 +71,18 @@ async def _master(tmp_path, file_reserved_hours: float = 72.0, sync_state_set: t
 async def _append(r: MasterSlaveReplica, body: bytes, request_id: int = 1) -> _Session:
     s = _Session()
     r.on_client_request(s, AppendRequest(request_id, (body,), 0, -1))
-    await asyncio.sleep(0.05)  # (its fsync)
+    await _until(lambda: s.responses)  # (after its fsync)
     return s
+
+
+async def _until(check, r: MasterSlaveReplica | None = None, timeout_s: float = 5.0) -> None:
+    """Until check() holds (fsyncs finish on their thread, pumps on the loop), ticking the replica's clock."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        if r is not None:
+            r.tick(now_ms())
+        await asyncio.sleep(0.005)
 
 
 def _frames(host: _Host, kind: type) -> list:
@@ -90,8 +100,7 @@ def test_a_report_beyond_the_masters_end_is_never_an_ack(tmp_path):
         s = _Session()
         r.on_client_request(s, AppendRequest(1, (b"x" * 100,), 0, -1))
         r.on_peer_message(HaReport("n1", "n0", 1, 10_000_000))  # far beyond our end
-        await asyncio.sleep(0.6)
-        r.tick(now_ms())
+        await _until(lambda: s.responses, r)  # (slave_timeout_ms, on the replica's ticks)
         assert [m.code for m in s.responses] == [ResponseCode.FLUSH_SLAVE_TIMEOUT]
         assert r._connections["n1"].closed and "beyond the master's end" in r._connections["n1"].closed
         assert r.status()["confirm_offset"] == 0  # nothing counted as held by n1
@@ -107,12 +116,12 @@ def test_an_honest_slave_completes_the_append_and_moves_the_confirm_offset(tmp_p
         r.on_peer_message(HaReport("n1", "n0", 1, 0))
         s = _Session()
         r.on_client_request(s, AppendRequest(1, (b"y" * 100,), 0, -1))
-        await asyncio.sleep(0.05)
+        await _until(lambda: any(m.data for m in _frames(host, HaTransfer)))
         sent = [m for m in _frames(host, HaTransfer) if m.data]
         assert sent and sent[0].offset == 0
         end = sent[-1].offset + len(sent[-1].data)
         r.on_peer_message(HaReport("n1", "n0", 1, end))
-        await asyncio.sleep(0.05)
+        await _until(lambda: s.responses)
         assert [m.code for m in s.responses] == [ResponseCode.SUCCESS]
         assert r.status()["confirm_offset"] == end == r.store.write_position
         await r.close()
@@ -148,13 +157,12 @@ def test_retention_keeps_what_a_connected_slave_still_needs(tmp_path):
             await _append(r, bytes([i]) * 100_000, request_id=i + 1)
         slave_at = r.store.position_after(15)  # the slave holds entries 0..15, in the second segment
         r.on_peer_message(HaReport("n1", "n0", 1, slave_at))
-        await asyncio.sleep(0.05)  # (its pump: the confirm offset moves)
+        await _until(lambda: r.store.committed_index == r.store.end_index)  # (n1 is not in the set)
         await r.retention()
         assert r.store.committed_index == r.store.end_index  # (n1 is not in the set: all is committed)
         assert 0 < r.store.first_position() <= slave_at  # the first segment went; n1's next byte stayed
         assert r.store.begin_index <= 16
         r.on_peer_message(HaReport("n1", "n0", 1, r.store.write_position))  # caught up
-        await asyncio.sleep(0.05)
         await r.retention()
         assert r.store.first_position() > slave_at and r.store.begin_index > 16
         await r.close()
