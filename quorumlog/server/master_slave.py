@@ -97,6 +97,10 @@ class MasterSlaveSettings:
             raise ValueError(f"ack must be sync or async, not {s.ack!r}")
         if not 1 <= s.min_in_sync_replicas <= len(members):
             raise ValueError(f"min_in_sync_replicas {s.min_in_sync_replicas} must be 1..{len(members)}")
+        if not 0 < s.ha_send_heartbeat_interval_ms < s.ha_housekeeping_interval_ms:
+            # (an idle slave reports only every heartbeat interval: a shorter housekeeping drops it each time)
+            raise ValueError(f"ha_send_heartbeat_interval_ms {s.ha_send_heartbeat_interval_ms} must be > 0 and "
+                             f"below ha_housekeeping_interval_ms {s.ha_housekeeping_interval_ms}")
         return s
 
     def ha_config(self) -> HAConfig:
@@ -319,8 +323,9 @@ class MasterSlaveReplica:
         self._acked_offset = 0
         self._confirmed = self.store.position_after(self.store.committed_index)
         if self.is_master:
-            self.epochs.begin(epoch, self.store.write_position)
-            self._save_epochs()
+            if self.epochs.last_epoch != epoch:  # (a master restarted within its epoch continues it, leaseless)
+                self.epochs.begin(epoch, self.store.write_position)
+                self._save_epochs()
             self._client = None
         else:
             self._client = HAClient(self.log, self._ha, now_ms())

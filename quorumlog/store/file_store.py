@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Sequence
 
+from ..failpoints import crash_point
 from ..errors import CorruptEntry, DiskError, DiskFull, EmptyBatch, EntryTooLarge, IndexOutOfRange
 from ..format import log_entry
 from .base import ProducerBatch
@@ -544,6 +545,7 @@ class FileStore(RecoverOnOpen):
                 fd = seg.writable_fd()
                 write_zeros(fd, cut - seg.start, written_end - seg.start)
                 os.fdatasync(fd)
+                crash_point("store.truncate.after_data")
                 dropped = self._data[seg_i + 1:]
                 # Index units of the dropped entries: zero them so no later reader can mistake them.
                 first_drop = index + 1

@@ -31,13 +31,15 @@ GROUP = "ms"
 QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
 
 
-async def _ms_group(cluster: Cluster, nodes: list[str] | None = None, with_meta: bool = True, **ms) -> str:
+async def _ms_group(cluster: Cluster, nodes: list[str] | None = None, with_meta: bool = True,
+                    segment_bytes: int | None = None, **ms) -> str:
     """`_meta` (the controller's state, as `cluster up` makes it) and a master/slave group on three nodes;
     returns its master."""
     if with_meta:
         await _create_meta(cluster)
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
-        p = await admin.create(GROUP, replicas=3, nodes=nodes, mode="master-slave", master_slave=ms)
+        p = await admin.create(GROUP, replicas=3, nodes=nodes, mode="master-slave", master_slave=ms,
+                               segment_bytes=segment_bytes)
     assert p.leader is not None
     return p.leader
 

@@ -167,3 +167,20 @@ def test_retention_keeps_what_a_connected_slave_still_needs(tmp_path):
         assert r.store.first_position() > slave_at and r.store.begin_index > 16
         await r.close()
     asyncio.run(main())
+
+
+def test_settings_refuse_what_cannot_work():
+    from quorumlog.server.master_slave import MasterSlaveSettings
+    members = ["n0", "n1", "n2"]
+    s = MasterSlaveSettings.from_definition({"master_slave": {"ha_send_heartbeat_interval_ms": 200,
+                                                              "ha_housekeeping_interval_ms": 1_000}}, members)
+    assert (s.master, s.ack, s.ha_housekeeping_interval_ms) == ("n0", "sync", 1_000)
+    for bad, why in [({"master": "n9"}, "not a member"), ({"ack": "maybe"}, "ack must be"),
+                     ({"min_in_sync_replicas": 4}, "must be 1..3"), ({"colour": 1}, "unknown master_slave keys"),
+                     ({"ha_housekeeping_interval_ms": 1_000}, "below ha_housekeeping_interval_ms")]:
+        try:
+            MasterSlaveSettings.from_definition({"master_slave": bad}, members)
+        except ValueError as e:
+            assert why in str(e), (bad, e)
+        else:
+            raise AssertionError(f"{bad} accepted")
