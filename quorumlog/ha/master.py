@@ -46,6 +46,7 @@ class HAConnection:
         self.slave_ack_offset = -1  # its latest report (never beyond the master's end)
         self.next_transfer_from_where = -1  # -1: not decided until the first report
         self.push2slave_max_offset = -1
+        self._window_from = -1  # where sending (re)started: the window's base until the slave reports beyond it
         self.last_read_ms = now_ms
         self.last_write_ms = now_ms
         self.closed: str | None = None
@@ -59,7 +60,7 @@ class HAConnection:
             return self._drop(f"slave {self.slave_id} reported offset {m.offset} beyond the master's end {end}")
         if m.offset < start:
             # (#3388) what it would need next is gone from here: it restarts at our oldest segment
-            self.next_transfer_from_where = start
+            self.next_transfer_from_where = self._window_from = start
             self.slave_request_offset = max(self.slave_request_offset, m.offset)
             return [Reset(start)]
         if self.slave_request_offset < 0:
@@ -67,6 +68,7 @@ class HAConnection:
             from_segment = self.config.empty_slave_from_current_segment
             self.next_transfer_from_where = m.offset if m.offset > 0 else (
                 max(start, self.log.segment_start(end)) if from_segment else start)
+            self._window_from = self.next_transfer_from_where
             if m.offset == 0 and self.next_transfer_from_where > 0:
                 return [Reset(self.next_transfer_from_where)]
         self.slave_ack_offset = max(self.slave_ack_offset, m.offset)
@@ -85,11 +87,13 @@ class HAConnection:
         out: list[Transfer | Reset | Drop] = []
         cfg = self.config
         end = self.log.max_offset()
-        limit = max(self.slave_ack_offset, self.next_transfer_from_where) + cfg.max_unacked_bytes
+        # The window counts from what the slave reported (or where a Reset restarts it), not from what was sent:
+        # polls between two reports (every append, every tick) must not each push another window.
+        limit = max(self.slave_ack_offset, self._window_from) + cfg.max_unacked_bytes
         while self.next_transfer_from_where < end and self.next_transfer_from_where < limit:
             if self.next_transfer_from_where < self.log.min_offset():
                 out.append(Reset(self.log.min_offset()))  # (retention overtook it)
-                self.next_transfer_from_where = self.log.min_offset()
+                self.next_transfer_from_where = self._window_from = self.log.min_offset()
                 continue
             data = self.log.read(self.next_transfer_from_where,
                                  min(cfg.transfer_batch_bytes, limit - self.next_transfer_from_where))

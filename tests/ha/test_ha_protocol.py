@@ -63,6 +63,21 @@ def test_a_slave_receives_the_log_in_frames_and_reports_after_each_append():
     assert frames == []  # nothing is sent before the slave's first report says where it stands
 
 
+def test_polls_between_reports_never_send_beyond_the_window():
+    """The master sends at most max_unacked_bytes beyond the slave's last report, however often it polls: a
+    runtime polls after every append and tick, and a window counted from what was already sent grew by a
+    window per poll — 200 MB queued for a slave that held 17 MB, until the peer link dropped frames."""
+    log = _master(n=10_000, segment=100_000)
+    conn = HAConnection("s", log, CFG, 0)
+    assert conn.on_report(SlaveReport(0), 0) == []
+    sent = [m for t in range(20) for m in conn.poll(t)]
+    assert sum(len(m.data) for m in sent) == CFG.max_unacked_bytes
+    assert conn.next_transfer_from_where == CFG.max_unacked_bytes
+    conn.on_report(SlaveReport(300), 30)  # the slave holds 300 more: the window moves by 300
+    assert sum(len(m.data) for t in range(30, 40) for m in conn.poll(t)) == 300
+    assert conn.next_transfer_from_where == 300 + CFG.max_unacked_bytes
+
+
 def test_an_idle_master_heartbeats_and_a_silent_peer_is_dropped():
     master = _master(10)
     conn, client = HAConnection("s1", master, CFG, 0), HAClient(MemoryHALog(), CFG, 0)

@@ -19,7 +19,9 @@ def test_switch_seeds(chunk):
     assert not failures, f"replay: python -m quorumlog.sim.ha_switch --seed {failures[0][0]} --trace; {failures[:3]}"
 
 
-@pytest.mark.parametrize("planted, kinds", [("no_lease", {"two_writable_masters"}),
+# (no_lease: two masters' writes also leave members whose bytes differ, caught as not_converged when the two were
+# not writable at one write instant)
+@pytest.mark.parametrize("planted, kinds", [("no_lease", {"two_writable_masters", "not_converged"}),
                                             ("no_truncate", {"not_converged", "acked_lost"})])
 def test_planted_bugs_are_caught(planted, kinds):
     caught = [(s, v.kind) for s in range(60) if (v := run_seed(s, frozenset({planted}))) is not None]
