@@ -1,11 +1,10 @@
 """RocketMQ's master/slave HA transfer (the seed `rocketmq-master-slave-sync.txt`), sans-I/O like the Raft core:
 the master's HAConnection per slave (`master.py`), the slave's HAClient (`slave.py`) and the
 GroupTransferService that completes SYNC_MASTER appends (`transfer.py`), over logs addressed by physical byte
-offset (`log.py`). The runtime moves the messages (`messages.py`) and tells them the time; nothing here does
-I/O, so the simulator drives the same code (tests/ha).
-
-Issue 14 is started, not done: the controller (SyncStateSet and epochs in `_meta`, automatic switch), the HA
-port in the node runtime, and the CLI/client mode are still to build on these.
+offset (`log.py`); the controller that elects masters (`controller.py`), the epoch entries and consistent point
+(`epochs.py`) and what a member decides under the controller (`member.py`). The runtime
+(server/master_slave.py, server/ha_controller.py) moves the messages (`messages.py`) and tells them the time;
+nothing here does I/O, so the simulators (sim/ha.py, sim/ha_switch.py) drive the same code.
 """
 
 from .log import MemoryHALog

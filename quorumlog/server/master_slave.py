@@ -43,7 +43,8 @@ from ..codes import ResponseCode
 from ..config import NodeConfig
 from ..errors import QuorumLogError
 from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer
-from ..ha.epochs import EpochCache, EpochEntry, consistent_point
+from ..ha.epochs import EpochCache, EpochEntry
+from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
 from ..ha.master import HAConfig
 from ..ha.messages import Drop
 from ..wire.client import AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse
@@ -323,8 +324,7 @@ class MasterSlaveReplica:
         self._acked_offset = 0
         self._confirmed = self.store.position_after(self.store.committed_index)
         if self.is_master:
-            if self.epochs.last_epoch != epoch:  # (a master restarted within its epoch continues it, leaseless)
-                self.epochs.begin(epoch, self.store.write_position)
+            if begin_epoch(self.epochs, epoch, self.store.write_position):
                 self._save_epochs()
             self._client = None
         else:
@@ -343,13 +343,12 @@ class MasterSlaveReplica:
         if self._altering or now - self._altered_at < ALTER_SYNC_STATE_SET_MS or now >= self._lease_until:
             return
         t = self._transfer
-        in_sync = set(t.in_sync(now))
-        want = {self.node_id} | {s for s in in_sync if t.slaves[s].offset >= self._acked_offset}
-        want |= {s for s in t.accepted if s in in_sync}
-        if want == set(t.accepted):
+        want = sync_state_set_proposal(self.node_id, t.accepted, t.in_sync(now),
+                                       {n: sl.offset for n, sl in t.slaves.items()}, self._acked_offset)
+        if want is None:
             return
         self._altering, self._altered_at = True, now
-        self.host.spawn(self._alter(frozenset(want), self.epoch), f"ha-alter-{self.group}")
+        self.host.spawn(self._alter(want, self.epoch), f"ha-alter-{self.group}")
 
     async def _alter(self, members: frozenset, epoch: int) -> None:
         try:
@@ -435,10 +434,8 @@ class MasterSlaveReplica:
         end = self.store.write_position
         if self.sync_flush and self.committer is not None:
             end = min(end, self.store.position_after(self.committer.durable_index))
-        slaves = self._transfer.slaves
-        held = [slaves[n].offset if n in slaves and slaves[n].offset >= 0 else self._confirmed
-                for n in self._transfer.accepted if n != self.node_id]
-        self._confirmed = max(self._confirmed, min([end, *held]))
+        self._confirmed = confirm_offset(end, self._transfer.accepted, self.node_id,
+                                         {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
         return self._confirmed
 
     def _advance_commit(self, now: int) -> None:
@@ -546,8 +543,7 @@ class MasterSlaveReplica:
             return
         master = EpochCache([EpochEntry(e, o) for e, o in m.entries])
         mine = self.store.write_position
-        point = consistent_point(self.epochs, mine, master, m.max_offset) if self.epochs.entries else \
-            min(mine, m.max_offset, master.entries[0].start_offset if master.entries else 0)
+        point = handshake_cut(self.epochs, mine, master, m.max_offset)
         if point < mine:
             try:
                 index = self.store.index_at_position(point)
@@ -563,10 +559,7 @@ class MasterSlaveReplica:
             self.store.truncate_after(index - 1)
             self.committer.truncated(index - 1)
             self.epochs.truncate(point)
-        for e in master.entries:  # (the master's epochs after the consistent point: the bytes we are to pull)
-            last = self.epochs.entries[-1] if self.epochs.entries else None
-            if last is None or (e.epoch > last.epoch and e.start_offset >= last.start_offset):
-                self.epochs.begin(e.epoch, e.start_offset)
+        adopt_epochs(self.epochs, master)  # (the master's epochs after the cut: the bytes we are to pull)
         self._save_epochs()
         self._hello_at = None
         c.on_disconnected()

@@ -3,11 +3,13 @@
     python -m quorumlog.sim.ha_switch --seeds 500 [--start S] [--seed S --trace] [--bug no_lease|no_truncate]
 
 Three members and the controller (quorumlog/ha/controller.py). Every member heartbeats the controller; the
-master holds a lease and accepts SYNC_MASTER writes (min_in_sync_replicas 2) only under it; slaves pull
-from the master they know (HAClient / HAConnection), truncating to the consistent point of the epoch entries
-first (ha/epochs.py). Faults: kill -9 of the master or a slave, losing what it had not flushed (up to 2 KiB of
-its tail, never an acknowledged byte: members flush before they count or report them; restarted later: an old master comes back as a slave, possibly behind the new one — RocketMQ #2706),
-a member isolated from everyone (the controller too) for a while.
+master holds a lease and accepts SYNC_MASTER writes (min_in_sync_replicas 2) only under it; slaves pull from
+the master they know (HAClient / HAConnection). What a member decides is the node runtime's own code
+(quorumlog/ha/member.py): the handshake's cut to the consistent point and the adopted epochs, its epoch entry
+when elected, the SyncStateSet it proposes. Faults, up to two members at once: kill -9, losing what it had not
+flushed (up to 2 KiB of its tail, never a byte it acknowledged: a master flushes before it counts itself, a
+slave before it reports; restarted later, an old master comes back as a slave, possibly behind the new one —
+RocketMQ #2706), or isolation from everyone (the controller too) for a while.
 
 Checker: never two members writable at one instant; at every election the new master holds every byte
 acknowledged so far, and so does the final master; after healing every member converges to the master's log
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from ..codes import ResponseCode
 from ..ha import GroupTransferService, HAClient, HAConnection, MemoryHALog
 from ..ha.controller import HAController
-from ..ha.epochs import EpochCache, consistent_point
+from ..ha.epochs import EpochCache
+from ..ha.member import adopt_epochs, begin_epoch, handshake_cut, sync_state_set_proposal
 from ..ha.master import HAConfig
 from ..ha.messages import Drop, SlaveReport
 from .seed_cli import seed_main
@@ -53,6 +56,8 @@ class Member:
     last_heartbeat: int = -HEARTBEAT_MS
     restarted: bool = False  # its process started since its last heartbeat
     gts: GroupTransferService | None = None  # while it is master
+    acked_offset: int = 0  # while it is master: the end of its last acknowledged append
+    reported: int = 0  # the highest offset it reported as a slave: flushed, so a crash never takes it back
     conns: dict = field(default_factory=dict)  # master side: slave -> HAConnection
     client: HAClient | None = None  # slave side
     upstream: str | None = None  # the master it pulls from
@@ -95,10 +100,9 @@ class HASwitchSim:
             return
         x.known_master, x.known_epoch = master, epoch
         self._disconnect(x)
-        x.gts = None
+        x.gts, x.acked_offset = None, 0
         if master == x.name:
-            if x.epochs.last_epoch != epoch:  # (a master restarted within its own epoch continues it)
-                x.epochs.begin(epoch, x.log.max_offset())
+            begin_epoch(x.epochs, epoch, x.log.max_offset())
             x.gts = GroupTransferService(2, slave_timeout_ms=500, not_catchup_ms=800)
             x.gts.accepted = self.ctl.sync_state_set
             self.log(f"{x.name} is master, epoch {epoch}, from offset {x.log.max_offset()}")
@@ -114,8 +118,9 @@ class HASwitchSim:
         if lease is not None and x.known_master == x.name:
             x.lease_until = lease
         if x.gts is not None and x.known_master == x.name:  # grow / shrink the SyncStateSet
-            want = frozenset({x.name, *x.gts.in_sync(self.now)})
-            if want != self.ctl.sync_state_set and self.ctl.alter_sync_state_set(x.name, x.known_epoch, want):
+            want = sync_state_set_proposal(x.name, x.gts.accepted, x.gts.in_sync(self.now),
+                                           {n: sl.offset for n, sl in x.gts.slaves.items()}, x.acked_offset)
+            if want is not None and self.ctl.alter_sync_state_set(x.name, x.known_epoch, want):
                 x.gts.accepted = want
 
     def _writable(self, x: Member) -> bool:
@@ -138,13 +143,16 @@ class HASwitchSim:
         if s.known_master == s.name or not (s.reachable and up.reachable and up.gts is not None
                                             and up.known_epoch == s.known_epoch and self.now < up.lease_until):
             return
-        cp = consistent_point(s.epochs, s.log.max_offset(), up.epochs, up.log.max_offset())
+        # the handshake (the runtime's hello / HaEpochs): cut to the consistent point, adopt the master's epochs
+        cp = handshake_cut(s.epochs, s.log.max_offset(), up.epochs, up.log.max_offset())
         if "no_truncate" in self.bugs:  # PLANTED BUG: keep a diverged tail, pull after it
             cp = min(s.log.max_offset(), up.log.max_offset())
         if cp < s.log.max_offset():
             self.log(f"{s.name} truncates {s.log.max_offset()} -> {cp} (epochs {s.epochs.entries})")
         s.log.truncate(cp)
         s.epochs.truncate(cp)
+        s.reported = min(s.reported, cp)
+        adopt_epochs(s.epochs, up.epochs)
         if s.log.max_offset() < up.log.min_offset():
             s.log.reset(up.log.min_offset())
         s.upstream = up.name
@@ -157,6 +165,7 @@ class HASwitchSim:
         for msg in msgs:
             if isinstance(msg, Drop):
                 return self._disconnect(s)
+            s.reported = max(s.reported, msg.offset)  # (flushed before it is reported)
             s.to_master.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
 
     def _to_slave(self, s: Member, msgs: list) -> None:
@@ -181,13 +190,7 @@ class HASwitchSim:
             self._to_slave(s, out)
         while s.upstream and s.to_slave and s.to_slave[0][0] <= self.now:
             _, msg = s.to_slave.pop(0)
-            before = s.log.max_offset()
-            out = s.client.on_message(msg, self.now)  # type: ignore[union-attr]
-            after = s.log.max_offset()
-            for e in up.epochs.entries:  # the epoch entries of the bytes it just got (the runtime sends them)
-                if before <= e.start_offset < after:
-                    s.epochs.begin(e.epoch, e.start_offset)
-            self._to_master(s, out)
+            self._to_master(s, s.client.on_message(msg, self.now))  # type: ignore[union-attr]
         if s.upstream:
             self._to_slave(s, conn.poll(self.now))
             self._to_master(s, s.client.poll(self.now))  # type: ignore[union-attr]
@@ -220,6 +223,7 @@ class HASwitchSim:
                                                   f"held by no slave")
             self.acked.append((start, data))
             self.acked_end = max(self.acked_end, start + len(data))
+            self.m[master].acked_offset = max(self.m[master].acked_offset, start + len(data))
 
     def _check_holds_acked(self, x: Member, when: str) -> None:
         for start, data in self.acked:
@@ -229,14 +233,16 @@ class HASwitchSim:
 
     def _fault(self) -> None:
         master = self.ctl.master
-        x = self.m[master if master and self.rng.random() < 0.6 else self.rng.choice(MEMBERS)]
+        free = [n for n in MEMBERS if n not in self.restart_at]  # (a second fault hits another member)
+        x = self.m[master if master in free and self.rng.random() < 0.6 else self.rng.choice(free)]
         hold = self.rng.randint(200, 2_000)
         if self.rng.random() < 0.6 and x.alive:
             x.alive = False
             # what it had not flushed: never an acknowledged byte (a master flushes before it counts itself, a
             # slave before it reports: flush sync), but anything after them
             lost = self.rng.choice((0, 0, self.rng.randint(1, 2_048)))
-            keep = max(x.log.min_offset(), x.log.max_offset() - lost, min(self.acked_end, x.log.max_offset()))
+            keep = max(x.log.min_offset(), x.log.max_offset() - lost,
+                       min(max(self.acked_end, x.reported), x.log.max_offset()))
             lost = x.log.max_offset() - keep
             if lost:
                 x.log.truncate(keep)
@@ -287,7 +293,7 @@ class HASwitchSim:
         for _ in range(steps):
             if self.rng.random() < 0.3:
                 self._write()
-            if self.rng.random() < 0.003 and not self.restart_at:
+            if self.rng.random() < 0.003 and len(self.restart_at) < 2:  # up to two members down at once
                 self._fault()
             self._step()
         self._heal(force=True)

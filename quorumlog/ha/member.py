@@ -1,0 +1,73 @@
+"""What a member of a master/slave group decides under the controller, sans-I/O: the node runtime
+(server/master_slave.py) and the switch simulator (sim/ha_switch.py) call these same rules, so the simulator's
+checker judges the rules the nodes run.
+
+    cut = handshake_cut(mine, my_max, master, master_max)   # a slave's new session: where to cut its log
+    adopt_epochs(mine, master)                              # ... then the master's epochs after the cut
+    begin_epoch(mine, epoch, my_max) -> bool                # elected: its own epoch entry
+    sync_state_set_proposal(master_id, accepted, in_sync, offsets, acked_offset) -> frozenset | None
+    confirm_offset(end, accepted, master_id, offsets, confirmed) -> int
+
+Each session with a new master begins with a handshake (RocketMQ 5's AutoSwitchHAClient): the master answers a
+slave's hello with its epoch entries and max offset; the slave cuts its log to the consistent point — what an
+old master wrote alone is dropped — and adopts the master's later epochs before it pulls.
+
+The master grows and shrinks its SyncStateSet through the controller. A slave joins only while in sync **and**
+holding every byte acknowledged so far: the controller may elect any member of the set, and the one it elects
+must hold every acknowledged append. A member leaves once out of sync.
+
+The confirm offset — what readers may see — is the lowest offset held across the accepted set; a member that has
+not reported since its session began is taken at the previous confirm offset (it held that much when it was
+counted), so the confirm offset never moves back.
+"""
+
+from __future__ import annotations
+
+from typing import Collection, Mapping
+
+from .epochs import EpochCache, consistent_point
+
+
+def handshake_cut(mine: EpochCache, my_max: int, master: EpochCache, master_max: int) -> int:
+    """The offset a slave cuts its log to before pulling from `master` (≤ my_max)."""
+    if mine.entries:
+        return min(my_max, consistent_point(mine, my_max, master, master_max))
+    # (bytes without epoch entries — a member that lost its epochs file: keep only what the master's first epoch
+    # cannot contradict)
+    return min(my_max, master_max, master.entries[0].start_offset if master.entries else 0)
+
+
+def adopt_epochs(mine: EpochCache, master: EpochCache) -> None:
+    """After the cut: the master's epochs beyond the last one this log holds (the bytes it is about to pull)."""
+    for e in master.entries:
+        last = mine.entries[-1] if mine.entries else None
+        if last is None or (e.epoch > last.epoch and e.start_offset >= last.start_offset):
+            mine.begin(e.epoch, e.start_offset)
+
+
+def begin_epoch(mine: EpochCache, epoch: int, max_offset: int) -> bool:
+    """This member is master in `epoch` from its `max_offset`: forget adopted epochs whose bytes it never pulled
+    (a master that died before this slave pulled from its first byte), then begin its own. A master restarted
+    within its own epoch continues it. Returns whether the entries changed (to be saved)."""
+    if mine.last_epoch == epoch:
+        return False
+    mine.truncate(max_offset + 1)
+    mine.begin(epoch, max_offset)
+    return True
+
+
+def sync_state_set_proposal(master_id: str, accepted: Collection[str], in_sync: Collection[str],
+                            offsets: Mapping[str, int], acked_offset: int) -> frozenset[str] | None:
+    """The set the master should ask the controller for, or None to keep `accepted`: the master, members of
+    `accepted` still in sync, and slaves in sync that hold every acknowledged byte (`acked_offset`)."""
+    want = {master_id}
+    want |= {s for s in in_sync if s in accepted or offsets.get(s, -1) >= acked_offset}
+    return None if want == set(accepted) else frozenset(want)
+
+
+def confirm_offset(end: int, accepted: Collection[str], master_id: str, offsets: Mapping[str, int],
+                   confirmed: int) -> int:
+    """The new confirm offset: the lowest of the master's `end` (what it holds, fsynced if it flushes so) and
+    what each other member of `accepted` reported; never below `confirmed`."""
+    held = [offsets[n] if offsets.get(n, -1) >= 0 else confirmed for n in accepted if n != master_id]
+    return max(confirmed, min([end, *held]))
