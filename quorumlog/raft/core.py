@@ -75,6 +75,10 @@ class RaftCore:
         self.leader_since_ms = 0
         self._next_heartbeat_ms = 0
         self._disk_full_until_ms = -(1 << 62)
+        # Until then this node's store was full (any role): it does not take leadership it would hand straight
+        # back — else a leader handing leadership to its preferred leader, whose disk is full, ping-pongs with it
+        # every few ms and neither commits anything (the master/slave soak, `_meta` on a full disk).
+        self._store_full_until_ms = -(1 << 62)
         self._watermarks_moved = False
         # Batch boundaries a push may end at (pushes never split a client batch, so no node ever holds a torn
         # one that a later leader could commit half of): our own term's batch ends, and the end of the
@@ -473,7 +477,12 @@ class RaftCore:
                     log.warning("refusing to take leadership node=%s term=%d from=%s: store failed",
                                 member.node_id, member.term, m.frm)
                     return
+                if self.now_ms < self._store_full_until_ms:
+                    log.warning("refusing to take leadership node=%s term=%d from=%s: disk full",
+                                member.node_id, member.term, m.frm)
+                    return
                 log.info("taking leadership node=%s term=%d from=%s", member.node_id, member.term, m.frm)
+                self.transfer.taken_from(m.frm)
                 self.elector.campaign(leadership_transfer=True)
         else:
             raise TypeError(f"unknown message {m!r}")
@@ -554,6 +563,8 @@ class RaftCore:
         self.handler.buffer.clear()
         if event.code == ResponseCode.DISK_ERROR:
             self.elector.no_campaign_until_ms = 1 << 62  # until restart (see above)
+        else:
+            self._store_full_until_ms = self.now_ms + 2 * self.config.election_timeout_max_ms
         if self.member.role is not _LEADER:
             return
         self.pending.fail_all(event.code, self.member.leader_id, self._completions, written_up_to=self.end_index)

@@ -21,9 +21,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A preferred leader that handed leadership to us gets it back only after this many election timeouts.
+HAND_BACK_AFTER_TIMEOUTS = 20
+
 
 class LeadershipTransfer:
-    __slots__ = ("core", "request_id", "to", "deadline_ms", "start_term", "take_sent", "preferred_retry_ms")
+    __slots__ = ("core", "request_id", "to", "deadline_ms", "start_term", "take_sent", "preferred_retry_ms",
+                 "handed_by", "handed_at_ms")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
@@ -33,6 +37,13 @@ class LeadershipTransfer:
         self.start_term = 0
         self.take_sent = False
         self.preferred_retry_ms = 0
+        # The leader that handed us leadership, and when: a preferred leader that handed over on purpose (its
+        # disk full or failing, an admin transfer, a shutdown) is not handed it straight back.
+        self.handed_by: str | None = None
+        self.handed_at_ms = 0
+
+    def taken_from(self, leader_id: str) -> None:
+        self.handed_by, self.handed_at_ms = leader_id, self.core.now_ms
 
     @property
     def active(self) -> bool:
@@ -92,6 +103,9 @@ class LeadershipTransfer:
         preferred = core.config.preferred_leader_id
         if (preferred is None or preferred == core.config.node_id or preferred not in core.membership.voters
                 or core.now_ms < self.preferred_retry_ms):
+            return
+        if preferred == self.handed_by and core.now_ms < self.handed_at_ms + HAND_BACK_AFTER_TIMEOUTS * \
+                core.config.election_timeout_max_ms:
             return
         if self._caught_up(preferred):
             self.start(None, preferred)

@@ -72,6 +72,14 @@ async def _log(cluster: Cluster) -> dict[bytes, int]:
         return {e.body: e.index async for e in c.read(0)}
 
 
+async def _none_lost(cluster: Cluster, acked: dict[bytes, int]) -> dict[bytes, int]:
+    """The group's log (body -> index); asserts every acknowledged entry is in it at its index."""
+    log = await _log(cluster)
+    lost = {b: i for b, i in acked.items() if log.get(b) != i}
+    assert not lost, f"{len(lost)} acknowledged entries lost or moved, e.g. {list(lost.items())[:3]}"
+    return log
+
+
 async def _converged(cluster: Cluster, timeout_s: float = 30.0) -> dict[str, dict]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -223,9 +231,7 @@ def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_retur
         new_master = next(n for n, r in rows.items() if r["role"] == "master")
         assert new_master != master and rows[master]["role"] == "slave"
         assert rows[new_master]["epoch"] >= 2
-        log = await _log(cluster)
-        lost = {b: i for b, i in acked.items() if log.get(b) != i}
-        assert not lost, f"{len(lost)} acknowledged entries lost or moved, e.g. {list(lost.items())[:3]}"
+        await _none_lost(cluster, acked)
 
     try:
         cluster.start()

@@ -101,3 +101,26 @@ def test_a_follower_whose_store_failed_refuses_to_take_leadership():
     c.run(100)
     assert not any(isinstance(m, VoteRequest) and m.frm == to for m in c.sent)
     assert c.leader() == leader
+
+
+def test_a_preferred_leader_whose_disk_is_full_hands_over_once_and_does_not_take_it_back():
+    """The master/slave soak: `_meta`'s preferred leader filled its disk; it handed leadership over, the new
+    leader handed it straight back to the preferred leader (caught up), which handed it over again — twenty
+    terms in two seconds, nothing committed meanwhile. A leader handed over to does not hand back at once, and a
+    node whose store was full refuses to take leadership."""
+    from quorumlog.codes import ResponseCode
+    from quorumlog.raft.types import StoreFailed
+    c = Cluster(3, preferred_leader_id="n2")
+    c.run_until(lambda: c.leader() == "n2", 5_000)
+    c.run(200)
+    c.step("n2", StoreFailed(ResponseCode.DISK_FULL, "ENOSPC"))
+    timeout = c.core("n2").config.election_timeout_max_ms
+    c.run_until(lambda: c.leader() not in (None, "n2"), 2 * timeout)
+    new, term = c.leader(), c.core(c.leader()).term
+    c.run(timeout)  # (within the window the disk counts as full: no hand-back taken)
+    assert c.leader() == new and c.core(new).term == term, (c.leader(), c.core(new).term, term)
+    rid = c.append(new, [b"after"])
+    c.run_until(lambda: rid in c.completions, 2_000)
+    assert c.completions[rid].code == ResponseCode.SUCCESS
+    from quorumlog.raft.transfer import HAND_BACK_AFTER_TIMEOUTS
+    c.run_until(lambda: c.leader() == "n2", (HAND_BACK_AFTER_TIMEOUTS + 5) * timeout)  # (its disk is fine again)
