@@ -99,7 +99,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "pairs keep one heartbeat each, and a dead leader's node is noticed within the election timeout.",
        "Not in DLedger (one group per process); CockroachDB's quiesced ranges."),
     _k("preferred_leader_id", "", "str",
-       "If set, leadership moves to this node once it has caught up (empty = none).",
+       "If set, leadership moves to this node once it has caught up (empty = none) — but not back to it for 20 "
+       "election timeouts after it handed leadership over itself (a full or failing disk, an admin transfer, a "
+       "shutdown), and never while its disk reports full.",
        "DLedger `preferredLeaderIds` (one id here)."),
     # -- client requests ------------------------------------------------------------------------------------
     _k("max_pending_requests", 10_000, "int", "Appends waiting for a quorum before new ones get LEADER_PENDING_FULL.",
