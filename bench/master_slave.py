@@ -1,9 +1,10 @@
 """Master/slave groups (RocketMQ HA) against a Raft group on the same 3 nodes (127.0.0.1), in one run (issue 14).
 
-    python bench/master_slave.py [--duration-s 5] [--kills 10] [--catch-up-mib 256] [--flush sync]
+    python bench/master_slave.py [--duration-s 5] [--repeat 3] [--kills 10] [--catch-up-mib 256] [--flush sync]
 
 - appends: `quorumlog bench` against a Raft group (3 replicas), a SYNC_MASTER group with 2 slaves and one with
-  1 slave (min_in_sync_replicas 2 in both): one writer (p50 latency) and 64 writers (appends/s), 1 KiB entries.
+  1 slave (min_in_sync_replicas 2 in both): one writer (p50 latency) and 64 writers (appends/s), 1 KiB entries;
+  --repeat interleaved rounds (the order rotated each round), medians compared.
 - catch-up: a slave killed, its data wiped, restarted empty while the master holds --catch-up-mib: MB/s until
   it holds the master's max offset.
 - switch: kill -9 of the master of the 2-slave group under one writer, --kills times: ms from the kill to the
@@ -50,6 +51,20 @@ def _bench(peers: str, group: str, writers: int, duration_s: float) -> dict:
     d = json.loads(out.stdout)
     return {"appends_per_s": d["appends_per_s"], "p50_ms": d["latency_ms"]["p50"], "p99_ms": d["latency_ms"]["p99"],
             "errors": d["errors"]}
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """Each figure's median over the rounds (p50 and appends/s taken separately)."""
+    return {k: statistics.median(r[k] for r in runs) for k in ("appends_per_s", "p50_ms", "p99_ms", "errors")}
+
+
+def _paired_ratios(runs: dict) -> dict:
+    """Each master/slave group against the Raft group of the same round, the median over rounds: the machine's
+    drift between rounds (here up to 25%) cancels out."""
+    def ratio(g: str, load: str, key: str) -> float:
+        return round(statistics.median(m[key] / r[key] for m, r in zip(runs[g][load], runs["raft"][load])), 2)
+    return {g: {"p50_ratio": ratio(g, "1_writer", "p50_ms"), "appends_ratio": ratio(g, "64_writers", "appends_per_s")}
+            for g in ("ms2", "ms1")}
 
 
 async def _rows(cluster: Cluster, group: str) -> dict[str, dict]:
@@ -139,6 +154,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration-s", type=float, default=5.0)
     p.add_argument("--kills", type=int, default=10)
+    p.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the append loads (medians)")
     p.add_argument("--catch-up-mib", type=int, default=256)
     p.add_argument("--flush", default="sync", choices=["sync", "async"])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -149,17 +165,24 @@ def main() -> None:
     try:
         cluster.start()
         asyncio.run(_setup(cluster))
-        appends = {}
-        for group in ("raft", "ms2", "ms1"):
-            appends[group] = {"1_writer": _bench(cluster.peers, group, 1, a.duration_s),
-                              "64_writers": _bench(cluster.peers, group, 64, a.duration_s)}
-            print(group, appends[group], flush=True)
+        # Interleaved rounds, the groups' order rotated each round, medians reported: one pass in a fixed order
+        # measured each group at another moment of this shared machine (runs vary by ±10-20% here).
+        groups = ["raft", "ms2", "ms1"]
+        runs: dict = {g: {"1_writer": [], "64_writers": []} for g in groups}
+        for r in range(a.repeat):
+            for group in groups[r % 3:] + groups[:r % 3]:
+                for load, writers in (("1_writer", 1), ("64_writers", 64)):
+                    runs[group][load].append(_bench(cluster.peers, group, writers, a.duration_s))
+                print(f"round {r}", group, {k: v[-1] for k, v in runs[group].items()}, flush=True)
+        appends = {g: {load: _median_run(rs) for load, rs in loads.items()} for g, loads in runs.items()}
+        results["runs"] = runs
         raft = appends["raft"]
         results["appends"] = appends
         results["vs_raft"] = {g: {"p50_ratio": round(appends[g]["1_writer"]["p50_ms"] / raft["1_writer"]["p50_ms"], 2),
                                   "appends_ratio": round(appends[g]["64_writers"]["appends_per_s"]
                                                          / raft["64_writers"]["appends_per_s"], 2)}
                               for g in ("ms2", "ms1")}
+        results["vs_raft_paired"] = _paired_ratios(runs)
         results["catch_up"] = asyncio.run(_catch_up(cluster, a.catch_up_mib))
         print("catch-up", results["catch_up"], flush=True)
         results["switch"] = asyncio.run(_switches(cluster, a.kills))
@@ -170,7 +193,8 @@ def main() -> None:
            "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
            "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
            "setup": f"3 nodes on 127.0.0.1, flush {a.flush}; groups raft (3 replicas), ms2 (SYNC_MASTER, 2 slaves, "
-                    f"min_in_sync_replicas 2), ms1 (SYNC_MASTER, 1 slave); 1 KiB entries",
+                    f"min_in_sync_replicas 2), ms1 (SYNC_MASTER, 1 slave); 1 KiB entries; appends: medians of {a.repeat} "
+                    f"interleaved rounds",
            "command": "python bench/master_slave.py " + " ".join(sys.argv[1:]), "results": results}
     results_file.write(a.out, "master-slave", doc, results)
 
