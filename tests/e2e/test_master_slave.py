@@ -72,6 +72,15 @@ async def _log(cluster: Cluster) -> dict[bytes, int]:
         return {e.body: e.index async for e in c.read(0)}
 
 
+def _run(cluster: Cluster, main) -> None:
+    """Start the cluster, run the async test body, stop the cluster whatever happened."""
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
 async def _none_lost(cluster: Cluster, acked: dict[bytes, int]) -> dict[bytes, int]:
     """The group's log (body -> index); asserts every acknowledged entry is in it at its index."""
     log = await _log(cluster)
@@ -126,11 +135,7 @@ def test_sync_master_acks_what_a_slave_holds_and_a_killed_slave_converges(tmp_pa
             assert [e.index for e in entries] == list(range(last + 1))
             assert entries[0].body == b"e0-0" * 20 and entries[last].body == b"r99" * 100
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_sigstopped_slaves_fail_sync_appends_within_slave_timeout_and_a_retry_is_no_duplicate(tmp_path):
@@ -175,11 +180,7 @@ def test_sigstopped_slaves_fail_sync_appends_within_slave_timeout_and_a_retry_is
             entries = [e async for e in c.read(0, 21)]
             assert [e.body for e in entries[19:]] == [b"before19", b"while-stopped", b"after"]
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_a_slave_refuses_writes_and_reads_unless_slave_read_enable(tmp_path):
@@ -196,11 +197,7 @@ def test_a_slave_refuses_writes_and_reads_unless_slave_read_enable(tmp_path):
                 [e async for e in c.read(0, 0, node=slave)]
             assert e.value.code == ResponseCode.NOT_LEADER and "slave_read_enable" in str(e.value)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_returns_as_a_slave(tmp_path):
@@ -233,11 +230,7 @@ def test_kill_9_of_the_master_under_four_sync_writers_loses_nothing_and_it_retur
         assert rows[new_master]["epoch"] >= 2
         await _none_lost(cluster, acked)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_ha_elect_switches_by_hand_under_writes_and_loses_nothing(tmp_path):
@@ -268,11 +261,7 @@ def test_ha_elect_switches_by_hand_under_writes_and_loses_nothing(tmp_path):
         log = await _log(cluster)
         assert all(log.get(b) == i for b, i in acked.items())
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 @pytest.mark.parametrize("ack", ["sync", "async"])
@@ -334,8 +323,4 @@ def test_a_master_stopped_past_its_lease_never_writes_beside_the_new_one(tmp_pat
             assert all(log.get(b) == i for b, i in acked.items())
         assert not any(b.startswith(b"to-old-") for b in log)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)

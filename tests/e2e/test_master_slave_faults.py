@@ -26,7 +26,7 @@ from quorumlog.transport.peer_links import PeerLinks
 from quorumlog.wire.client import AppendRequest
 from quorumlog.wire.messages import HaReport
 
-from .test_master_slave import GROUP, _converged, _ms_group, _none_lost, _rows, _write_until
+from .test_master_slave import GROUP, _converged, _ms_group, _none_lost, _rows, _run, _write_until
 from .test_meta import _create_meta
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -103,11 +103,7 @@ def test_a_report_beyond_the_masters_end_is_never_counted_as_acknowledged(tmp_pa
         rows = await _converged(cluster)
         assert rows[master]["end_index"] == r.index == 11  # (the refused entry stays in the log, as in RocketMQ)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_a_slave_whose_offset_retention_deleted_resyncs_from_the_masters_first_byte(tmp_path):
@@ -149,11 +145,7 @@ def test_a_slave_whose_offset_retention_deleted_resyncs_from_the_masters_first_b
             on_master = [(e.index, e.body) async for e in c.read(begin, last)]
             assert on_away == on_master
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 async def _entries(c, first: int, last: int, node: str):
@@ -196,11 +188,7 @@ def test_a_master_that_restarts_behind_its_slave_is_not_master_again_and_loses_n
         assert rows[master]["role"] == "slave" and rows[master]["end_index"] == acked[b"after"]
         await _none_lost(cluster, acked)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 async def _other_master(cluster: Cluster, old: str) -> dict[str, dict] | None:
@@ -266,11 +254,7 @@ def test_a_diverged_tail_is_cut_after_a_switch_even_when_a_crash_tears_the_cut(t
         assert not any(b.startswith(b"diverged") for b in log), "the old master's tail came back"
         assert sorted(log.values()) == list(range(len(log)))
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 async def _converged_members(cluster: Cluster, members: list[str], timeout_s: float = 30.0) -> dict[str, dict]:
@@ -326,11 +310,7 @@ def test_a_half_open_ha_session_is_dropped_and_the_slave_comes_back(tmp_path):
         await _converged(cluster)
         await _none_lost(cluster, acked)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 async def _rows_of(cluster: Cluster, nodes: list[str]) -> dict[str, dict]:
