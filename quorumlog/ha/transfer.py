@@ -123,6 +123,10 @@ class GroupTransferService:
             del self._waiting[rid]
         return done
 
+    def held_by(self, end_offset: int) -> int:
+        """How many slaves (of the accepted set, when there is one) reported holding `end_offset`."""
+        return self._acks(end_offset)
+
     def _in_sync_count(self, now_ms: int) -> int:
         if self.accepted is not None:
             return len(self.accepted)

@@ -5,7 +5,8 @@ stores, real fsyncs and the node's peer links (TLS and token included):
 
 - the master appends client batches to its store, runs one HAConnection per slave (HAService) and the
   GroupTransferService: under `ack sync` (SYNC_MASTER) an append is answered once `min_in_sync_replicas`
-  members, itself included, hold its end offset — and its own copy is fsynced when flush is sync —, else
+  members of the accepted SyncStateSet hold its end offset durably (the master by its own fsync when flush
+  is sync, a slave by its report; any of them, as a Raft majority), else
   FLUSH_SLAVE_TIMEOUT after `slave_timeout_ms`, or at once SLAVE_NOT_AVAILABLE / IN_SYNC_REPLICAS_NOT_ENOUGH;
   under `ack async` (ASYNC_MASTER) after its own write. A timed-out batch stays in the log, as in RocketMQ,
   but a retry with the same producer sequence is answered with the first copy's indexes, never appended twice;
@@ -13,8 +14,9 @@ stores, real fsyncs and the node's peer links (TLS and token included):
   `ha_send_heartbeat_interval_ms`, and appends the master's frames as they are. Under sync flush it reports only
   what it fsynced, so an acknowledged byte is on the disks of `min_in_sync_replicas` members.
 
-The confirm offset — the lowest offset held across the SyncStateSet, and fsynced here — is the group's commit
-point: no reader, on the master or on a slave (`slave_read_enable`), sees beyond it.
+The confirm offset — the lowest offset held across the SyncStateSet (fsynced here when the master is alone in
+it) — is the group's commit point: no reader, on the master or on a slave (`slave_read_enable`), sees beyond
+it.
 
 The master is the controller's (server/ha_controller.py, on the `_meta` leader): every member heartbeats it
 every HEARTBEAT_MS and follows the committed {master, epoch, sync_state_set} it answers. A master takes writes
@@ -411,6 +413,9 @@ class MasterSlaveReplica:
                 del self._pending[done.request_id]
                 self._answer(p, done.code, f"{done.code.name}: end offset {done.end_offset} not held by "
                                            f"{self._transfer.min_in_sync_replicas} members")
+        if self.sync_flush:  # (appends the slaves alone may complete before the master's fsync)
+            for rid in [r for r, p in self._pending.items() if p.transferred]:
+                self._finish_if_done(rid)
         self._advance_commit(now)
         self._maybe_alter_sync_state_set(now)
         self.host.flush_transport()
@@ -432,7 +437,9 @@ class MasterSlaveReplica:
         """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
         has not reported since its session began holds at least what was confirmed before: it never goes back."""
         end = self.store.write_position
-        if self.sync_flush and self.committer is not None:
+        if self.sync_flush and self.committer is not None and self._transfer.accepted == {self.node_id}:
+            # (alone in the set, only what it fsynced; with others, what they all reported is durable on
+            # each of them, so the master's own fsync need not hold a reader back — nor its acked appends)
             end = min(end, self.store.position_after(self.committer.durable_index))
         self._confirmed = confirm_offset(end, self._transfer.accepted, self.node_id,
                                          {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
@@ -512,9 +519,15 @@ class MasterSlaveReplica:
         self._schedule_pump()
 
     def _finish_if_done(self, rid: int) -> None:
+        """Answer once `min_in_sync_replicas` members of the accepted SyncStateSet hold the append durably —
+        the master once its own fsync covers it (flush sync), a slave by its report (it reports what it
+        fsynced) —, the master not necessarily among them: as a Raft group commits on any majority's fsyncs.
+        The controller elects from that set by the highest offset, so the new master holds it either way."""
         p = self._pending[rid]
+        if not p.transferred:
+            return
         durable = not self.sync_flush or self.committer.durable_index >= p.last
-        if p.transferred and durable:
+        if durable or self._transfer.held_by(p.end_offset) >= self._transfer.min_in_sync_replicas:
             del self._pending[rid]
             self._acked_offset = max(self._acked_offset, p.end_offset)
             self._answer(p, ResponseCode.SUCCESS)

@@ -184,3 +184,31 @@ def test_settings_refuse_what_cannot_work():
             assert why in str(e), (bad, e)
         else:
             raise AssertionError(f"{bad} accepted")
+
+
+def test_two_slaves_holding_an_append_complete_it_before_the_masters_own_fsync(tmp_path):
+    """SYNC_MASTER with min_in_sync_replicas 2 of {n0, n1, n2}: like a Raft group's majority, any two members
+    holding the append durably complete it — here both slaves, while the master's fsync has not run; one slave
+    alone does not."""
+    async def main() -> None:
+        r, host = await _master(tmp_path, sync_state_set=("n0", "n1", "n2"))
+        for n in ("n1", "n2"):
+            r.on_peer_message(HaReport(n, "n0", 1, 0, hello=True))
+            r.on_peer_message(HaReport(n, "n0", 1, 0))
+        r.committer.written = lambda end_index: None  # (the master's fsync never starts)
+        s = _Session()
+        r.on_client_request(s, AppendRequest(1, (b"z" * 100,), 0, -1))
+        await _until(lambda: any(m.data for m in _frames(host, HaTransfer)), r)
+        end = r.store.write_position
+        assert r.committer.durable_index < r.store.end_index
+        r.on_peer_message(HaReport("n1", "n0", 1, end))
+        await asyncio.sleep(0.05)
+        r.tick(now_ms())
+        await asyncio.sleep(0.05)
+        assert s.responses == [], "one slave and an unsynced master are not two members holding it"
+        r.on_peer_message(HaReport("n2", "n0", 1, end))
+        await _until(lambda: s.responses, r)
+        assert [m.code for m in s.responses] == [ResponseCode.SUCCESS]
+        assert r.status()["confirm_offset"] == end  # (readers see it: both slaves hold it durably)
+        await r.close()
+    asyncio.run(main())
