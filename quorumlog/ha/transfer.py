@@ -50,6 +50,11 @@ class GroupTransferService:
         # With a controller: the SyncStateSet it accepted (master included). Only these members' acks count,
         # so whichever of them is elected next holds every acknowledged byte. None: no controller.
         self.accepted: frozenset[str] | None = None
+        # What the master holds durably (its fsynced end, flush sync): it counts as one member for the appends
+        # below it. None: the master counts for whatever it wrote (flush async, the simulators). An append
+        # completes once min_in_sync_replicas members hold it — the master not necessarily among them, as a
+        # Raft majority.
+        self.master_held: int | None = None
 
     # -- what the slaves hold ----------------------------------------------------------------------------
     def on_slave_offset(self, slave: str, offset: int, master_max_offset: int, now_ms: int) -> None:
@@ -101,12 +106,10 @@ class GroupTransferService:
         return None
 
     def request(self, request_id: int, end_offset: int, now_ms: int) -> TransferDone | None:
-        if self.min_in_sync_replicas <= 1:
-            return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
         code = self.refusal(now_ms)
         if code is not None:
             return TransferDone(request_id, code, end_offset)
-        if self._acks(end_offset) + 1 >= self.min_in_sync_replicas:
+        if self._holders(end_offset) >= self.min_in_sync_replicas:
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
         self._waiting[request_id] = (end_offset, now_ms + self.slave_timeout_ms)
         return None
@@ -114,7 +117,7 @@ class GroupTransferService:
     def poll(self, now_ms: int) -> list[TransferDone]:
         done = []
         for rid, (end, deadline) in list(self._waiting.items()):
-            if self._acks(end) + 1 >= self.min_in_sync_replicas:
+            if self._holders(end) >= self.min_in_sync_replicas:
                 done.append(TransferDone(rid, ResponseCode.SUCCESS, end))
             elif now_ms >= deadline:
                 done.append(TransferDone(rid, ResponseCode.FLUSH_SLAVE_TIMEOUT, end))
@@ -123,9 +126,9 @@ class GroupTransferService:
             del self._waiting[rid]
         return done
 
-    def held_by(self, end_offset: int) -> int:
-        """How many slaves (of the accepted set, when there is one) reported holding `end_offset`."""
-        return self._acks(end_offset)
+    def _holders(self, end_offset: int) -> int:
+        master = self.master_held is None or self.master_held >= end_offset
+        return self._acks(end_offset) + (1 if master else 0)
 
     def _in_sync_count(self, now_ms: int) -> int:
         if self.accepted is not None:

@@ -44,7 +44,7 @@ from typing import Any
 from ..codes import ResponseCode
 from ..config import NodeConfig
 from ..errors import QuorumLogError
-from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer
+from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
 from ..ha.epochs import EpochCache, EpochEntry
 from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
 from ..ha.master import HAConfig
@@ -123,7 +123,6 @@ class _Append:
     first: int
     last: int
     end_offset: int
-    transferred: bool = False
 
 
 class MasterSlaveReplica:
@@ -179,6 +178,8 @@ class MasterSlaveReplica:
         t = GroupTransferService(s.min_in_sync_replicas if s.ack == "sync" else 1, s.slave_timeout_ms,
                                  s.ha_max_time_slave_not_catchup_ms)
         t.accepted = frozenset({self.node_id})
+        if self.sync_flush:  # (the master counts for what it fsynced; flush async: for what it wrote)
+            t.master_held = self.store.position_after(self.committer.durable_index) if self.committer else 0
         return t
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -406,16 +407,7 @@ class MasterSlaveReplica:
             p = self._pending.get(done.request_id)
             if p is None:
                 continue
-            if done.code == ResponseCode.SUCCESS:
-                p.transferred = True
-                self._finish_if_done(done.request_id)
-            else:
-                del self._pending[done.request_id]
-                self._answer(p, done.code, f"{done.code.name}: end offset {done.end_offset} not held by "
-                                           f"{self._transfer.min_in_sync_replicas} members")
-        if self.sync_flush:  # (appends the slaves alone may complete before the master's fsync)
-            for rid in [r for r, p in self._pending.items() if p.transferred]:
-                self._finish_if_done(rid)
+            self._done(done)
         self._advance_commit(now)
         self._maybe_alter_sync_state_set(now)
         self.host.flush_transport()
@@ -509,28 +501,22 @@ class MasterSlaveReplica:
                                          self.store.position_after(last))
         done = self._transfer.request(rid, p.end_offset, now)
         if done is not None:
-            if done.code != ResponseCode.SUCCESS:
-                del self._pending[rid]
-                self._answer(p, done.code, f"{done.code.name}: sync state set {sorted(self._transfer.accepted)}, "
-                                           f"min_in_sync_replicas {self._transfer.min_in_sync_replicas}")
-                return
-            p.transferred = True
-        self._finish_if_done(rid)
+            self._done(done)
         self._schedule_pump()
 
-    def _finish_if_done(self, rid: int) -> None:
-        """Answer once `min_in_sync_replicas` members of the accepted SyncStateSet hold the append durably —
-        the master once its own fsync covers it (flush sync), a slave by its report (it reports what it
-        fsynced) —, the master not necessarily among them: as a Raft group commits on any majority's fsyncs.
-        The controller elects from that set by the highest offset, so the new master holds it either way."""
-        p = self._pending[rid]
-        if not p.transferred:
+    def _done(self, done: TransferDone) -> None:
+        """GroupTransferService's verdict on a waiting append: `min_in_sync_replicas` members of the accepted
+        SyncStateSet hold it durably (the master once its fsync covers it, a slave by its report), or not."""
+        p = self._pending.pop(done.request_id, None)
+        if p is None:
             return
-        durable = not self.sync_flush or self.committer.durable_index >= p.last
-        if durable or self._transfer.held_by(p.end_offset) >= self._transfer.min_in_sync_replicas:
-            del self._pending[rid]
+        if done.code == ResponseCode.SUCCESS:
             self._acked_offset = max(self._acked_offset, p.end_offset)
             self._answer(p, ResponseCode.SUCCESS)
+        else:
+            self._answer(p, done.code, f"{done.code.name}: end offset {done.end_offset} not held by "
+                                       f"{self._transfer.min_in_sync_replicas} members of the sync state set "
+                                       f"{sorted(self._transfer.accepted)}")
 
     def _answer(self, p: _Append, code: ResponseCode, message: str = "") -> None:
         self.metrics.count_request(code.name)
@@ -542,8 +528,8 @@ class MasterSlaveReplica:
     def _on_durable(self, index: int) -> None:
         now = now_ms()
         if self.is_master:
-            for rid in [r for r, p in self._pending.items() if p.last <= index]:
-                self._finish_if_done(rid)
+            if self.sync_flush:
+                self._transfer.master_held = self.store.position_after(index)
             self._schedule_pump()
         elif self._client is not None and self._client.connected and self.sync_flush:
             self._report(now)
