@@ -4,7 +4,8 @@
 
 Two `quorumlog cluster up --nodes 3 --flush sync` clusters in one run (one plain, one `--tls` with a token),
 each measured with `quorumlog bench`: 64 writers of single 1 KiB appends (appends/s) and 4 writers of 1 MiB
-append_batch calls (MB/s); the runs alternate plain / TLS `--reps` times and the medians are compared.
+append_batch calls (MB/s); the runs alternate plain / TLS `--reps` times (which goes first flips each time) and
+the medians are compared.
 Results: bench/results/tls-<date>.json. Target: TLS costs at most 20% of either figure.
 """
 
@@ -64,7 +65,9 @@ def main() -> None:
         _up(dirs[True], 27710, True)
         for rep in range(a.reps):
             for name, (writers, batch) in WORKLOADS.items():
-                for tls in (False, True):
+                # (the order flips each repetition: a drift of this shared machine within a repetition — its
+                # page cache filling, say — would otherwise always fall on the same side)
+                for tls in ((False, True) if rep % 2 == 0 else (True, False)):
                     d = _bench(dirs[tls], tls, writers, batch, a)
                     runs[name]["tls" if tls else "plain"].append(
                         {"appends_per_s": d["appends_per_s"], "mb_per_s": d["mb_per_s"], "errors": d["errors"],

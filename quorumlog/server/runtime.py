@@ -10,6 +10,7 @@ import sys
 from typing import Sequence
 
 from ..config import ConfigError, NodeConfig, add_argparse_flags, load_config
+from ..heap import keep_freed_buffers
 from ..store import RecoveryError
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def run_node(config: NodeConfig) -> int:
     """Blocking: run a node in the foreground until SIGTERM/SIGINT; returns the process exit code."""
     setup_logging(config)
     raise_open_files_limit()
+    keep_freed_buffers()
     try:
         import uvloop
     except ImportError:
