@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from ..codes import ResponseCode
 
 
+_EVERYTHING = 1 << 62  # (what the master counts for when master_held is None)
+
+
 @dataclass(frozen=True, slots=True)
 class TransferDone:
     request_id: int
@@ -109,15 +112,16 @@ class GroupTransferService:
         code = self.refusal(now_ms)
         if code is not None:
             return TransferDone(request_id, code, end_offset)
-        if self._holders(end_offset) >= self.min_in_sync_replicas:
+        if end_offset <= self._held_offset():
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
         self._waiting[request_id] = (end_offset, now_ms + self.slave_timeout_ms)
         return None
 
     def poll(self, now_ms: int) -> list[TransferDone]:
         done = []
+        held = self._held_offset()
         for rid, (end, deadline) in list(self._waiting.items()):
-            if self._holders(end) >= self.min_in_sync_replicas:
+            if end <= held:
                 done.append(TransferDone(rid, ResponseCode.SUCCESS, end))
             elif now_ms >= deadline:
                 done.append(TransferDone(rid, ResponseCode.FLUSH_SLAVE_TIMEOUT, end))
@@ -126,16 +130,18 @@ class GroupTransferService:
             del self._waiting[rid]
         return done
 
-    def _holders(self, end_offset: int) -> int:
-        master = self.master_held is None or self.master_held >= end_offset
-        return self._acks(end_offset) + (1 if master else 0)
+    def _held_offset(self) -> int:
+        """The highest offset that min_in_sync_replicas counted members hold (-1: none). A slave that reported
+        the bytes holds them, whether or not its connection is still up; only members of the accepted
+        SyncStateSet count, when there is one."""
+        holds = [s.offset for n, s in self.slaves.items() if self.accepted is None or n in self.accepted]
+        holds.append(_EVERYTHING if self.master_held is None else self.master_held)
+        if len(holds) < self.min_in_sync_replicas:
+            return -1
+        holds.sort(reverse=True)
+        return holds[self.min_in_sync_replicas - 1]
 
     def _in_sync_count(self, now_ms: int) -> int:
         if self.accepted is not None:
             return len(self.accepted)
         return 1 + len(self.in_sync(now_ms))
-
-    def _acks(self, end_offset: int) -> int:
-        # (a slave that reported the bytes holds them, whether or not its connection is still up)
-        return sum(1 for n, s in self.slaves.items() if s.offset >= end_offset
-                   and (self.accepted is None or n in self.accepted))

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 _EMPTY_CHAIN = 0  # chain seed of entry 0
 IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
+_POSITION_HINTS = 256  # (read_at_position: a few per slave reading; cleared when full)
 
 
 class FileStore(RecoverOnOpen):
@@ -86,6 +87,7 @@ class FileStore(RecoverOnOpen):
         # append_records, scanned by recovery, or served once): reads skip re-checking them, as Kafka's
         # broker does; everything below is checked on its first read.
         self._verified_from = 0
+        self._position_hints: dict[int, int] = {}  # position -> the entry beginning there (read_at_position)
         self._end_term = -1
         self._end_chain = _EMPTY_CHAIN
         self._write_pos = 0
@@ -225,6 +227,9 @@ class FileStore(RecoverOnOpen):
         other position (the middle of a record, outside the log)."""
         if pos == self._write_pos:
             return self._end + 1, 0
+        hint = self._position_hints.get(pos)
+        if hint is not None and self._begin <= hint <= self._end and self._unit(hint)[0] == pos:
+            return hint, 0  # (checked against its index unit: a stale hint only costs the search below)
         lo, hi = self._begin, self._end  # the first entry beginning at or after pos
         if self._end < self._begin or not self._unit(lo)[0] <= pos < self._write_pos:
             raise ValueError(f"position {pos} is outside the log [{self.first_position()}, {self._write_pos}]")
@@ -243,6 +248,12 @@ class FileStore(RecoverOnOpen):
             return lo, seg.end - pos
         raise ValueError(f"position {pos} is inside a record")
 
+    def _hint_position(self, pos: int, index: int) -> None:
+        """Entry `index` (probably) begins at `pos`: _index_at_position checks a hint before it uses it."""
+        if len(self._position_hints) >= _POSITION_HINTS:
+            self._position_hints.clear()
+        self._position_hints[pos] = index
+
     def read_at_position(self, pos: int, max_bytes: int) -> bytes:
         """The log's bytes as they lie from physical position `pos`, within one segment, cut at a record end:
         at most max_bytes but at least one record. From a sealed segment's end of records: its blank, then the
@@ -257,6 +268,10 @@ class FileStore(RecoverOnOpen):
                 out += seg.view[pos - seg.start: seg.end - seg.start]
             records = self._read(index, max(1, max_bytes - len(out)))
             out += records.chunks[0]  # (the first chunk lies in one segment: a byte range of the file)
+            if len(records.chunks) == 1:
+                # Where this read ends is where the next read from here begins, and what the reader will report
+                # holding: remember which entry begins there, so neither searches the index.
+                self._hint_position(pos + len(out), records.last_index + 1)
             return bytes(out)
 
     def append_at_position(self, pos: int, data: bytes | memoryview) -> int:
@@ -273,6 +288,7 @@ class FileStore(RecoverOnOpen):
                 raise CorruptEntry(f"master's segment ends at {pos + blank}, this log's at {seg_end} "
                                    f"(data_segment_size differs?)")
             view = view[blank:]
+        self._hint_position(pos, self._end + 1)  # (the master's confirm offsets fall on these positions)
         self.append_records(view)
         if self._write_pos != pos + len(data):
             raise CorruptEntry(f"records from position {pos} end here at {self._write_pos}, at the master at "

@@ -125,3 +125,40 @@ def test_a_slave_with_other_segment_sizes_is_refused_not_misplaced(tmp_path):
     with pytest.raises(CorruptEntry, match="data_segment_size differs"):
         _sync(StoreHALog(m, SEG), StoreHALog(s, 2 * SEG))
     m.close(), s.close()
+
+
+def test_positions_found_by_hint_or_search_agree_after_reads_truncation_and_new_entries(tmp_path):
+    # read_at_position remembers which entry begins where each read ends (so the next read and the reader's
+    # report skip the index search); the answers must stay the search's own after the log is cut and rewritten.
+    rng = random.Random(11)
+    st = FileStore(str(tmp_path / "m"), CFG)
+    _fill(st, 60, rng)
+
+    def expected(p: int) -> int | None:
+        """By brute force: the entry beginning at p, the next one if p ends a segment's records, else None."""
+        for i in range(st.begin_index, st.end_index + 1):
+            start = st.position_after(i - 1) if i > st.begin_index else st.first_position()
+            if start == p or (st.position_after(i - 1) == p and i > st.begin_index):
+                return i
+        return None
+
+    for _round in range(3):
+        pos, ends = st.first_position(), []
+        while pos < st.write_position:  # a slave's reads, cut at record ends, across segment ends
+            data = st.read_at_position(pos, rng.randint(1, 900))
+            pos += len(data)
+            ends.append(pos)
+        assert any(p in st._position_hints for p in ends)
+        cut = rng.randint(st.begin_index, st.end_index - 5)
+        st.truncate_after(cut)
+        _fill(st, 20, rng)  # other sizes at the positions the hints remember
+        for p in ends:
+            if p >= st.write_position:
+                continue
+            want = expected(p)
+            if want is None:
+                with pytest.raises(ValueError):
+                    st.index_at_position(p)  # (inside a record now: never a stale hint's entry)
+            else:
+                assert st.index_at_position(p) == want, p
+    st.close()
