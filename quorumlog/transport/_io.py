@@ -18,6 +18,7 @@ MAX_WRITE_BATCH_BYTES = 8 * 1024 * 1024  # one writelines call: enough to amorti
 _WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024
 _WRITE_LOW_WATER_BYTES = 1 * 1024 * 1024
 _CORK_FLUSH_BYTES = 256 * 1024
+TLS_RECORD_BYTES = 16 * 1024  # the most plaintext one TLS record carries
 _MAX_DIRTY_CORKS = 4096
 assert DEFAULT_RECONNECT_BACKOFF_MIN_MS < DEFAULT_RECONNECT_BACKOFF_MAX_MS
 
@@ -39,6 +40,37 @@ def _peername(transport: asyncio.BaseTransport) -> str:
     return str(peer)
 
 
+def is_tls(transport: asyncio.BaseTransport) -> bool:
+    return transport.get_extra_info("ssl_object") is not None
+
+
+def tls_pieces(buffers: list) -> list:
+    """`buffers` for a TLS transport's writelines: runs of small buffers joined (one copy) into pieces of at
+    least a record's 16 KiB, big ones as they are. uvloop's TLS layer seals each buffer of a writelines call on
+    its own (an SSL_write each), so a 1,024-entry append handed over as a header and 1,024 bodies went out as
+    1,025 records of 1 KiB, each sealed, framed and on the other side opened by a call of its own; joined, it
+    is 64 records."""
+    out: list = []
+    run: list = []
+    run_bytes = 0
+    for b in buffers:
+        n = len(b)
+        if n >= TLS_RECORD_BYTES:
+            if run:
+                out.append(b"".join(run) if len(run) > 1 else run[0])
+                run, run_bytes = [], 0
+            out.append(b)
+            continue
+        run.append(b)
+        run_bytes += n
+        if run_bytes >= TLS_RECORD_BYTES:
+            out.append(b"".join(run))
+            run, run_bytes = [], 0
+    if run:
+        out.append(b"".join(run) if len(run) > 1 else run[0])
+    return out
+
+
 class _WriteCork:
     """Coalesces the frames written during one loop iteration into one writelines (one syscall for many).
 
@@ -47,13 +79,14 @@ class _WriteCork:
     more than _CORK_FLUSH_BYTES (so backpressure sees big writes), and before a graceful close.
     """
 
-    __slots__ = ("transport", "pending", "pending_bytes", "scheduled", "dirty", "listed", "eager")
+    __slots__ = ("transport", "pending", "pending_bytes", "scheduled", "dirty", "listed", "eager", "tls")
 
     def __init__(self, transport, dirty: list | None = None, eager: bool = False) -> None:
         self.transport = transport
         # eager (the client's side): the first frame of a loop turn is written at once, only the ones that
         # follow it in the same turn are corked; a lone caller waits for no loop turn.
         self.eager = eager
+        self.tls = is_tls(transport)  # (buffers joined into whole records first: tls_pieces)
         self.pending: list = []
         self.pending_bytes = 0
         self.scheduled = False
@@ -67,7 +100,7 @@ class _WriteCork:
             self.scheduled = True  # later frames of this turn are corked
             asyncio.get_running_loop().call_soon(self.flush)
             if not self.transport.is_closing():
-                self.transport.writelines(buffers)
+                self.transport.writelines(tls_pieces(buffers) if self.tls else buffers)
             return
         self.pending.extend(buffers)
         self.pending_bytes += size
@@ -91,4 +124,4 @@ class _WriteCork:
             return
         buffers, self.pending, self.pending_bytes = self.pending, [], 0
         if not self.transport.is_closing():
-            self.transport.writelines(buffers)
+            self.transport.writelines(tls_pieces(buffers) if self.tls else buffers)

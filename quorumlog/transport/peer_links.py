@@ -21,7 +21,7 @@ from . import codec
 from ._io import (
     _WRITE_HIGH_WATER_BYTES, _WRITE_LOW_WATER_BYTES, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_QUEUE_BYTES,
     DEFAULT_MAX_QUEUE_MESSAGES, DEFAULT_RECONNECT_BACKOFF_MAX_MS, DEFAULT_RECONNECT_BACKOFF_MIN_MS,
-    DEFAULT_WRITE_TIMEOUT_MS, MAX_WRITE_BATCH_BYTES, _nodelay,
+    DEFAULT_WRITE_TIMEOUT_MS, MAX_WRITE_BATCH_BYTES, _nodelay, is_tls, tls_pieces,
 )
 from .frames import MAX_FRAME_BYTES, NEED_DATA, FrameDecoder
 from .handshake import (
@@ -172,7 +172,7 @@ class _PeerLink:
             frames += 1
         self.wire_group = wire_group
         self.queued_bytes -= batch_bytes
-        transport.writelines(out)
+        transport.writelines(tls_pieces(out) if is_tls(transport) else out)
         self.stats.frames_out += frames
         self.stats.bytes_out += batch_bytes + select_bytes
 
