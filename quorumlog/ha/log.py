@@ -15,7 +15,7 @@ class HALog(Protocol):
 
     def segment_start(self, offset: int) -> int: ...  # where the segment holding offset begins
 
-    def read(self, offset: int, max_bytes: int) -> bytes: ...  # min_offset <= offset <= max_offset
+    def read(self, offset: int, max_bytes: int) -> bytes | memoryview: ...  # min_offset <= offset <= max_offset
 
     def append(self, offset: int, data: bytes) -> None: ...  # offset == max_offset (a slave's appends)
 

@@ -22,7 +22,7 @@ class SlaveReport:
 @dataclass(frozen=True, slots=True)
 class Transfer:
     offset: int
-    data: bytes = b""
+    data: bytes | memoryview = b""  # (a view of the master's store: no copy)
 
     @property
     def heartbeat(self) -> bool:

@@ -29,7 +29,7 @@ class StoreHALog:
     def segment_start(self, offset: int) -> int:
         return offset - offset % self.segment_bytes
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
+    def read(self, offset: int, max_bytes: int) -> bytes | memoryview:
         return self.store.read_at_position(offset, max_bytes)
 
     def append(self, offset: int, data: bytes) -> None:

@@ -254,7 +254,7 @@ class FileStore(RecoverOnOpen):
             self._position_hints.clear()
         self._position_hints[pos] = index
 
-    def read_at_position(self, pos: int, max_bytes: int) -> bytes:
+    def read_at_position(self, pos: int, max_bytes: int) -> bytes | memoryview:
         """The log's bytes as they lie from physical position `pos`, within one segment, cut at a record end:
         at most max_bytes but at least one record. From a sealed segment's end of records: its blank, then the
         first record of the next segment. b"" at the write position."""
@@ -262,17 +262,20 @@ class FileStore(RecoverOnOpen):
             index, blank = self._index_at_position(pos)
             if index > self._end:
                 return b""
-            out = bytearray()
+            gap = b""
             if blank:
                 seg = self._data[self._data_seg_i(pos)]
-                out += seg.view[pos - seg.start: seg.end - seg.start]
-            records = self._read(index, max(1, max_bytes - len(out)))
-            out += records.chunks[0]  # (the first chunk lies in one segment: a byte range of the file)
+                gap = seg.view[pos - seg.start: seg.end - seg.start]
+            records = self._read(index, max(1, max_bytes - len(gap)))
+            chunk = records.chunks[0]  # (the first chunk lies in one segment: a byte range of the file)
+            size = len(gap) + memoryview(chunk).nbytes
             if len(records.chunks) == 1:
                 # Where this read ends is where the next read from here begins, and what the reader will report
                 # holding: remember which entry begins there, so neither searches the index.
-                self._hint_position(pos + len(out), records.last_index + 1)
-            return bytes(out)
+                self._hint_position(pos + size, records.last_index + 1)
+            # Without a blank, the records' view as a Raft push sends them (no copy: the HA frame goes to the
+            # socket from the page cache's map); after a segment's end, its blank and the records joined.
+            return bytes(gap) + bytes(chunk) if blank else chunk
 
     def append_at_position(self, pos: int, data: bytes | memoryview) -> int:
         """A slave's append of its master's bytes from `pos` (this log's write position): records as they are
