@@ -4,9 +4,9 @@ A node allocates a buffer per big frame it receives (1 MiB batches), and TLS add
 each write, the memory BIOs. glibc serves each allocation above its mmap threshold (128 KiB at first, moved up
 to the size last freed) with a fresh mmap, and trims the heap's free top above twice that: either way the next
 big buffer is pages the kernel must fault in and zero again. Measured with `bench/tls.py` (4 writers of 1 MiB
-batches, 2 cores): page faults, clear_page and memset were 8% of the nodes' cycles under TLS, and fixing both
-thresholds moved TLS from 67-72 to 80-86 MB/s and plain from ~100 to 105-108. On a VM that hands freed pages
-back to its host (free page reporting, as here) a refault costs more again.
+batches, 2 cores): page faults, clear_page and memset were about 8% of the nodes' cycles under TLS, and fixing
+both thresholds moved the medians from 69 to 78 MB/s with TLS and from 101 to 107 without. On a VM that hands
+freed pages back to its host (free page reporting, as here) a refault costs more again.
 
 The cost is memory that stays mapped after a burst: at most TRIM_THRESHOLD of free heap top is kept (freed
 buffers inside the heap are reused whatever their place). Buffers larger than MMAP_THRESHOLD are still mmapped.
