@@ -383,8 +383,7 @@ class MasterSlaveReplica:
         out = conn.on_report(SlaveReport(m.offset), now)
         if not conn.closed:
             self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now)
-            if self._complete(now):
-                self.host.flush_transport()
+            self._complete(now)
         self._send_master(m.frm, out)
         self._schedule_pump()
 
@@ -411,14 +410,15 @@ class MasterSlaveReplica:
         self.host.flush_transport()
 
     def _complete(self, now: int) -> bool:
-        """Answer the appends GroupTransferService finished (the commit point moved first, as a Raft leader's);
-        called on each report and fsync too, so the answers go out then, not a loop turn later with the next pump
-        (under load that turn is a good part of an append's wait). False if none finished."""
+        """Answer the appends GroupTransferService finished (the commit point moved first, as a Raft leader's)
+        and write the answers; called on each report and fsync too, so they go out then, not a loop turn later
+        with the next pump (under load that turn is a good part of an append's wait). False if none finished."""
         finished = self._transfer.poll(now)
         if finished:
             self._advance_commit(now)
             for done in finished:
                 self._done(done)
+            self.host.flush_transport()
         return bool(finished)
 
     def _send_master(self, slave: str, out: list) -> None:
@@ -539,8 +539,7 @@ class MasterSlaveReplica:
         if self.is_master:
             if self.sync_flush:
                 self._transfer.master_held = self.store.position_after(index)
-                if self._complete(now):
-                    self.host.flush_transport()
+                self._complete(now)
             self._schedule_pump()
         elif self._client is not None and self._client.connected and self.sync_flush:
             self._report(now)
