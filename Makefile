@@ -11,7 +11,7 @@ WORKERS ?= 2
 install: $(STAMP)
 
 # The C sources too: an editable install compiles the optional codec extension in place, so a change rebuilds it.
-$(STAMP): pyproject.toml setup.py quorumlog/format/_fastcodec.c
+$(STAMP): pyproject.toml setup.py quorumlog/format/_fastcodec.c quorumlog/topic/_fastmessage.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[spark,dev]'

@@ -1,7 +1,8 @@
 """Only the optional C extension lives here; everything else is in pyproject.toml.
 
-quorumlog/format/_fastcodec.c is the record codec's hot loop (one call per batch). It is optional: a machine
-without a C compiler installs quorumlog anyway and quorumlog.format.log_entry falls back to pure Python.
+quorumlog/format/_fastcodec.c is the record codec's hot loop (one call per batch), quorumlog/topic/_fastmessage.c a
+consumer's (one call per pull). Both are optional: a machine without a C compiler installs quorumlog anyway, and
+quorumlog.format.log_entry and quorumlog.client.topics fall back to pure Python.
 """
 
 from setuptools import Extension, setup
@@ -11,6 +12,12 @@ setup(
         Extension(
             "quorumlog.format._fastcodec",
             sources=["quorumlog/format/_fastcodec.c"],
+            extra_compile_args=["-O2", "-std=c11"],
+            optional=True,
+        ),
+        Extension(
+            "quorumlog.topic._fastmessage",
+            sources=["quorumlog/topic/_fastmessage.c"],
             extra_compile_args=["-O2", "-std=c11"],
             optional=True,
         ),

@@ -28,7 +28,7 @@ from crc32c import crc32c
 
 from ..errors import BadRequest, MetadataVersionConflict, TopicNotExist
 from ..peers import Address, parse_peers
-from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode, encode
+from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode
 from ..wire.client import TopicRequest, TopicResponse
 from .client import Client
 from .groups import GroupAdmin
@@ -368,14 +368,8 @@ class TopicClient:
         `offset` (its `min_offset` says where the queue starts now)."""
         resp = await self.pull_raw(topic, queue_id, offset, max_messages=max_messages, wait_ms=wait_ms, tags=tags)
         wanted = None if tags in ("", "*") else {t.strip() for t in tags.split("||")}
-        out = []
-        for pm in resp.messages:
-            m = decode(pm.body)
-            if m is None or (wanted is not None and m.tags not in wanted):
-                continue
-            out.append(TopicMessage(m.topic, m.queue_id, pm.queue_offset, m.body, m.key, m.tags, m.properties,
-                                    m.born_timestamp_ms, pm.store_timestamp_ms, pm.index, pm.term))
-        return Pulled(out, resp.next_offset, resp.min_offset, resp.max_offset)
+        return Pulled(decode_pulled(resp.messages, TopicMessage, wanted), resp.next_offset, resp.min_offset,
+                      resp.max_offset)
 
 
 class Producer(TopicClient):

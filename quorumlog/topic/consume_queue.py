@@ -65,11 +65,15 @@ class ConsumeQueue:
 
     def read(self, queue_offset: int, max_units: int, tag_hashes: frozenset[int] | None = None) -> list[Unit]:
         """Units from queue_offset on (at most max_units looked at), those whose tag hash is wanted."""
-        start = max(queue_offset, self.min_offset)
-        end = min(self.max_offset, start + max_units)
-        raw = bytes(self._data[(start - self.min_offset) * UNIT.size:(end - self.min_offset) * UNIT.size])
+        start, raw = self.raw_units(queue_offset, max_units)
         return [Unit(start + k, i, size, tag) for k, (i, size, tag) in enumerate(UNIT.iter_unpack(raw))
                 if tag_hashes is None or tag in tag_hashes]
+
+    def raw_units(self, queue_offset: int, max_units: int) -> tuple[int, bytes]:
+        """(the first unit's queue offset, the units) from queue_offset on, at most max_units, as stored."""
+        start = max(queue_offset, self.min_offset)
+        end = min(self.max_offset, start + max_units)
+        return start, bytes(self._data[(start - self.min_offset) * UNIT.size:(end - self.min_offset) * UNIT.size])
 
     def first_offset_from(self, log_index: int) -> int:
         """The first queue offset whose message is at or after log_index (max_offset if none): where the queue

@@ -19,19 +19,25 @@ in all (RocketMQ's Short.MAX_VALUE), the whole message ≤ `max_message_bytes` (
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from crc32c import crc32c
 
 from ..errors import BadRequest, EntryTooLarge
+from ..format.log_entry import PURE_PYTHON_ENV
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"QLM"
 VERSION = 1
 _HEAD = struct.Struct(">3sBIHq")
 _U8, _U16 = struct.Struct(">B"), struct.Struct(">H")
-TOPIC_RE = re.compile(r"^[A-Za-z0-9_%|-]{1,127}$")
+TOPIC_RE = re.compile(r"\A[A-Za-z0-9_%|-]{1,127}\Z")  # (not ^...$: "$" also matches before a final newline)
 MAX_KEY_BYTES = 1024
 MAX_TAGS_BYTES = 255
 MAX_PROPERTIES_BYTES = 32 * 1024 - 1
@@ -144,3 +150,39 @@ def decode(entry: bytes | memoryview) -> Message | None:
         return Message(topic, b[pos:], queue_id, key, tags, props, born, flags)
     except (struct.error, UnicodeDecodeError, IndexError):
         return None
+
+
+def _load_fast():
+    """The compiled decoder (topic/_fastmessage.c), unless QUORUMLOG_PURE_PYTHON=1 or it was not built."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastmessage
+    except ImportError as e:  # built without a C compiler: correct, only slower
+        log.debug("compiled message decoder not available, using pure Python: %s", e)
+        return None
+    return _fastmessage
+
+
+fast = _load_fast()  # the compiled pull helpers (topic/_fastmessage.c), or None
+
+
+def decode_pulled(pulled: Any, cls: type, wanted: set[str] | None = None) -> list:
+    """The messages of one pull (wire/client.py PackedMessages, or PulledMessages) as `cls` objects with the
+    fields topic, queue_id, queue_offset, body, key, tags, properties, born_timestamp_ms, store_timestamp_ms,
+    index, term; entries that are not messages are left out, and so are tags not in `wanted` (None: all).
+    One C call per pull where _fastmessage is built (cls's fields must then be slots)."""
+    if fast is not None and hasattr(pulled, "blob"):
+        return fast.decode_pulled(pulled.head, pulled.blob, cls, wanted)
+    return _decode_pulled(pulled, cls, wanted)
+
+
+def _decode_pulled(pulled: Iterable, cls: type, wanted: set[str] | None) -> list:
+    out = []
+    for pm in pulled:
+        m = decode(pm.body)
+        if m is None or (wanted is not None and m.tags not in wanted):
+            continue
+        out.append(cls(m.topic, m.queue_id, pm.queue_offset, m.body, m.key, m.tags, m.properties,
+                       m.born_timestamp_ms, pm.store_timestamp_ms, pm.index, pm.term))
+    return out

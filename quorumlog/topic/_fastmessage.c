@@ -1,0 +1,313 @@
+/* A pull's hot loops in C, one call per pull instead of Python work per message: on the node, pack_pulled
+ * packs the messages a consume queue's units point at; on the consumer, decode_pulled decodes them.
+ *
+ * The Python paths stay the reference: decode_pulled accepts exactly the messages message.decode accepts, with
+ * the same fields, and pack_pulled packs what server/topic_service.py's record walk packs
+ * (tests/topic/test_fastmessage.py compares them). Optional at build time: both callers fall back to Python
+ * without it, or with QUORUMLOG_PURE_PYTHON=1.
+ *
+ * Message layout (big-endian; message.py):
+ *   magic "QLM" | version u8 (1) | flags u32 | queue_id u16 | born_timestamp_ms i64
+ *   | topic (u8 length) | key (u16 length) | tags (u16 length)
+ *   | properties: count u16, each key (u16 length) value (u16 length), UTF-8 | body (the rest)
+ * Pulled head (wire/client.py PackedMessages): per message queue_offset, index, term, store_timestamp_ms, size,
+ * each a big-endian i64; the bodies back to back in `blob`.
+ * Consume queue unit (consume_queue.py): log index i64 | size i32 | tag hash i64, big-endian.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HEAD_SIZE 18 /* magic 3, version 1, flags 4, queue_id 2, born 8 */
+#define PULLED_FIELDS 5
+#define MAX_TOPIC 127
+
+/* TopicMessage's fields, in the order decode_pulled fills them. */
+static const char *FIELDS[] = {"topic", "queue_id", "queue_offset", "body", "key", "tags", "properties",
+                               "born_timestamp_ms", "store_timestamp_ms", "index", "term"};
+#define N_FIELDS 11
+enum { F_TOPIC, F_QUEUE_ID, F_QUEUE_OFFSET, F_BODY, F_KEY, F_TAGS, F_PROPERTIES, F_BORN, F_STORE, F_INDEX, F_TERM };
+
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+
+static inline int64_t be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+/* message.TOPIC_RE: 1..127 characters of [A-Za-z0-9_%|-]. */
+static int topic_ok(const unsigned char *s, Py_ssize_t n) {
+    if (n < 1 || n > MAX_TOPIC) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '%' ||
+              c == '|' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* A length-prefixed UTF-8 string at *pos (u16 length), or NULL: -1 with no Python error if it runs past end
+ * or is not UTF-8 (the entry is then not a message), -1 with an error set on a memory error. */
+static PyObject *text16(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, PyObject *empty) {
+    if (*pos + 2 > end) return NULL;
+    Py_ssize_t n = be16(b + *pos);
+    *pos += 2;
+    if (*pos + n > end) return NULL;
+    PyObject *s;
+    if (n == 0) {
+        s = Py_NewRef(empty);
+    } else {
+        s = PyUnicode_DecodeUTF8((const char *)b + *pos, n, NULL);
+        if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) PyErr_Clear();
+    }
+    *pos += n;
+    return s;
+}
+
+typedef struct {
+    PyObject *topic, *key, *tags, *properties, *body;
+    uint32_t flags;
+    int queue_id;
+    int64_t born;
+} Parsed;
+
+static void parsed_clear(Parsed *m) {
+    Py_CLEAR(m->topic);
+    Py_CLEAR(m->key);
+    Py_CLEAR(m->tags);
+    Py_CLEAR(m->properties);
+    Py_CLEAR(m->body);
+}
+
+/* Parse one entry body. 1: a message, in *m; 0: not a message (raw or damaged); -1: a Python error.
+ * `last_topic` caches the previous topic's string: one topic repeats through a pull. */
+static int parse(const unsigned char *b, Py_ssize_t end, Parsed *m, PyObject **last_topic, PyObject *empty) {
+    memset(m, 0, sizeof(*m));
+    if (end < HEAD_SIZE + 7 || memcmp(b, "QLM", 3) != 0 || b[3] != 1) return 0;
+    m->flags = ((uint32_t)b[4] << 24) | ((uint32_t)b[5] << 16) | ((uint32_t)b[6] << 8) | b[7];
+    m->queue_id = be16(b + 8);
+    m->born = be64(b + 10);
+    Py_ssize_t tn = b[HEAD_SIZE], pos = HEAD_SIZE + 1;
+    if (pos + tn > end || !topic_ok(b + pos, tn)) return 0;
+    if (*last_topic != NULL && PyUnicode_GET_LENGTH(*last_topic) == tn &&
+        memcmp(PyUnicode_DATA(*last_topic), b + pos, tn) == 0) {
+        m->topic = Py_NewRef(*last_topic);
+    } else {
+        m->topic = PyUnicode_DecodeASCII((const char *)b + pos, tn, NULL);
+        if (m->topic == NULL) return -1;
+        Py_XSETREF(*last_topic, Py_NewRef(m->topic));
+    }
+    pos += tn;
+    if ((m->key = text16(b, &pos, end, empty)) == NULL) goto not_one;
+    if ((m->tags = text16(b, &pos, end, empty)) == NULL) goto not_one;
+    if (pos + 2 > end) goto not_one;
+    int count = be16(b + pos);
+    pos += 2;
+    if ((m->properties = PyDict_New()) == NULL) goto not_one;
+    for (int i = 0; i < count; i++) {
+        PyObject *k = text16(b, &pos, end, empty);
+        if (k == NULL) goto not_one;
+        PyObject *v = text16(b, &pos, end, empty);
+        if (v == NULL) {
+            Py_DECREF(k);
+            goto not_one;
+        }
+        int rc = PyDict_SetItem(m->properties, k, v);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (rc < 0) goto not_one;
+    }
+    if ((m->body = PyBytes_FromStringAndSize((const char *)b + pos, end - pos)) == NULL) goto not_one;
+    return 1;
+not_one:
+    parsed_clear(m);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Is the decoded tags string one of `wanted` (a set of str), or is there no filter? */
+static int tag_wanted(PyObject *wanted, PyObject *tags) {
+    if (wanted == Py_None) return 1;
+    return PySet_Contains(wanted, tags);
+}
+
+static PyObject *py_decode_pulled(PyObject *self, PyObject *args) {
+    Py_buffer head, blob;
+    PyObject *cls, *wanted;
+    if (!PyArg_ParseTuple(args, "y*y*OO", &head, &blob, &cls, &wanted)) return NULL;
+    PyObject *out = NULL, *last_topic = NULL, *empty = NULL;
+    PyObject *descr[N_FIELDS] = {NULL};
+    if (!PyType_Check(cls) || (wanted != Py_None && !PyAnySet_Check(wanted))) {
+        PyErr_SetString(PyExc_TypeError, "decode_pulled(head, blob, cls, wanted): a class and a set or None");
+        goto done;
+    }
+    if (head.len % (8 * PULLED_FIELDS) != 0) {
+        PyErr_SetString(PyExc_ValueError, "pulled head: not a whole number of 40-byte entries");
+        goto done;
+    }
+    /* cls's fields must be slots (member descriptors): they are set as object.__setattr__ would, without
+     * running a Python __init__ per message. */
+    for (int f = 0; f < N_FIELDS; f++) {
+        descr[f] = PyObject_GetAttrString(cls, FIELDS[f]);
+        if (descr[f] == NULL) goto done;
+        if (!Py_IS_TYPE(descr[f], &PyMemberDescr_Type)) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", ((PyTypeObject *)cls)->tp_name, FIELDS[f]);
+            goto done;
+        }
+    }
+    if ((empty = PyUnicode_New(0, 0)) == NULL) goto done;
+    Py_ssize_t n = head.len / (8 * PULLED_FIELDS);
+    if ((out = PyList_New(0)) == NULL) goto done;
+    const unsigned char *h = head.buf, *data = blob.buf;
+    Py_ssize_t at = 0;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    for (Py_ssize_t i = 0; i < n; i++, h += 8 * PULLED_FIELDS) {
+        int64_t size = be64(h + 32);
+        if (size < 0 || size > blob.len - at) {
+            PyErr_SetString(PyExc_ValueError, "pulled messages run past their bodies");
+            Py_CLEAR(out);
+            goto done;
+        }
+        Parsed m;
+        int rc = parse(data + at, (Py_ssize_t)size, &m, &last_topic, empty);
+        at += (Py_ssize_t)size;
+        if (rc < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (rc == 0) continue;
+        int want = tag_wanted(wanted, m.tags);
+        if (want <= 0) {
+            parsed_clear(&m);
+            if (want < 0) {
+                Py_CLEAR(out);
+                goto done;
+            }
+            continue;
+        }
+        PyObject *vals[N_FIELDS] = {
+            m.topic, PyLong_FromLong(m.queue_id), PyLong_FromLongLong(be64(h)), m.body, m.key, m.tags,
+            m.properties, PyLong_FromLongLong(m.born), PyLong_FromLongLong(be64(h + 24)),
+            PyLong_FromLongLong(be64(h + 8)), PyLong_FromLongLong(be64(h + 16))};
+        PyObject *obj = type->tp_alloc(type, 0);
+        int ok = obj != NULL;
+        for (int f = 0; f < N_FIELDS; f++) {
+            if (ok && vals[f] != NULL) ok = Py_TYPE(descr[f])->tp_descr_set(descr[f], obj, vals[f]) == 0;
+            else ok = 0;
+            Py_XDECREF(vals[f]);
+        }
+        if (ok) ok = PyList_Append(out, obj) == 0;
+        Py_XDECREF(obj);
+        if (!ok) {
+            Py_CLEAR(out);
+            goto done;
+        }
+    }
+done:
+    for (int f = 0; f < N_FIELDS; f++) Py_XDECREF(descr[f]);
+    Py_XDECREF(last_topic);
+    Py_XDECREF(empty);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&blob);
+    return out;
+}
+
+static inline void put64(unsigned char *p, int64_t v) {
+    for (int i = 7; i >= 0; i--, v = (int64_t)((uint64_t)v >> 8)) p[i] = (unsigned char)(v & 0xff);
+}
+
+static int append(PyObject *ba, const void *src, Py_ssize_t n) {
+    Py_ssize_t at = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, at + n) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(ba) + at, src, n);
+    return 0;
+}
+
+/* pack_pulled(units, first_offset, start, wanted, index, term, ts_us, offsets, data, head, blob) -> next
+ *
+ * Appends to `head` and `blob` (bytearrays) the messages that consume-queue units start, start+1, ... point at
+ * within one chunk's record columns (format.log_entry.record_columns: native int64 index, term and timestamp
+ * in microseconds, int32 body offsets, body bytes), skipping units whose tag hash is not in `wanted` (a set of
+ * ints, or None). Unit u's queue offset is first_offset + u. Stops at the first unit past the chunk's last
+ * record and returns its position (len(units) / 20 when all were handled). A message is cut to its unit's
+ * size, as a producer tag may follow it. */
+static PyObject *py_pack_pulled(PyObject *self, PyObject *args) {
+    Py_buffer units, index, term, ts, offsets, data;
+    long long first_offset;
+    Py_ssize_t start;
+    PyObject *wanted, *head, *blob, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*LnOy*y*y*y*y*YY", &units, &first_offset, &start, &wanted, &index, &term, &ts,
+                          &offsets, &data, &head, &blob))
+        return NULL;
+    Py_ssize_t n = index.len / 8, n_units = units.len / 20;
+    if (units.len % 20 || index.len % 8 || term.len != index.len || ts.len != index.len ||
+        offsets.len != (n + 1) * 4 || start < 0 || (wanted != Py_None && !PyAnySet_Check(wanted))) {
+        PyErr_SetString(PyExc_ValueError, "pack_pulled: units or record columns of the wrong shape");
+        goto done;
+    }
+    const int64_t *ix = index.buf, *tm = term.buf, *us = ts.buf;
+    const int32_t *off = offsets.buf;
+    const unsigned char *u = (const unsigned char *)units.buf;
+    Py_ssize_t k = 0, pos = start;
+    for (; pos < n_units && n > 0; pos++) {
+        const unsigned char *unit = u + pos * 20;
+        int64_t log_index = be64(unit);
+        if (log_index > ix[n - 1]) break;
+        if (wanted != Py_None) {
+            PyObject *tag = PyLong_FromLongLong(be64(unit + 12));
+            int in = tag == NULL ? -1 : PySet_Contains(wanted, tag);
+            Py_XDECREF(tag);
+            if (in < 0) goto done;
+            if (!in) continue;
+        }
+        Py_ssize_t lo = k, hi = n; /* the first record at or after log_index: units and records both ascend */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (ix[mid] < log_index) lo = mid + 1;
+            else hi = mid;
+        }
+        k = lo;
+        if (k >= n || ix[k] != log_index) continue; /* (not in these records: nothing to send) */
+        int32_t body = off[k + 1] - off[k], size = (int32_t)(((uint32_t)unit[8] << 24) | ((uint32_t)unit[9] << 16) |
+                                                            ((uint32_t)unit[10] << 8) | unit[11]);
+        if (off[k] < 0 || body < 0 || off[k + 1] > data.len) {
+            PyErr_SetString(PyExc_ValueError, "pack_pulled: body offsets outside the data");
+            goto done;
+        }
+        if (size < 0 || size > body) size = body;
+        int64_t ms = us[k] / 1000 - (us[k] % 1000 < 0); /* floor, as Python's // */
+        unsigned char h[40];
+        put64(h, first_offset + pos);
+        put64(h + 8, log_index);
+        put64(h + 16, tm[k]);
+        put64(h + 24, ms);
+        put64(h + 32, size);
+        if (append(head, h, 40) < 0 || append(blob, (const char *)data.buf + off[k], size) < 0) goto done;
+    }
+    result = PyLong_FromSsize_t(pos);
+done:
+    PyBuffer_Release(&units);
+    PyBuffer_Release(&index);
+    PyBuffer_Release(&term);
+    PyBuffer_Release(&ts);
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"pack_pulled", py_pack_pulled, METH_VARARGS,
+     "pack_pulled(units, first_offset, start, wanted, index, term, ts_us, offsets, data, head, blob) -> next unit"},
+    {"decode_pulled", py_decode_pulled, METH_VARARGS,
+     "decode_pulled(head, blob, cls, wanted) -> [cls(...)]: the messages of one pull (entries that are not "
+     "messages, and tags not in the set `wanted` unless it is None, left out)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastmessage",
+                                    "quorumlog's topic message decoder in C (see topic/message.py).", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastmessage(void) { return PyModule_Create(&module); }

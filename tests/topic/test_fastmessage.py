@@ -1,0 +1,139 @@
+"""The compiled pull decoder (quorumlog/topic/_fastmessage.c) against the reference, message.decode: the same
+messages with the same fields out of valid, damaged and random entries, raw entries left out, the exact tag
+filter, and a malformed pull refused."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorumlog.client.topics import TopicMessage
+from quorumlog.topic import message
+from quorumlog.topic.message import Message, _decode_pulled, encode
+from quorumlog.wire.client import PackedMessages, PulledMessage
+
+fast = pytest.importorskip("quorumlog.topic._fastmessage")
+
+topics = st.from_regex(r"[A-Za-z0-9_%|-]{1,127}", fullmatch=True)
+texts = st.text(max_size=20)
+messages = st.builds(Message, topic=topics, body=st.binary(max_size=300), queue_id=st.integers(0, 0xFFFF),
+                     key=texts, tags=st.sampled_from(["", "a", "b", "ü"]),
+                     properties=st.dictionaries(st.text(min_size=1, max_size=10), texts, max_size=3),
+                     born_timestamp_ms=st.integers(-2**63, 2**63 - 1), flags=st.integers(0, 2**32 - 1))
+
+
+def damaged(data: st.DataObject, body: bytes) -> bytes:
+    """body cut short, a byte flipped, or bytes added: most of these are no longer messages."""
+    how = data.draw(st.sampled_from(["cut", "flip", "grow", "as is"]))
+    if how == "cut" and body:
+        return body[:data.draw(st.integers(0, len(body) - 1))]
+    if how == "flip" and body:
+        i = data.draw(st.integers(0, min(len(body) - 1, 60)))
+        return body[:i] + bytes([body[i] ^ data.draw(st.integers(1, 255))]) + body[i + 1:]
+    if how == "grow":
+        return body + data.draw(st.binary(min_size=1, max_size=5))
+    return body
+
+
+def pulled(bodies: list[bytes]) -> PackedMessages:
+    return PackedMessages.of(PulledMessage(100 + i, 7 + 3 * i, 2, 1_700_000_000_000 + i, b)
+                             for i, b in enumerate(bodies))
+
+
+@given(st.data(), st.lists(st.one_of(messages.map(encode), st.binary(max_size=80)), max_size=12),
+       st.sampled_from([None, {"a"}, {"a", "ü"}, set()]))
+@settings(max_examples=400, deadline=None)
+def test_the_compiled_decoder_agrees_with_the_reference(data, bodies, wanted):
+    bodies = [damaged(data, b) for b in bodies]
+    p = pulled(bodies)
+    got = fast.decode_pulled(p.head, p.blob, TopicMessage, wanted)
+    assert got == _decode_pulled(p, TopicMessage, wanted)
+    assert all(type(m) is TopicMessage for m in got)
+
+
+def test_fields_land_where_they_belong():
+    m = Message("T", b"body", queue_id=3, key="k", tags="a", properties={"p": "v"}, born_timestamp_ms=-5, flags=9)
+    p = PackedMessages.of([PulledMessage(41, 1_000, 6, 1_234, b"raw entry"), PulledMessage(42, 1_001, 7, 1_235,
+                                                                                           encode(m))])
+    (got,) = fast.decode_pulled(p.head, p.blob, TopicMessage, None)
+    assert got == TopicMessage("T", 3, 42, b"body", "k", "a", {"p": "v"}, -5, 1_235, 1_001, 7)
+    got.properties["q"] = "w"  # each message its own dict
+    assert message.decode_pulled(p, TopicMessage)[0].properties == {"p": "v"}
+
+
+def test_a_topic_name_with_a_newline_is_not_a_message():
+    good = encode(Message("T", b"x"))
+    bad = good.replace(b"\x01T", b"\x02T\n", 1)
+    p = pulled([bad])
+    assert message.decode(bad) is None
+    assert fast.decode_pulled(p.head, p.blob, TopicMessage, None) == []
+
+
+def test_a_malformed_pull_is_refused():
+    p = pulled([encode(Message("T", b"x"))])
+    with pytest.raises(ValueError, match="past their bodies"):
+        fast.decode_pulled(p.head, p.blob[:-1], TopicMessage, None)
+    with pytest.raises(ValueError, match="40-byte"):
+        fast.decode_pulled(p.head[:-1], p.blob, TopicMessage, None)
+    negative = struct.pack(">qqqqq", 0, 0, 0, 0, -1)
+    with pytest.raises(ValueError):
+        fast.decode_pulled(negative, b"", TopicMessage, None)
+    plain = type("Plain", (), dict.fromkeys(TopicMessage.__slots__))  # the fields, but not as slots
+    with pytest.raises(TypeError, match="not a slot"):
+        fast.decode_pulled(p.head, p.blob, plain, None)
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_the_nodes_compiled_pack_agrees_with_the_record_walk(tmp_path_factory, data):
+    """TopicService._pack (C, a call per chunk) against _read_units (the record walk) over a log of interleaved
+    queues, raw entries, no-ops and producer-tagged batches in small segments: the same messages for any
+    offset, count and tag filter, and a next offset that neither skips nor repeats a wanted message."""
+    from types import SimpleNamespace
+
+    from quorumlog.server.topic_service import TopicService
+    from quorumlog.store import FileStore, StoreConfig
+    from quorumlog.topic.dispatcher import TopicDispatcher
+    from quorumlog.topic.message import tag_hash
+
+    store = FileStore(str(tmp_path_factory.mktemp("g")), StoreConfig(
+        data_segment_size_bytes=4096, max_entry_bytes=1024, disk_full_ratio=1.0, checkpoint_interval_ms=0))
+    d = TopicDispatcher()
+    try:
+        for seq in range(data.draw(st.integers(1, 25))):
+            kind = data.draw(st.sampled_from(["messages", "raw", "noop"]))
+            if kind == "noop":
+                store.append_batch(1, [b""], 1_000, noop=True)
+                continue
+            bodies = [encode(Message("T", data.draw(st.binary(max_size=200)), queue_id=data.draw(st.integers(0, 2)),
+                                     tags=data.draw(st.sampled_from(["", "a", "b"]))))
+                      if kind == "messages" else data.draw(st.binary(max_size=100)) for _ in range(
+                          data.draw(st.integers(1, 6)))]
+            producer = (7, seq) if data.draw(st.booleans()) else None
+            first = store.append_batch(2, bodies, 1_700_000_000_123 + seq, producer=producer) - len(bodies) + 1
+            for i, body in enumerate(bodies):
+                d.apply(first + i, body)
+        service = TopicService(SimpleNamespace(store=store))
+        for q in d.queues.values():
+            offset = data.draw(st.integers(q.min_offset, q.max_offset - 1))
+            count = data.draw(st.integers(1, 40))
+            wanted = data.draw(st.sampled_from([None, frozenset({tag_hash("a")}), frozenset({tag_hash("b"), 0})]))
+            packed, next_offset = service._pack(q, offset, count, wanted)
+            units = q.read(offset, count, wanted)
+            assert packed == service._read_units(units)
+            assert next_offset == min(q.max_offset, offset + count)
+            # a byte budget smaller than one message: pull after pull, each wanted message exactly once
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr("quorumlog.server.topic_service.MAX_PULL_BYTES", 1)
+                got, at = [], offset
+                while at < q.max_offset:
+                    part, nxt = service._pack(q, at, count, wanted)
+                    assert nxt > at
+                    got += list(part)
+                    at = nxt
+            assert got == list(service._read_units(q.read(offset, q.max_offset - offset, wanted)))
+    finally:
+        store.close()
