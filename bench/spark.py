@@ -58,6 +58,10 @@ class InMemoryArrowSource(DataSource):
         return "arrowmem"
 
     def schema(self):
+        if self.options.get("schema") == "topic":  # (bench/topics.py: a topic read's rows)
+            from quorumlog.spark.topic import topic_spark_schema
+
+            return topic_spark_schema()
         from quorumlog.spark.arrow import spark_schema
 
         return spark_schema()

@@ -52,6 +52,7 @@ class Remote:
         self._thread = threading.Thread(target=self._loop.run_forever, name="quorumlog-spark", daemon=True)
         self._thread.start()
         self.client, self.replica_client = self.run(self._make_clients())
+        self._topic_client: Any = None
         self._closed = False
 
     async def _make_clients(self) -> tuple[Client, Client]:
@@ -63,6 +64,19 @@ class Remote:
                 Client(o.peers, group=o.group, timeout_ms=replica_ms,
                        request_timeout_ms=min(replica_ms, REPLICA_REQUEST_TIMEOUT_MS), max_retries=1, token=o.token,
                        tls_ca=o.tls_ca))
+
+    def topic_client(self) -> Any:
+        """A TopicClient on this loop (made on first use), for topic reads: its routes and connections stay
+        from task to task."""
+        if self._topic_client is None:
+            self._topic_client = self.run(self._make_topic_client())
+        return self._topic_client
+
+    async def _make_topic_client(self) -> Any:
+        from ..client.topics import TopicClient
+
+        o = self.opts
+        return TopicClient(o.peers, timeout_ms=o.timeout_ms, token=o.token, tls_ca=o.tls_ca)
 
     def submit(self, coro: Coroutine) -> Future:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -77,6 +91,8 @@ class Remote:
         try:
             self.run(self.client.close(), timeout_s=5)
             self.run(self.replica_client.close(), timeout_s=5)
+            if self._topic_client is not None:
+                self.run(self._topic_client.close(), timeout_s=5)
         except Exception:  # closing is best effort: the process may be on its way out
             log.debug("closing quorumlog client failed", exc_info=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -163,8 +179,9 @@ __all__ = ["LogBounds", "QuorumLogError", "Remote", "drop_remote", "remote_for",
 
 def iterate_on_private_loop(agen: AsyncIterator[T]) -> Iterator[T]:
     """An async generator as a plain iterator (for a task's read()): it runs on a loop of its own, closed when
-    the iteration ends or is abandoned."""
-    loop = asyncio.new_event_loop()
+    the iteration ends or is abandoned (uvloop when installed, as every other loop of the client). In a Spark
+    worker it ends the task the way every reader here does: settle_worker_heap()."""
+    loop = new_event_loop()
     try:
         while True:
             try:
@@ -174,3 +191,4 @@ def iterate_on_private_loop(agen: AsyncIterator[T]) -> Iterator[T]:
     finally:
         loop.run_until_complete(agen.aclose())
         loop.close()
+        settle_worker_heap()

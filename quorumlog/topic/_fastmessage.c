@@ -1,5 +1,6 @@
 /* A pull's hot loops in C, one call per pull instead of Python work per message: on the node, pack_pulled
- * packs the messages a consume queue's units point at; on the consumer, decode_pulled decodes them.
+ * packs the messages a consume queue's units point at; on the consumer, decode_pulled decodes them into
+ * objects, and pulled_columns into Arrow buffers for Spark (spark/topic.py).
  *
  * The Python paths stay the reference: decode_pulled accepts exactly the messages message.decode accepts, with
  * the same fields, and pack_pulled packs what server/topic_service.py's record walk packs
@@ -22,6 +23,7 @@
 #define HEAD_SIZE 18 /* magic 3, version 1, flags 4, queue_id 2, born 8 */
 #define PULLED_FIELDS 5
 #define MAX_TOPIC 127
+#define MAX_MS (INT64_MAX / 1000) /* a timestamp in ms that fits int64 microseconds */
 
 /* TopicMessage's fields, in the order decode_pulled fills them. */
 static const char *FIELDS[] = {"topic", "queue_id", "queue_offset", "body", "key", "tags", "properties",
@@ -297,7 +299,138 @@ done:
     return result;
 }
 
+/* Is s[0:n] well-formed UTF-8 (what Python's strict decoder and Arrow's string validation accept)? */
+static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+        else return 0;
+        if (i + len > n) return 0;
+        for (int j = 1; j < len; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* pulled_columns(head, blob) -> (n, index, term, store_us, queue_offset, queue_id, born_us, topic_offsets,
+ * topic_data, key_offsets, key_data, tags_offsets, tags_data, body_offsets, body_data), or None
+ *
+ * A pull's messages as Arrow buffers for Spark's topic rows, in two passes (check and size, then fill): native
+ * int64 (index, term, timestamps in microseconds, queue offset), int32 (queue id), and int32 offsets (n + 1)
+ * with the bytes of each string or binary column. None when any entry is not a message, has properties or a
+ * timestamp past int64 microseconds, or would not fit int32 offsets: the caller's per-message path decides those (it raises the reference error). */
+static PyObject *py_pulled_columns(PyObject *self, PyObject *args) {
+    Py_buffer head, blob;
+    if (!PyArg_ParseTuple(args, "y*y*", &head, &blob)) return NULL;
+    PyObject *result = NULL, *bufs[14] = {NULL};
+    Py_ssize_t n = head.len / (8 * PULLED_FIELDS);
+    const unsigned char *h = head.buf, *data = blob.buf;
+    /* per column: 0 topic, 1 key, 2 tags, 3 body */
+    int64_t total[4] = {0, 0, 0, 0};
+    Py_ssize_t at = 0;
+    int ok = head.len % (8 * PULLED_FIELDS) == 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        int64_t size = be64(h + i * 40 + 32);
+        if (size < HEAD_SIZE + 7 || size > blob.len - at) {
+            ok = 0;
+            break;
+        }
+        const unsigned char *b = data + at;
+        Py_ssize_t end = (Py_ssize_t)size, tn = b[HEAD_SIZE], pos = HEAD_SIZE + 1 + tn;
+        ok = memcmp(b, "QLM", 3) == 0 && b[3] == 1 && pos + 2 <= end && topic_ok(b + HEAD_SIZE + 1, tn);
+        if (!ok) break;
+        Py_ssize_t kn = be16(b + pos);
+        ok = pos + 2 + kn + 2 <= end && utf8_ok(b + pos + 2, kn);
+        if (!ok) break;
+        pos += 2 + kn;
+        Py_ssize_t gn = be16(b + pos);
+        ok = pos + 2 + gn + 2 <= end && utf8_ok(b + pos + 2, gn) && be16(b + pos + 2 + gn) == 0;
+        if (!ok) break;
+        pos += 2 + gn + 2;
+        int64_t born = be64(b + 10), stored = be64(h + i * 40 + 24);
+        ok = born >= -MAX_MS && born <= MAX_MS && stored >= -MAX_MS && stored <= MAX_MS; /* (as microseconds) */
+        if (!ok) break;
+        total[0] += tn, total[1] += kn, total[2] += gn, total[3] += end - pos;
+        at += (Py_ssize_t)size;
+    }
+    if (!ok || at != blob.len || total[0] > INT32_MAX || total[1] > INT32_MAX || total[2] > INT32_MAX ||
+        total[3] > INT32_MAX) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    static const int widths[6] = {8, 8, 8, 8, 4, 8};
+    for (int c = 0; c < 6; c++)
+        if ((bufs[c] = PyBytes_FromStringAndSize(NULL, n * widths[c])) == NULL) goto done;
+    for (int c = 0; c < 4; c++) {
+        if ((bufs[6 + 2 * c] = PyBytes_FromStringAndSize(NULL, (n + 1) * 4)) == NULL) goto done;
+        if ((bufs[7 + 2 * c] = PyBytes_FromStringAndSize(NULL, total[c])) == NULL) goto done;
+    }
+    int64_t *index = (int64_t *)PyBytes_AS_STRING(bufs[0]), *term = (int64_t *)PyBytes_AS_STRING(bufs[1]);
+    int64_t *store = (int64_t *)PyBytes_AS_STRING(bufs[2]), *qoff = (int64_t *)PyBytes_AS_STRING(bufs[3]);
+    int32_t *qid = (int32_t *)PyBytes_AS_STRING(bufs[4]);
+    int64_t *born = (int64_t *)PyBytes_AS_STRING(bufs[5]);
+    int32_t *off[4];
+    char *out[4];
+    int32_t w[4] = {0, 0, 0, 0};
+    for (int c = 0; c < 4; c++) {
+        off[c] = (int32_t *)PyBytes_AS_STRING(bufs[6 + 2 * c]);
+        out[c] = PyBytes_AS_STRING(bufs[7 + 2 * c]);
+        off[c][0] = 0;
+    }
+    at = 0;
+    for (Py_ssize_t i = 0; i < n; i++, h += 40) {
+        Py_ssize_t end = (Py_ssize_t)be64(h + 32);
+        const unsigned char *b = data + at;
+        qoff[i] = be64(h);
+        index[i] = be64(h + 8);
+        term[i] = be64(h + 16);
+        store[i] = be64(h + 24) * 1000;
+        qid[i] = be16(b + 8);
+        born[i] = be64(b + 10) * 1000;
+        Py_ssize_t from[4], len[4], pos = HEAD_SIZE + 1;
+        from[0] = pos, len[0] = b[HEAD_SIZE], pos += len[0];
+        from[1] = pos + 2, len[1] = be16(b + pos), pos += 2 + len[1];
+        from[2] = pos + 2, len[2] = be16(b + pos), pos += 2 + len[2] + 2;
+        from[3] = pos, len[3] = end - pos;
+        for (int c = 0; c < 4; c++) {
+            memcpy(out[c] + w[c], b + from[c], len[c]);
+            w[c] += (int32_t)len[c];
+            off[c][i + 1] = w[c];
+        }
+        at += end;
+    }
+    result = PyTuple_New(15);
+    if (result == NULL) goto done;
+    PyTuple_SET_ITEM(result, 0, PyLong_FromSsize_t(n));
+    for (int c = 0; c < 14; c++) {
+        PyTuple_SET_ITEM(result, c + 1, bufs[c]);
+        bufs[c] = NULL;
+    }
+    if (PyTuple_GET_ITEM(result, 0) == NULL) Py_CLEAR(result);
+done:
+    for (int c = 0; c < 14; c++) Py_XDECREF(bufs[c]);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&blob);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"pulled_columns", py_pulled_columns, METH_VARARGS,
+     "pulled_columns(head, blob) -> (n, 14 Arrow buffers) or None: a pull's messages as Spark's topic columns."},
     {"pack_pulled", py_pack_pulled, METH_VARARGS,
      "pack_pulled(units, first_offset, start, wanted, index, term, ts_us, offsets, data, head, blob) -> next unit"},
     {"decode_pulled", py_decode_pulled, METH_VARARGS,

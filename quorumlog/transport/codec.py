@@ -15,7 +15,9 @@ network. Record *contents* are not checked here (the store checks magic, sizes, 
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 from typing import Any, Callable
 
 from ..codes import ResponseCode
@@ -87,6 +89,7 @@ _GROUP_RESP = struct.Struct(">QiI")  # request_id, code, body size; then body, m
 _TOPIC_REQ = struct.Struct(">QiqiiQqI")
 # request_id, code, min_offset, max_offset, next_offset, offset count, message count; leader, message, ...
 _TOPIC_RESP = struct.Struct(">QiqqqII")
+_LITTLE_ENDIAN_HOST = sys.byteorder == "little"
 # pulled messages, columnar: every message's queue_offset, index, term, store_timestamp_ms, body size as >q,
 # then every body (one pack and one unpack per response, not one per message)
 _PULLED_FIELDS = 5
@@ -750,7 +753,10 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     message = r.text()
     offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
     head = bytes(r.take(8 * _PULLED_FIELDS * n_messages))
-    sizes = struct.unpack(f">{n_messages * _PULLED_FIELDS}q", head)[4::_PULLED_FIELDS]
+    fields = array.array("q", head)  # (an int per message is made below, not one per field)
+    if _LITTLE_ENDIAN_HOST:
+        fields.byteswap()
+    sizes = fields[4::_PULLED_FIELDS]
     if min(sizes, default=0) < 0:
         raise ProtocolError("pulled message: negative size")
     blob = bytes(r.take(sum(sizes)))
