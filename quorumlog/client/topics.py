@@ -22,13 +22,13 @@ import itertools
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from crc32c import crc32c
 
 from ..errors import BadRequest, MetadataVersionConflict, TopicNotExist
 from ..peers import Address, parse_peers
-from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode
+from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode, encode_fields
 from ..wire.client import TopicRequest, TopicResponse
 from .client import Client
 from .groups import GroupAdmin
@@ -39,8 +39,7 @@ DEFAULT_QUEUES = 8
 MAX_QUEUES = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
+class SendResult(NamedTuple):  # (a tuple: a producer makes one per message)
     topic: str
     queue_id: int
     queue_offset: int
@@ -120,6 +119,10 @@ class _Routes:
                 raise TopicNotExist(f"topic {topic!r} does not exist (quorumlog topic create {topic})")
             self._routes[topic] = json.loads(got[0])["queues"]
         return self._routes[topic]
+
+    def cached(self, topic: str) -> list[str] | None:
+        """The topic's placement if already known (no await: a producer asks once per message)."""
+        return self._routes.get(topic)
 
     def group_client(self, group: str) -> Client:
         c = self._clients.get(group)
@@ -295,8 +298,9 @@ class TopicClient:
                    properties: dict[str, str] | None = None) -> SendResult:
         """One message. Sends to queues of one group made in the same event-loop turn go out as one request
         (one log batch, in the order they were made); for an order across turns, await each send."""
-        q = await self.queue_of(topic, key)
-        group = (await self.routes.route(topic))[q]
+        placement = self.routes.cached(topic) or await self.routes.route(topic)
+        q = queue_for(key, len(placement)) if key else next(self._round_robin) % len(placement)
+        group = placement[q]
         encoded = self._encode(topic, q, body, key, tags, properties)  # a bad message fails its own send only
         fut = asyncio.get_running_loop().create_future()
         box = self._outbox.setdefault(group, [])
@@ -335,8 +339,8 @@ class TopicClient:
 
     def _encode(self, topic: str, queue_id: int, body: bytes | str, key: str, tags: str,
                 properties: dict[str, str] | None) -> bytes:
-        return encode(Message(topic, body.encode() if isinstance(body, str) else bytes(body), queue_id, key, tags,
-                              dict(properties or {}), int(time.time() * 1000)), self.max_message_bytes)
+        return encode_fields(topic, body.encode() if isinstance(body, str) else bytes(body), queue_id, key, tags,
+                             properties, int(time.time() * 1000), 0, self.max_message_bytes)
 
     async def _send_encoded(self, topic: str, queue_id: int, bodies: tuple[bytes, ...]) -> list[SendResult]:
         group = (await self.routes.route(topic))[queue_id]

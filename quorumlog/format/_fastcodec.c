@@ -618,6 +618,27 @@ done:
  * malformed (magic, total != 56 + body size, a tagged body shorter than its tag, records not tiling buf, a
  * buffer past int32 offsets): the caller's Python path raises the reference error. */
 #define CHANNEL_NOOP 2
+/* The check-and-size pass of record_columns and record_positions: 1 if the records tile p[0:size] and are
+ * well formed, with *n the records that are not no-ops and *data_bytes their user bodies' total. */
+static int columns_size(const uint8_t *p, Py_ssize_t size, Py_ssize_t *n, Py_ssize_t *data_bytes) {
+    Py_ssize_t off = 0;
+    *n = 0, *data_bytes = 0;
+    if (size > 0x7fffffff) return 0;
+    while (off + HEADER_SIZE <= size) {
+        const uint8_t *h = p + off;
+        uint32_t total = get32(h + 4), body = get32(h + 52), channel = get32(h + 32);
+        if (get32(h) != ENTRY_MAGIC || total < HEADER_SIZE || body != total - HEADER_SIZE ||
+            ((channel & CHANNEL_PRODUCER_TAG) && body < TAG_SIZE))
+            return 0;
+        if (!(channel & CHANNEL_NOOP)) {
+            (*n)++;
+            *data_bytes += body - ((channel & CHANNEL_PRODUCER_TAG) ? TAG_SIZE : 0);
+        }
+        off += total;
+    }
+    return off == size;
+}
+
 static PyObject *py_record_columns(PyObject *self, PyObject *arg) {
     Py_buffer b;
     if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
@@ -625,22 +646,7 @@ static PyObject *py_record_columns(PyObject *self, PyObject *arg) {
     const uint8_t *p = (const uint8_t *)b.buf;
     Py_ssize_t size = b.len, off = 0, n = 0, data_bytes = 0;
     PyObject *result = NULL, *idx = NULL, *term = NULL, *ts = NULL, *offs = NULL, *data = NULL;
-    int ok = size <= 0x7fffffff;
-    while (ok && off + HEADER_SIZE <= size) {
-        const uint8_t *h = p + off;
-        uint32_t total = get32(h + 4), body = get32(h + 52), channel = get32(h + 32);
-        if (get32(h) != ENTRY_MAGIC || total < HEADER_SIZE || body != total - HEADER_SIZE ||
-            ((channel & CHANNEL_PRODUCER_TAG) && body < TAG_SIZE)) {
-            ok = 0;
-            break;
-        }
-        if (!(channel & CHANNEL_NOOP)) {
-            n++;
-            data_bytes += body - ((channel & CHANNEL_PRODUCER_TAG) ? TAG_SIZE : 0);
-        }
-        off += total;
-    }
-    if (!ok || off != size) {
+    if (!columns_size(p, size, &n, &data_bytes)) {
         result = Py_None;
         Py_INCREF(result);
         goto done;
@@ -680,6 +686,51 @@ done:
     Py_XDECREF(ts);
     Py_XDECREF(offs);
     Py_XDECREF(data);
+    PyBuffer_Release(&b);
+    return result;
+}
+
+/* record_positions(buf) -> (n, index, term, timestamp_us, body_starts, body_ends) or None: record_columns
+ * without copying the bodies: where each user body (producer tag excluded) lies in buf, as native int32
+ * starts and ends. For a reader that takes a few records of many (a topic pull wants one queue's messages
+ * among the whole group's), so the rest are never copied. None exactly where record_columns gives None. */
+static PyObject *py_record_positions(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t size = b.len, n = 0, data_bytes = 0;
+    PyObject *result = NULL, *cols[5] = {NULL};
+    if (!columns_size(p, size, &n, &data_bytes)) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    static const int widths[5] = {8, 8, 8, 4, 4};
+    for (int c = 0; c < 5; c++)
+        if ((cols[c] = PyBytes_FromStringAndSize(NULL, n * widths[c])) == NULL)
+            goto done;
+    int64_t *pi = (int64_t *)PyBytes_AS_STRING(cols[0]), *pt = (int64_t *)PyBytes_AS_STRING(cols[1]);
+    int64_t *ps = (int64_t *)PyBytes_AS_STRING(cols[2]);
+    int32_t *pstart = (int32_t *)PyBytes_AS_STRING(cols[3]), *pend = (int32_t *)PyBytes_AS_STRING(cols[4]);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t off = 0; off < size;) {
+        const uint8_t *h = p + off;
+        uint32_t total = get32(h + 4), channel = get32(h + 32);
+        if (!(channel & CHANNEL_NOOP)) {
+            pi[k] = (int64_t)get64(h + 8);
+            pt[k] = (int64_t)get64(h + 16);
+            ps[k] = (int64_t)get64(h + 44) * 1000;
+            pstart[k] = (int32_t)(off + HEADER_SIZE);
+            pend[k] = (int32_t)(off + total - ((channel & CHANNEL_PRODUCER_TAG) ? TAG_SIZE : 0));
+            k++;
+        }
+        off += total;
+    }
+    result = Py_BuildValue("(nOOOOO)", n, cols[0], cols[1], cols[2], cols[3], cols[4]);
+done:
+    for (int c = 0; c < 5; c++)
+        Py_XDECREF(cols[c]);
     PyBuffer_Release(&b);
     return result;
 }
@@ -745,6 +796,8 @@ static PyMethodDef methods[] = {
      "relocate(buf, start, end, first_pos, first_index) -> (records bytearray, units)"},
     {"record_columns", py_record_columns, METH_O,
      "record_columns(buf) -> (n, index, term, timestamp_us, body_offsets, body_data) for Arrow, or None."},
+    {"record_positions", py_record_positions, METH_O,
+     "record_positions(buf) -> (n, index, term, timestamp_us, body_starts, body_ends) in buf, or None."},
     {"body_sizes", py_body_sizes, METH_O, "body_sizes(bodies) -> (sum of lengths, max length or -1)."},
     {"crc_backend", py_crc_backend, METH_NOARGS, "'sse4.2' or 'table': how CRC32C is computed."},
     {"set_crc_backend", py_set_crc_backend, METH_O, "set_crc_backend('sse4.2' | 'table') (for tests)."},

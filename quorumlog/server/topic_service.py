@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from ..codes import ResponseCode
 from ..errors import IndexOutOfRange
-from ..format.log_entry import iter_records, record_columns
+from ..format.log_entry import iter_records, record_columns, record_positions
 from ..raft.types import ClientAppend, Completion, Role
 from ..topic.consume_queue import UNIT
-from ..topic.message import TOPIC_RE, decode, fast, tag_hash
+from ..topic.message import TOPIC_RE, fast, head, tag_hash
 from ..wire.client import PackedMessages, TopicRequest, TopicResponse
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class TopicService:
             if len(body) > r.config.max_entry_bytes:
                 return answer(ResponseCode.ENTRY_TOO_LARGE, f"send: message {i} is {len(body)} bytes, over "
                                                             f"max_entry_bytes {r.config.max_entry_bytes}")
-            if decode(body) is None:
+            if head(body) is None:
                 return answer(ResponseCode.BAD_REQUEST, f"send: entry {i} is not a topic message")
         rid = r._new_request_id()
         from .replica import _Pending
@@ -223,10 +223,10 @@ class TopicService:
             if records.count == 0:
                 break
             for chunk in records.chunks:
-                cols = record_columns(chunk)
+                cols = record_positions(chunk)  # (the group's other queues' records are never copied)
                 if cols is None:
                     return None
-                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], head, blob)
+                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, head, blob)
             start = records.last_index + 1
         return PackedMessages(len(head) // 40, bytes(head), bytes(blob)), first + pos
 

@@ -1,6 +1,7 @@
 /* A pull's hot loops in C, one call per pull instead of Python work per message: on the node, pack_pulled
  * packs the messages a consume queue's units point at; on the consumer, decode_pulled decodes them into
- * objects, and pulled_columns into Arrow buffers for Spark (spark/topic.py).
+ * objects, and pulled_columns into Arrow buffers for Spark (spark/topic.py). And the part of a message every
+ * member's dispatcher reads of every committed entry: message_head.
  *
  * The Python paths stay the reference: decode_pulled accepts exactly the messages message.decode accepts, with
  * the same fields, and pack_pulled packs what server/topic_service.py's record walk packs
@@ -227,30 +228,30 @@ static int append(PyObject *ba, const void *src, Py_ssize_t n) {
     return 0;
 }
 
-/* pack_pulled(units, first_offset, start, wanted, index, term, ts_us, offsets, data, head, blob) -> next
+/* pack_pulled(units, first_offset, start, wanted, index, term, ts_us, starts, ends, data, head, blob) -> next
  *
  * Appends to `head` and `blob` (bytearrays) the messages that consume-queue units start, start+1, ... point at
- * within one chunk's record columns (format.log_entry.record_columns: native int64 index, term and timestamp
- * in microseconds, int32 body offsets, body bytes), skipping units whose tag hash is not in `wanted` (a set of
- * ints, or None). Unit u's queue offset is first_offset + u. Stops at the first unit past the chunk's last
+ * within one chunk of records (format.log_entry.record_positions: native int64 index, term and timestamp in
+ * microseconds, int32 starts and ends of the user bodies in `data`, the chunk itself), skipping units whose tag
+ * hash is not in `wanted` (a set of ints, or None). Unit u's queue offset is first_offset + u. Stops at the first unit past the chunk's last
  * record and returns its position (len(units) / 20 when all were handled). A message is cut to its unit's
  * size, as a producer tag may follow it. */
 static PyObject *py_pack_pulled(PyObject *self, PyObject *args) {
-    Py_buffer units, index, term, ts, offsets, data;
+    Py_buffer units, index, term, ts, starts, ends, data;
     long long first_offset;
     Py_ssize_t start;
     PyObject *wanted, *head, *blob, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*LnOy*y*y*y*y*YY", &units, &first_offset, &start, &wanted, &index, &term, &ts,
-                          &offsets, &data, &head, &blob))
+    if (!PyArg_ParseTuple(args, "y*LnOy*y*y*y*y*y*YY", &units, &first_offset, &start, &wanted, &index, &term, &ts,
+                          &starts, &ends, &data, &head, &blob))
         return NULL;
     Py_ssize_t n = index.len / 8, n_units = units.len / 20;
-    if (units.len % 20 || index.len % 8 || term.len != index.len || ts.len != index.len ||
-        offsets.len != (n + 1) * 4 || start < 0 || (wanted != Py_None && !PyAnySet_Check(wanted))) {
+    if (units.len % 20 || index.len % 8 || term.len != index.len || ts.len != index.len || starts.len != n * 4 ||
+        ends.len != n * 4 || start < 0 || (wanted != Py_None && !PyAnySet_Check(wanted))) {
         PyErr_SetString(PyExc_ValueError, "pack_pulled: units or record columns of the wrong shape");
         goto done;
     }
     const int64_t *ix = index.buf, *tm = term.buf, *us = ts.buf;
-    const int32_t *off = offsets.buf;
+    const int32_t *from = starts.buf, *to = ends.buf;
     const unsigned char *u = (const unsigned char *)units.buf;
     Py_ssize_t k = 0, pos = start;
     for (; pos < n_units && n > 0; pos++) {
@@ -272,9 +273,9 @@ static PyObject *py_pack_pulled(PyObject *self, PyObject *args) {
         }
         k = lo;
         if (k >= n || ix[k] != log_index) continue; /* (not in these records: nothing to send) */
-        int32_t body = off[k + 1] - off[k], size = (int32_t)(((uint32_t)unit[8] << 24) | ((uint32_t)unit[9] << 16) |
-                                                            ((uint32_t)unit[10] << 8) | unit[11]);
-        if (off[k] < 0 || body < 0 || off[k + 1] > data.len) {
+        int32_t body = to[k] - from[k], size = (int32_t)(((uint32_t)unit[8] << 24) | ((uint32_t)unit[9] << 16) |
+                                                         ((uint32_t)unit[10] << 8) | unit[11]);
+        if (from[k] < 0 || body < 0 || to[k] > data.len) {
             PyErr_SetString(PyExc_ValueError, "pack_pulled: body offsets outside the data");
             goto done;
         }
@@ -286,7 +287,7 @@ static PyObject *py_pack_pulled(PyObject *self, PyObject *args) {
         put64(h + 16, tm[k]);
         put64(h + 24, ms);
         put64(h + 32, size);
-        if (append(head, h, 40) < 0 || append(blob, (const char *)data.buf + off[k], size) < 0) goto done;
+        if (append(head, h, 40) < 0 || append(blob, (const char *)data.buf + from[k], size) < 0) goto done;
     }
     result = PyLong_FromSsize_t(pos);
 done:
@@ -294,7 +295,8 @@ done:
     PyBuffer_Release(&index);
     PyBuffer_Release(&term);
     PyBuffer_Release(&ts);
-    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&ends);
     PyBuffer_Release(&data);
     return result;
 }
@@ -428,11 +430,68 @@ done:
     return result;
 }
 
+/* message_head(entry) -> (flags, topic, queue_id, tags) or None
+ *
+ * What a dispatcher needs of an entry (topic/dispatcher.py), and whether it is a message at all: None exactly
+ * where message.decode returns None (every field checked as it checks them: the topic's characters, each
+ * length within the entry, key, tags and properties well-formed UTF-8), but no object made for the key, the
+ * properties or the body. Every member of a group must take the same entries for messages, with or without
+ * this module: tests/topic/test_fastmessage.py holds it to decode. */
+static PyObject *py_message_head(PyObject *self, PyObject *arg) {
+    Py_buffer e;
+    if (PyObject_GetBuffer(arg, &e, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = e.buf;
+    Py_ssize_t end = e.len, pos = HEAD_SIZE + 1, tn = 0, gn = 0, tags_at = 0;
+    PyObject *result = NULL;
+    int ok = end >= HEAD_SIZE + 7 && memcmp(b, "QLM", 3) == 0 && b[3] == 1;
+    if (ok) {
+        tn = b[HEAD_SIZE];
+        ok = pos + tn <= end && topic_ok(b + pos, tn);
+        pos += tn;
+    }
+    for (int field = 0; ok && field < 2; field++) { /* key, then tags */
+        ok = pos + 2 <= end;
+        if (!ok) break;
+        Py_ssize_t n = be16(b + pos);
+        ok = pos + 2 + n <= end && utf8_ok(b + pos + 2, n);
+        if (field == 1) tags_at = pos + 2, gn = n;
+        pos += 2 + n;
+    }
+    if (ok) ok = pos + 2 <= end;
+    if (ok) {
+        int count = be16(b + pos);
+        pos += 2;
+        for (int i = 0; ok && i < 2 * count; i++) { /* each property's key and value */
+            ok = pos + 2 <= end;
+            if (!ok) break;
+            Py_ssize_t n = be16(b + pos);
+            ok = pos + 2 + n <= end && utf8_ok(b + pos + 2, n);
+            pos += 2 + n;
+        }
+    }
+    if (!ok) {
+        result = Py_NewRef(Py_None);
+    } else {
+        uint32_t flags = ((uint32_t)b[4] << 24) | ((uint32_t)b[5] << 16) | ((uint32_t)b[6] << 8) | b[7];
+        PyObject *topic = PyUnicode_DecodeASCII((const char *)b + HEAD_SIZE + 1, tn, NULL);
+        PyObject *tags = PyUnicode_DecodeUTF8((const char *)b + tags_at, gn, NULL);
+        if (topic != NULL && tags != NULL)
+            result = Py_BuildValue("(kOiO)", (unsigned long)flags, topic, be16(b + 8), tags);
+        Py_XDECREF(topic);
+        Py_XDECREF(tags);
+    }
+    PyBuffer_Release(&e);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"message_head", py_message_head, METH_O,
+     "message_head(entry) -> (flags, topic, queue_id, tags), or None where message.decode gives None."},
     {"pulled_columns", py_pulled_columns, METH_VARARGS,
      "pulled_columns(head, blob) -> (n, 14 Arrow buffers) or None: a pull's messages as Spark's topic columns."},
     {"pack_pulled", py_pack_pulled, METH_VARARGS,
-     "pack_pulled(units, first_offset, start, wanted, index, term, ts_us, offsets, data, head, blob) -> next unit"},
+     "pack_pulled(units, first_offset, start, wanted, index, term, ts_us, starts, ends, data, head, blob)"
+     " -> next unit"},
     {"decode_pulled", py_decode_pulled, METH_VARARGS,
      "decode_pulled(head, blob, cls, wanted) -> [cls(...)]: the messages of one pull (entries that are not "
      "messages, and tags not in the set `wanted` unless it is None, left out)."},

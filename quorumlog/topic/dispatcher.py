@@ -21,7 +21,7 @@ import json
 import struct
 
 from .consume_queue import UNIT, ConsumeQueue
-from .message import FLAG_CONFIG, decode, tag_hash
+from .message import FLAG_CONFIG, decode, head, tag_hash
 
 _LEN = struct.Struct(">I")
 CLOCK_STEP_MS = 1_000
@@ -49,19 +49,20 @@ class TopicDispatcher:
                 self.clock.append((index, timestamp_ms))
                 self._expire(timestamp_ms)
             self.last = (index, timestamp_ms)
-        m = decode(body)
-        if m is None:
+        h = head(body)
+        if h is None:
             return None
-        if m.flags & FLAG_CONFIG:
-            self._configure(m.topic, m.body)
+        flags, topic, queue_id, tags = h
+        if flags & FLAG_CONFIG:
+            self._configure(topic, decode(body).body)
             return None
-        key = (m.topic, m.queue_id)
+        key = (topic, queue_id)
         q = self.queues.get(key)
         if q is None:
-            q = self.queues[key] = ConsumeQueue(m.topic, m.queue_id)
+            q = self.queues[key] = ConsumeQueue(topic, queue_id)
         self.messages += 1
-        offset = q.dispatch(index, len(body), tag_hash(m.tags))
-        max_bytes = self.retention.get(m.topic, (0, 0))[1]
+        offset = q.dispatch(index, len(body), tag_hash(tags) if tags else 0)
+        max_bytes = self.retention.get(topic, (0, 0))[1]
         if max_bytes:
             q.trim_to_bytes(max_bytes)
         return offset

@@ -78,23 +78,47 @@ def _short(text: str, limit: int, what: str, size: struct.Struct = _U16) -> byte
 
 def encode(m: Message, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> bytes:
     """The entry body for m. Raises BadRequest (a malformed field) or EntryTooLarge."""
-    if not TOPIC_RE.match(m.topic or ""):
-        raise BadRequest(f"topic {m.topic!r}: 1..127 characters of letters, digits, _ % | -")
-    if not 0 <= m.queue_id <= MAX_QUEUE_ID:
-        raise BadRequest(f"queue_id {m.queue_id} outside 0..{MAX_QUEUE_ID}")
-    if not 0 <= m.flags < 1 << 32:
-        raise BadRequest(f"flags {m.flags} outside 32 bits")
-    props = [_U16.pack(len(m.properties))]
-    for k, v in m.properties.items():
-        if not isinstance(k, str) or not isinstance(v, str) or not k:
-            raise BadRequest(f"property {k!r}: keys and values are strings, keys not empty")
-        props += [_short(k, MAX_PROPERTIES_BYTES, "a property key"), _short(v, MAX_PROPERTIES_BYTES, "a property")]
-    props_raw = b"".join(props)
-    if len(props_raw) > MAX_PROPERTIES_BYTES:
-        raise BadRequest(f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_BYTES}")
-    out = b"".join((_HEAD.pack(MAGIC, VERSION, m.flags, m.queue_id, m.born_timestamp_ms),
-                    _short(m.topic, 127, "topic", _U8), _short(m.key, MAX_KEY_BYTES, "key"),
-                    _short(m.tags, MAX_TAGS_BYTES, "tags"), props_raw, bytes(m.body)))
+    return encode_fields(m.topic, m.body, m.queue_id, m.key, m.tags, m.properties, m.born_timestamp_ms, m.flags,
+                         max_message_bytes)
+
+
+_EMPTY = _U16.pack(0)  # a zero u16 length: no key, no tags, no properties
+_TOPIC_FIELDS: dict[str, bytes] = {}  # topic name -> its checked, length-prefixed field (bounded below)
+
+
+def _topic_field(topic: str) -> bytes:
+    field = _TOPIC_FIELDS.get(topic)
+    if field is None:
+        if not isinstance(topic, str) or not TOPIC_RE.match(topic):
+            raise BadRequest(f"topic {topic!r}: 1..127 characters of letters, digits, _ % | -")
+        field = _short(topic, 127, "topic", _U8)
+        if len(_TOPIC_FIELDS) < 65_536:
+            _TOPIC_FIELDS[topic] = field
+    return field
+
+
+def encode_fields(topic: str, body: bytes, queue_id: int = 0, key: str = "", tags: str = "",
+                  properties: dict[str, str] | None = None, born_timestamp_ms: int = 0, flags: int = 0,
+                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> bytes:
+    """encode(Message(...)) without making the Message: a producer's path, once per message."""
+    if not 0 <= queue_id <= MAX_QUEUE_ID:
+        raise BadRequest(f"queue_id {queue_id} outside 0..{MAX_QUEUE_ID}")
+    if not 0 <= flags < 1 << 32:
+        raise BadRequest(f"flags {flags} outside 32 bits")
+    if properties:
+        props = [_U16.pack(len(properties))]
+        for k, v in properties.items():
+            if not isinstance(k, str) or not isinstance(v, str) or not k:
+                raise BadRequest(f"property {k!r}: keys and values are strings, keys not empty")
+            props += [_short(k, MAX_PROPERTIES_BYTES, "a property key"), _short(v, MAX_PROPERTIES_BYTES, "a property")]
+        props_raw = b"".join(props)
+        if len(props_raw) > MAX_PROPERTIES_BYTES:
+            raise BadRequest(f"properties are {len(props_raw)} bytes, more than {MAX_PROPERTIES_BYTES}")
+    else:
+        props_raw = _EMPTY
+    out = b"".join((_HEAD.pack(MAGIC, VERSION, flags, queue_id, born_timestamp_ms), _topic_field(topic),
+                    _short(key, MAX_KEY_BYTES, "key") if key else _EMPTY,
+                    _short(tags, MAX_TAGS_BYTES, "tags") if tags else _EMPTY, props_raw, body))
     if len(out) > max_message_bytes:
         raise EntryTooLarge(f"message of {len(out)} bytes is over max_message_bytes {max_message_bytes}")
     return out
@@ -165,6 +189,15 @@ def _load_fast():
 
 
 fast = _load_fast()  # the compiled pull helpers (topic/_fastmessage.c), or None
+
+
+def head(entry: bytes | memoryview) -> tuple[int, str, int, str] | None:
+    """(flags, topic, queue_id, tags) of the message in an entry, or None exactly where decode gives None:
+    what a dispatcher reads of every committed entry (one C call where _fastmessage is built)."""
+    if fast is not None:
+        return fast.message_head(entry)
+    m = decode(entry)
+    return None if m is None else (m.flags, m.topic, m.queue_id, m.tags)
 
 
 def decode_pulled(pulled: Any, cls: type, wanted: set[str] | None = None) -> list:

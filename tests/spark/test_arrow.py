@@ -114,7 +114,7 @@ def test_bodies_holding_the_magic_take_the_slow_path_and_agree(parts):
 def test_compiled_columns_equal_the_python_path(batches, damage, data):
     """log_entry.record_columns (one C pass) gives the same RecordBatch as the take-based Python path, no-op
     entries left out and producer tags stripped; on a damaged buffer it steps aside and the Python path
-    raises the reference error."""
+    raises the reference error. record_positions (a topic pull's) finds the same records and bodies."""
     if log_entry.compiled_codec() is None:
         pytest.skip("the compiled codec is not built")
     out, index, chain = bytearray(), 0, 0
@@ -152,3 +152,12 @@ def test_compiled_columns_equal_the_python_path(batches, damage, data):
         assert compiled is CorruptEntry
     else:
         assert compiled is not CorruptEntry and compiled.equals(pure)
+    # record_positions: the same records as record_columns, each body in place instead of copied
+    cols, places = log_entry.record_columns(buf), log_entry.record_positions(buf)
+    assert (cols is None) == (places is None)
+    if cols is not None:
+        n, index, term, ts, offsets, data = cols
+        assert places[:4] == (n, index, term, ts)
+        starts, ends = memoryview(places[4]).cast("i"), memoryview(places[5]).cast("i")
+        offs = memoryview(offsets).cast("i")
+        assert [buf[starts[k]:ends[k]] for k in range(n)] == [data[offs[k]:offs[k + 1]] for k in range(n)]

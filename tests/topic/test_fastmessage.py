@@ -54,6 +54,17 @@ def test_the_compiled_decoder_agrees_with_the_reference(data, bodies, wanted):
     assert all(type(m) is TopicMessage for m in got)
 
 
+@given(st.data(), st.one_of(messages.map(encode), st.binary(max_size=80),
+                            st.builds(lambda m, junk: encode(m)[:24] + junk, messages, st.binary(max_size=40))))
+@settings(max_examples=600, deadline=None)
+def test_the_compiled_head_takes_exactly_the_entries_decode_takes(data, body):
+    """Every member's dispatcher reads this of every committed entry: with or without the compiled module,
+    the same entries are messages, with the same flags, topic, queue and tags."""
+    body = damaged(data, body)
+    m = message.decode(body)
+    assert fast.message_head(body) == (None if m is None else (m.flags, m.topic, m.queue_id, m.tags))
+
+
 def test_fields_land_where_they_belong():
     m = Message("T", b"body", queue_id=3, key="k", tags="a", properties={"p": "v"}, born_timestamp_ms=-5, flags=9)
     p = PackedMessages.of([PulledMessage(41, 1_000, 6, 1_234, b"raw entry"), PulledMessage(42, 1_001, 7, 1_235,
