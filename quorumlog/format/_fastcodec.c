@@ -739,6 +739,79 @@ done:
     return result;
 }
 
+/* records_at(index_view, index_first, data_view, data_start, wanted, k) -> (k_next, columns) or None
+ *
+ * record_positions for chosen records instead of a run: `wanted` holds ascending entry indexes (native int64);
+ * from wanted[k] on, each is found through its unit in the index segment `index_view` (first entry
+ * index_first) and read in place in the data segment `data_view` (global position data_start). Stops at the
+ * first entry outside either segment and returns its k with the columns (n, index, term, timestamp_us,
+ * body_starts, body_ends) of those found, starts and ends in data_view. None when a unit or a header is not
+ * what it must be (magic, index, size): the caller then reads the range and checks every record. */
+static PyObject *py_records_at(PyObject *self, PyObject *args) {
+    Py_buffer iv, dv, w;
+    long long index_first, data_start;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "y*Ly*Ly*n", &iv, &index_first, &dv, &data_start, &w, &k))
+        return NULL;
+    PyObject *result = NULL, *cols[5] = {NULL};
+    const uint8_t *ip = iv.buf, *dp = dv.buf;
+    const int64_t *want = w.buf;
+    Py_ssize_t n_want = w.len / 8, units = iv.len / UNIT_SIZE, k0 = k;
+    if (w.len % 8 || k < 0 || k > n_want || dv.len > 0x7fffffff) {
+        PyErr_SetString(PyExc_ValueError, "records_at: arguments of the wrong shape");
+        goto done;
+    }
+    static const int widths[5] = {8, 8, 8, 4, 4};
+    for (int c = 0; c < 5; c++)
+        if ((cols[c] = PyBytes_FromStringAndSize(NULL, (n_want - k0) * widths[c])) == NULL)
+            goto done;
+    int64_t *pi = (int64_t *)PyBytes_AS_STRING(cols[0]), *pt = (int64_t *)PyBytes_AS_STRING(cols[1]);
+    int64_t *ps = (int64_t *)PyBytes_AS_STRING(cols[2]);
+    int32_t *pstart = (int32_t *)PyBytes_AS_STRING(cols[3]), *pend = (int32_t *)PyBytes_AS_STRING(cols[4]);
+    Py_ssize_t n = 0;
+    for (; k < n_want; k++) {
+        int64_t index = want[k], slot = index - index_first;
+        if (slot < 0 || slot >= units) break;
+        const uint8_t *u = ip + slot * UNIT_SIZE;
+        int64_t pos = (int64_t)get64(u + 4);
+        uint32_t size = get32(u + 12);
+        if (get32(u) != INDEX_MAGIC || (int64_t)get64(u + 16) != index || size < HEADER_SIZE) {
+            Py_CLEAR(cols[0]);
+            break;
+        }
+        if (pos < data_start || pos - data_start + size > dv.len) break; /* (in another data segment) */
+        const uint8_t *h = dp + (pos - data_start);
+        uint32_t total = get32(h + 4), channel = get32(h + 32), body = get32(h + 52);
+        if (get32(h) != ENTRY_MAGIC || total != size || (int64_t)get64(h + 8) != index ||
+            body != total - HEADER_SIZE || ((channel & CHANNEL_PRODUCER_TAG) && body < TAG_SIZE)) {
+            Py_CLEAR(cols[0]);
+            break;
+        }
+        pi[n] = index;
+        pt[n] = (int64_t)get64(h + 16);
+        ps[n] = (int64_t)get64(h + 44) * 1000;
+        pstart[n] = (int32_t)(pos - data_start + HEADER_SIZE);
+        pend[n] = (int32_t)(pos - data_start + total - ((channel & CHANNEL_PRODUCER_TAG) ? TAG_SIZE : 0));
+        n++;
+    }
+    if (cols[0] == NULL) { /* a unit or header that is not what it must be */
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    for (int c = 0; c < 5; c++)
+        if (_PyBytes_Resize(&cols[c], n * widths[c]) < 0)
+            goto done;
+    result = Py_BuildValue("(n(nOOOOO))", k, n, cols[0], cols[1], cols[2], cols[3], cols[4]);
+done:
+    for (int c = 0; c < 5; c++)
+        Py_XDECREF(cols[c]);
+    PyBuffer_Release(&iv);
+    PyBuffer_Release(&dv);
+    PyBuffer_Release(&w);
+    return result;
+}
+
 static PyObject *py_crc_backend(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(crc_hw ? "sse4.2" : "table");
 }
@@ -802,6 +875,8 @@ static PyMethodDef methods[] = {
      "record_columns(buf) -> (n, index, term, timestamp_us, body_offsets, body_data) for Arrow, or None."},
     {"record_positions", py_record_positions, METH_O,
      "record_positions(buf) -> (n, index, term, timestamp_us, body_starts, body_ends) in buf, or None."},
+    {"records_at", py_records_at, METH_VARARGS,
+     "records_at(index_view, index_first, data_view, data_start, wanted, k) -> (k_next, columns) or None."},
     {"body_sizes", py_body_sizes, METH_O, "body_sizes(bodies) -> (sum of lengths, max length or -1)."},
     {"crc_backend", py_crc_backend, METH_NOARGS, "'sse4.2' or 'table': how CRC32C is computed."},
     {"set_crc_backend", py_set_crc_backend, METH_O, "set_crc_backend('sse4.2' | 'table') (for tests)."},

@@ -216,8 +216,15 @@ class TopicService:
         if n_units == 0:
             return PackedMessages(0, b"", b""), first
         store = self.replica.store
-        start, end = UNIT.unpack_from(units)[0], UNIT.unpack_from(units, len(units) - UNIT.size)[0]
         pos = 0
+        # The queue's entries read in place through the store's index: the group's other queues' entries
+        # between them are never walked (with 8 queues on a group, 7 of every 8 records of the range).
+        located = store.records_at(fast.unit_indexes(units)) if hasattr(store, "records_at") else None
+        if located is not None:
+            for view, cols in located:
+                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], view, head, blob, MAX_PULL_BYTES)
+            return PackedMessages(len(head) // 40, bytes(head), bytes(blob)), first + pos
+        start, end = UNIT.unpack_from(units)[0], UNIT.unpack_from(units, len(units) - UNIT.size)[0]
         while pos < n_units and start <= end and len(blob) < MAX_PULL_BYTES:
             records = store.read(start, MAX_PULL_BYTES - len(blob), end)
             if records.count == 0:
@@ -226,7 +233,7 @@ class TopicService:
                 cols = record_positions(chunk)  # (the group's other queues' records are never copied)
                 if cols is None:
                     return None
-                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, head, blob)
+                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, head, blob, MAX_PULL_BYTES)
             start = records.last_index + 1
         return PackedMessages(len(head) // 40, bytes(head), bytes(blob)), first + pos
 

@@ -379,6 +379,35 @@ class FileStore(RecoverOnOpen):
             self._verified_from = start
         return Records(start, index - 1, tuple(chunks), total_bytes)
 
+    def records_at(self, indexes: bytes) -> list[tuple[memoryview, tuple]] | None:
+        """Chosen entries read in place through the index, not by walking the range they span (a topic pull
+        wants one queue's entries among the group's others): `indexes` ascending, as native int64s. Per data
+        segment touched, (its view, record_positions-like columns of the entries found there). None when the
+        compiled codec is missing, an entry below the checked ones is asked for, or a unit or header is off:
+        the caller then reads the range, every record checked."""
+        fast = log_entry._fast
+        wanted = memoryview(indexes).cast("q")
+        if fast is None or not wanted:
+            return None if fast is None else []
+        with self._lock:
+            self._check_range(wanted[0])
+            self._check_range(wanted[-1])
+            if wanted[0] < self._verified_from:
+                return None
+            out: list[tuple[memoryview, tuple]] = []
+            k = 0
+            while k < len(wanted):
+                index_seg = self._index_seg(wanted[k])
+                if index_seg is None:
+                    return None
+                data_seg = self._data[self._data_seg_i(self._unit(wanted[k])[0])]
+                got = fast.records_at(index_seg.view, index_seg.start, data_seg.view, data_seg.start, indexes, k)
+                if got is None or got[0] == k:
+                    return None
+                k, cols = got
+                out.append((data_seg.view, cols))
+            return out
+
     def _read_verified(self, start: int, stop: int) -> Records:
         """Already-checked records start..stop: cut at segment ends with index arithmetic, no per-record work."""
         chunks: list[memoryview] = []

@@ -228,21 +228,24 @@ static int append(PyObject *ba, const void *src, Py_ssize_t n) {
     return 0;
 }
 
-/* pack_pulled(units, first_offset, start, wanted, index, term, ts_us, starts, ends, data, head, blob) -> next
+/* pack_pulled(units, first_offset, start, wanted, index, term, ts_us, starts, ends, data, head, blob, budget)
+ * -> next
  *
  * Appends to `head` and `blob` (bytearrays) the messages that consume-queue units start, start+1, ... point at
- * within one chunk of records (format.log_entry.record_positions: native int64 index, term and timestamp in
- * microseconds, int32 starts and ends of the user bodies in `data`, the chunk itself), skipping units whose tag
- * hash is not in `wanted` (a set of ints, or None). Unit u's queue offset is first_offset + u. Stops at the first unit past the chunk's last
- * record and returns its position (len(units) / 20 when all were handled). A message is cut to its unit's
- * size, as a producer tag may follow it. */
+ * within records of `data` (format.log_entry.record_positions of a chunk, or FileStore.records_at of a segment:
+ * native int64 index, term and timestamp in microseconds, int32 starts and ends of the user bodies in `data`),
+ * skipping units whose tag hash is not in `wanted` (a set of ints, or None). Unit u's queue offset is
+ * first_offset + u. Stops at the first unit past the last record given, or once `blob` holds `budget` bytes,
+ * and returns its position (len(units) / 20 when all were handled). A message is cut to its unit's size, as a
+ * producer tag may follow it. */
 static PyObject *py_pack_pulled(PyObject *self, PyObject *args) {
     Py_buffer units, index, term, ts, starts, ends, data;
     long long first_offset;
     Py_ssize_t start;
+    Py_ssize_t budget;
     PyObject *wanted, *head, *blob, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*LnOy*y*y*y*y*y*YY", &units, &first_offset, &start, &wanted, &index, &term, &ts,
-                          &starts, &ends, &data, &head, &blob))
+    if (!PyArg_ParseTuple(args, "y*LnOy*y*y*y*y*y*YYn", &units, &first_offset, &start, &wanted, &index, &term, &ts,
+                          &starts, &ends, &data, &head, &blob, &budget))
         return NULL;
     Py_ssize_t n = index.len / 8, n_units = units.len / 20;
     if (units.len % 20 || index.len % 8 || term.len != index.len || ts.len != index.len || starts.len != n * 4 ||
@@ -257,7 +260,7 @@ static PyObject *py_pack_pulled(PyObject *self, PyObject *args) {
     for (; pos < n_units && n > 0; pos++) {
         const unsigned char *unit = u + pos * 20;
         int64_t log_index = be64(unit);
-        if (log_index > ix[n - 1]) break;
+        if (log_index > ix[n - 1] || PyByteArray_GET_SIZE(blob) >= budget) break;
         if (wanted != Py_None) {
             PyObject *tag = PyLong_FromLongLong(be64(unit + 12));
             int in = tag == NULL ? -1 : PySet_Contains(wanted, tag);
@@ -484,14 +487,31 @@ static PyObject *py_message_head(PyObject *self, PyObject *arg) {
     return result;
 }
 
+/* unit_indexes(units) -> bytes: the log index of each consume-queue unit, as native int64s (what the store's
+ * records_at takes). */
+static PyObject *py_unit_indexes(PyObject *self, PyObject *arg) {
+    Py_buffer u;
+    if (PyObject_GetBuffer(arg, &u, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    if (u.len % 20) {
+        PyErr_SetString(PyExc_ValueError, "unit_indexes: not whole 20-byte units");
+    } else if ((out = PyBytes_FromStringAndSize(NULL, u.len / 20 * 8)) != NULL) {
+        int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < u.len / 20; i++) o[i] = be64((const unsigned char *)u.buf + i * 20);
+    }
+    PyBuffer_Release(&u);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"message_head", py_message_head, METH_O,
      "message_head(entry) -> (flags, topic, queue_id, tags), or None where message.decode gives None."},
     {"pulled_columns", py_pulled_columns, METH_VARARGS,
      "pulled_columns(head, blob) -> (n, 14 Arrow buffers) or None: a pull's messages as Spark's topic columns."},
     {"pack_pulled", py_pack_pulled, METH_VARARGS,
-     "pack_pulled(units, first_offset, start, wanted, index, term, ts_us, starts, ends, data, head, blob)"
+     "pack_pulled(units, first_offset, start, wanted, index, term, ts_us, starts, ends, data, head, blob, budget)"
      " -> next unit"},
+    {"unit_indexes", py_unit_indexes, METH_O, "unit_indexes(units) -> the units' log indexes as native int64s."},
     {"decode_pulled", py_decode_pulled, METH_VARARGS,
      "decode_pulled(head, blob, cls, wanted) -> [cls(...)]: the messages of one pull (entries that are not "
      "messages, and tags not in the set `wanted` unless it is None, left out)."},
