@@ -12,7 +12,7 @@
   p50 / p99 (target p50 ≤ 2 ms).
 - spark (unless --no-spark): a Spark batch read of the topic (`.option("topic", ...)`) against its in-memory
   Arrow ceiling (bench/spark.py's source: the same rows as the same Arrow batches in as many partitions,
-  memory-mapped; target ≥ 70%), alternated 3 times, best of each; the raw source reading the same group's log
+  memory-mapped; target ≥ 70%), alternated 5 times, best of each; the raw source reading the same group's log
   beside them.
 Results: bench/results/topics-<date>.json (flush mode included).
 """
@@ -162,7 +162,7 @@ def _dump_topic_as_arrow(peers: str, path: str) -> None:
                 writer.write_batch(batch)
 
 
-def _spark(cluster: Cluster, work: str, repeat: int = 3) -> dict:
+def _spark(cluster: Cluster, work: str, repeat: int = 5) -> dict:
     """The topic read against the in-memory Arrow ceiling (bench/spark.py's source: the same rows as the same
     Arrow batches in as many partitions, memory-mapped), alternated `repeat` times, best of each; the raw
     source over the group's log beside them."""

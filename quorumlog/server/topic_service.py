@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 _LOG_INDEX = attrgetter("log_index")
 _LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)
 MAX_PULL_WAIT_MS = 60_000
-MAX_PULL_MESSAGES = 4096
+MAX_PULL_MESSAGES = 16384
 MAX_PULL_BYTES = 8 << 20
 
 

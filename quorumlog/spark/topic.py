@@ -34,7 +34,7 @@ from .remote import drop_remote, remote_for, settle_worker_heap
 
 MAX_BATCH_BYTES = 2**31 - 1  # int32 Arrow offsets
 DEFAULT_RECORDS_PER_PARTITION = 200_000
-PULL_MESSAGES = 4096  # the node's cap per pull (server/topic_service.py)
+PULL_MESSAGES = 16384  # the node's cap per pull (server/topic_service.py)
 PULLS_IN_FLIGHT = 4
 KAFKA_EARLIEST, KAFKA_LATEST = -2, -1
 
