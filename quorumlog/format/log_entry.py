@@ -20,6 +20,7 @@ holds the batch can rebuild the dedup table from its log. `decode_*` strip the t
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import struct
@@ -65,15 +66,20 @@ crc32c = _crc32c.crc32c
 PURE_PYTHON_ENV = "QUORUMLOG_PURE_PYTHON"
 
 
-def _load_fast():
+def load_compiled(module: str):
+    """An optional compiled module (this codec's, the topics' pull decoder), or None when it was not built or
+    QUORUMLOG_PURE_PYTHON=1."""
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
         return None
     try:
-        from . import _fastcodec
+        return importlib.import_module(module)
     except ImportError as e:  # built without a C compiler: correct, only slower
-        log.debug("compiled record codec not available, using pure Python: %s", e)
+        log.debug("compiled %s not available, using pure Python: %s", module, e)
         return None
-    return _fastcodec
+
+
+def _load_fast():
+    return load_compiled("quorumlog.format._fastcodec")
 
 
 _fast = _load_fast()

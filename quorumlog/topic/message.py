@@ -19,8 +19,6 @@ in all (RocketMQ's Short.MAX_VALUE), the whole message ≤ `max_message_bytes` (
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -29,9 +27,7 @@ from typing import Any, Iterable
 from crc32c import crc32c
 
 from ..errors import BadRequest, EntryTooLarge
-from ..format.log_entry import PURE_PYTHON_ENV
-
-log = logging.getLogger(__name__)
+from ..format.log_entry import load_compiled
 
 MAGIC = b"QLM"
 VERSION = 1
@@ -176,19 +172,7 @@ def decode(entry: bytes | memoryview) -> Message | None:
         return None
 
 
-def _load_fast():
-    """The compiled decoder (topic/_fastmessage.c), unless QUORUMLOG_PURE_PYTHON=1 or it was not built."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    try:
-        from . import _fastmessage
-    except ImportError as e:  # built without a C compiler: correct, only slower
-        log.debug("compiled message decoder not available, using pure Python: %s", e)
-        return None
-    return _fastmessage
-
-
-fast = _load_fast()  # the compiled pull helpers (topic/_fastmessage.c), or None
+fast = load_compiled("quorumlog.topic._fastmessage")  # the compiled pull helpers, or None
 
 
 def head(entry: bytes | memoryview) -> tuple[int, str, int, str] | None:
