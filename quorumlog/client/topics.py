@@ -26,7 +26,8 @@ from typing import Any, Iterable, NamedTuple
 
 from crc32c import crc32c
 
-from ..errors import BadRequest, MetadataVersionConflict, TopicNotExist
+from ..codes import ResponseCode
+from ..errors import BadRequest, MetadataVersionConflict, QuorumLogError, TopicNotExist
 from ..peers import Address, parse_peers
 from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode, encode_fields
 from ..wire.client import TopicRequest, TopicResponse
@@ -352,18 +353,27 @@ class TopicClient:
         return await self.routes.offsets(topic, queue_id)
 
     async def pull_raw(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256,
-                       wait_ms: int = 0, tags: str = "") -> TopicResponse:
+                       wait_ms: int = 0, tags: str = "", node: str | None = None) -> TopicResponse:
         """pull's answer as it came (encoded messages, not yet decoded or filtered by exact tag): for a
-        reader that decodes many at once (Spark's, spark/topic.py)."""
+        reader that decodes many at once (Spark's, spark/topic.py). From `node` when given — any member of the
+        queue's group serves what it has dispatched (waiting up to wait_ms for `offset`), one attempt, errors
+        raised — else from the group's leader, following elections and retrying."""
         placement = await self.routes.route(topic)
         if not 0 <= queue_id < len(placement):
             raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
         c = self.routes.group_client(placement[queue_id])
         c._check_open()
+
+        def make() -> TopicRequest:
+            return TopicRequest(c._request_id(), "pull", topic, queue_id, offset, max_messages, wait_ms, tags=tags)
+
+        if node is not None:
+            resp = await c._pool.call(node, make(), c.request_timeout_ms + wait_ms)
+            if resp.code != ResponseCode.SUCCESS:
+                raise QuorumLogError.for_code(resp.code, resp.message, leader_id=resp.leader_id)
+            return resp
         # The wait is the node's: give each attempt that long on top of the usual request time.
-        return await c._leader_call(
-            lambda: TopicRequest(c._request_id(), "pull", topic, queue_id, offset, max_messages, wait_ms, tags=tags),
-            f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
+        return await c._leader_call(make, f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256, wait_ms: int = 0,
                    tags: str = "") -> Pulled:

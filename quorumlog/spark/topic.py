@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import deque
 from concurrent.futures import Future
 from typing import Iterator, Sequence
@@ -32,6 +33,7 @@ from ..wire.client import PackedMessages
 from .options import EARLIEST, LATEST, OptionError, SourceOptions
 from .remote import drop_remote, remote_for, settle_worker_heap
 
+log = logging.getLogger(__name__)
 MAX_BATCH_BYTES = 2**31 - 1  # int32 Arrow offsets
 DEFAULT_RECORDS_PER_PARTITION = 200_000
 PULL_MESSAGES = 16384  # the node's cap per pull (server/topic_service.py)
@@ -69,14 +71,15 @@ def topic_spark_schema():
 
 
 class QueueRun(InputPartition):
-    """Queue offsets [lo, hi) of one queue."""
+    """Queue offsets [lo, hi) of one queue, read from `node` (None: the queue's group's leader)."""
 
-    def __init__(self, pid: int, topic: str, queue_id: int, lo: int, hi: int) -> None:
+    def __init__(self, pid: int, topic: str, queue_id: int, lo: int, hi: int, node: str | None = None) -> None:
         self.pid = pid
         self.topic = topic
         self.queue_id = queue_id
         self.lo = lo
         self.hi = hi
+        self.node = node
 
 
 def _client(opts: SourceOptions):
@@ -91,6 +94,23 @@ async def _bounds(opts: SourceOptions) -> dict[int, tuple[int, int]]:
         queues = len(await c.routes.route(opts.topic))
         got = await asyncio.gather(*(c.offsets(opts.topic, q) for q in range(queues)))
     return dict(enumerate(got))
+
+
+async def _spread(opts: SourceOptions, parts: list[QueueRun]) -> list[QueueRun]:
+    """readFrom for topic runs (as the raw source's): runs go round robin to the members of each queue's group
+    that readFrom names, a follower serving what it has dispatched (None: the leader)."""
+    if opts.read_from == "leader" or not parts:
+        return parts
+    async with _client(opts) as c:
+        placement = await c.routes.route(opts.topic)
+        readers: dict[str, list[str | None]] = {}
+        for group in sorted(set(placement)):
+            followers = [st.id for st in await c.routes.group_client(group).status() if st.role == "follower"]
+            readers[group] = followers if opts.read_from == "followers" and followers else [None, *followers]
+    for i, p in enumerate(parts):
+        members = readers[placement[p.queue_id]]
+        p.node = members[i % len(members)]
+    return parts
 
 
 def _positions(text: str | None, default: str, topic: str, bounds: dict[int, tuple[int, int]],
@@ -249,13 +269,29 @@ def read_run(opts: SourceOptions, p: QueueRun) -> Iterator[pa.RecordBatch]:
         short; a pull of hi - offset messages from offset never reaches past hi)."""
         out, offset = [], lo
         while offset < hi:
-            got = await c.pull_raw(p.topic, p.queue_id, offset, max_messages=hi - offset)
+            node = target["node"]
+            try:
+                # (a follower waits up to followerWaitMs for what it has not dispatched yet)
+                got = await c.pull_raw(p.topic, p.queue_id, offset, max_messages=hi - offset, node=node,
+                                       wait_ms=opts.follower_wait_ms if node is not None else 0)
+            except (QuorumLogError, OSError) as e:
+                if node is None:
+                    raise
+                log.info("topic run %s/%d: %s did not serve offset %d (%s); the leader does", p.topic, p.queue_id,
+                         node, offset, e)
+                target["node"] = None  # (the rest of the run too)
+                continue
             if got.next_offset <= offset:
+                if node is not None:
+                    target["node"] = None
+                    continue
                 raise OptionError(f"{p.topic}/{p.queue_id}: offset {offset} planned but not readable (the queue "
                                   f"ends at {got.max_offset})")
             out.append(got.messages)
             offset = got.next_offset
         return out
+
+    target = {"node": p.node}  # the run's member, until it fails to serve: then its group's leader
 
     remote = remote_for(opts)
     c = remote.topic_client()
@@ -288,7 +324,7 @@ class TopicBatchReader(DataSourceReader):
         bounds = asyncio.run(_bounds(self.opts))
         start = _positions(self.opts.starting_offsets, EARLIEST, self.opts.topic, bounds, "startingOffsets")
         end = _positions(self.opts.ending_offsets, LATEST, self.opts.topic, bounds, "endingOffsets")
-        parts = _cut(self.opts.topic, start, end, DEFAULT_RECORDS_PER_PARTITION)
+        parts = asyncio.run(_spread(self.opts, _cut(self.opts.topic, start, end, DEFAULT_RECORDS_PER_PARTITION)))
         return parts or [QueueRun(0, self.opts.topic, 0, 0, 0)]
 
     def read(self, partition: QueueRun) -> Iterator[pa.RecordBatch]:
@@ -346,7 +382,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         topic = self.opts.topic
         s = {int(k.rpartition("/")[2]): int(v) for k, v in start.items()}
         e = {int(k.rpartition("/")[2]): int(v) for k, v in end.items()}
-        return _cut(topic, {q: s.get(q, 0) for q in e}, e, DEFAULT_RECORDS_PER_PARTITION)
+        return asyncio.run(_spread(self.opts, _cut(topic, {q: s.get(q, 0) for q in e}, e,
+                                                   DEFAULT_RECORDS_PER_PARTITION)))
 
     def read(self, partition: QueueRun) -> Iterator[pa.RecordBatch]:
         return read_run(self.opts, partition)

@@ -13,6 +13,8 @@ import pytest
 import quorumlog
 from quorumlog.client.groups import GroupAdmin
 from quorumlog.peers import parse_peers
+from quorumlog.spark.options import SourceOptions
+from quorumlog.spark.topic import TopicBatchReader
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -61,6 +63,17 @@ def test_a_topic_reads_in_spark_in_batch_and_streams_each_message_once(spark, cl
     for r in rows:
         per_queue[r["queue_id"]].append(r["queue_offset"])
     assert all(sorted(v) == list(range(len(v))) for v in per_queue.values())
+
+    # readFrom spreads the runs over the group's members, a follower serving what it has dispatched
+    def seen(rs):
+        return {(r["queue_id"], r["queue_offset"]): (bytes(r["body"]), r["index"], r["key"], r["tags"]) for r in rs}
+
+    for read_from in ("any", "followers"):
+        again = (spark.read.format("quorumlog").option("peers", cluster.peers).option("topic", "flights")
+                 .option("readFrom", read_from).load().collect())
+        assert len(again) == 300 and seen(again) == seen(rows)
+    opts = SourceOptions.parse({"peers": cluster.peers, "topic": "flights", "readFrom": "followers"})
+    assert all(p.node is not None for p in TopicBatchReader(opts).partitions())
 
     # Kafka's names and per-queue JSON offsets (-2 earliest, -1 latest); queues left out start at the earliest
     q = next(iter(per_queue))
