@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from quorumlog.client import Client
 from quorumlog.spark.arrow import records_to_batches

@@ -29,7 +29,8 @@ from crc32c import crc32c
 from ..codes import ResponseCode
 from ..errors import BadRequest, MetadataVersionConflict, QuorumLogError, TopicNotExist
 from ..peers import Address, parse_peers
-from ..topic.message import DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode, encode_fields
+from ..topic.message import (DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode,
+                             encode_fields)
 from ..wire.client import TopicRequest, TopicResponse
 from .client import Client
 from .groups import GroupAdmin

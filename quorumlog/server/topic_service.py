@@ -207,12 +207,13 @@ class TopicService:
 
     def _pack(self, q: Any, offset: int, count: int, wanted: frozenset[int] | None
               ) -> tuple[PackedMessages, int] | None:
-        """_read_units in C (topic/_fastmessage.c pack_pulled), one call per chunk of records instead of Python
-        work per message: (the messages, the queue offset the next pull starts at). None if a chunk has no
-        record columns (the record walk then decides)."""
+        """_read_units in C (topic/_fastmessage.c pack_pulled) instead of Python work per message: (the messages,
+        the queue offset the next pull starts at). The entries are found through the store's index
+        (FileStore.records_at), else by walking the range they span, a call per chunk; None if a chunk has no
+        record columns (the reference record walk then decides)."""
         first, units = q.raw_units(offset, count)
         n_units = len(units) // UNIT.size
-        head, blob = bytearray(), bytearray()
+        heads, blob = bytearray(), bytearray()
         if n_units == 0:
             return PackedMessages(0, b"", b""), first
         store = self.replica.store
@@ -222,8 +223,8 @@ class TopicService:
         located = store.records_at(fast.unit_indexes(units)) if hasattr(store, "records_at") else None
         if located is not None:
             for view, cols in located:
-                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], view, head, blob, MAX_PULL_BYTES)
-            return PackedMessages(len(head) // 40, bytes(head), bytes(blob)), first + pos
+                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], view, heads, blob, MAX_PULL_BYTES)
+            return PackedMessages(len(heads) // 40, bytes(heads), bytes(blob)), first + pos
         start, end = UNIT.unpack_from(units)[0], UNIT.unpack_from(units, len(units) - UNIT.size)[0]
         while pos < n_units and start <= end and len(blob) < MAX_PULL_BYTES:
             records = store.read(start, MAX_PULL_BYTES - len(blob), end)
@@ -233,9 +234,9 @@ class TopicService:
                 cols = record_positions(chunk)  # (the group's other queues' records are never copied)
                 if cols is None:
                     return None
-                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, head, blob, MAX_PULL_BYTES)
+                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, heads, blob, MAX_PULL_BYTES)
             start = records.last_index + 1
-        return PackedMessages(len(head) // 40, bytes(head), bytes(blob)), first + pos
+        return PackedMessages(len(heads) // 40, bytes(heads), bytes(blob)), first + pos
 
     def _read_units(self, units: list) -> PackedMessages:
         """The entries the units point at, in one pass over the log range they span (bounded in bytes), packed

@@ -324,8 +324,8 @@ static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
             if ((s[i + j] & 0xC0) != 0x80) return 0;
             cp = (cp << 6) | (s[i + j] & 0x3F);
         }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return 0;
+        if (len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) return 0; /* overlong, or a surrogate */
+        if (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) return 0;
         i += len;
     }
     return 1;
@@ -337,7 +337,8 @@ static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
  * A pull's messages as Arrow buffers for Spark's topic rows, in two passes (check and size, then fill): native
  * int64 (index, term, timestamps in microseconds, queue offset), int32 (queue id), and int32 offsets (n + 1)
  * with the bytes of each string or binary column. None when any entry is not a message, has properties or a
- * timestamp past int64 microseconds, or would not fit int32 offsets: the caller's per-message path decides those (it raises the reference error). */
+ * timestamp past int64 microseconds, or would not fit int32 offsets: the caller's per-message path decides
+ * those (it raises the reference error). */
 static PyObject *py_pulled_columns(PyObject *self, PyObject *args) {
     Py_buffer head, blob;
     if (!PyArg_ParseTuple(args, "y*y*", &head, &blob)) return NULL;
