@@ -145,3 +145,32 @@ def test_a_stream_writes_to_a_topic_and_a_restarted_query_stores_each_row_once(s
     run()  # the same checkpoint: only the new file's rows
     out = spark.read.format("quorumlog").option("peers", cluster.peers).option("topic", "streamed").load().collect()
     assert sorted(bytes(r["body"]).decode() for r in out) == sorted(f"s-{i}" for i in range(260))
+
+
+def test_a_run_on_a_follower_that_does_not_answer_is_read_from_the_leader(cluster):
+    """readFrom's fallback: a run planned on a follower that stopped answering (SIGSTOP) is handed to the
+    group's leader, and every message of the run still comes back once."""
+    import signal
+
+    from quorumlog.spark.topic import QueueRun, read_run
+
+    _topic(cluster.peers, "fallback", 1)
+
+    async def produce_and_find_a_follower():
+        async with quorumlog.Producer(cluster.peers, timeout_ms=10_000) as p:
+            await p.send_batch("fallback", 0, [(b"m%03d" % i, "", "", None) for i in range(120)])
+            lo, hi = await p.offsets("fallback", 0)
+            group = (await p.routes.route("fallback"))[0]
+            members = await p.routes.group_client(group).status()
+        return lo, hi, next(s.id for s in members if s.role == "follower")
+
+    lo, hi, follower = asyncio.run(produce_and_find_a_follower())
+    opts = SourceOptions.parse({"peers": cluster.peers, "topic": "fallback", "readFrom": "followers",
+                                "followerWaitMs": "200"})
+    cluster.kill(follower, signal.SIGSTOP)
+    try:
+        batches = list(read_run(opts, QueueRun(0, "fallback", 0, lo, hi, node=follower)))
+    finally:
+        cluster.kill(follower, signal.SIGCONT)
+    offsets = [o for b in batches for o in b.column("queue_offset").to_pylist()]
+    assert offsets == list(range(lo, hi)) and hi - lo >= 120
