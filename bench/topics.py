@@ -6,8 +6,9 @@
   tasks of 100 B messages through one `quorumlog.Producer` (keys spread over the topic's 8 queues), on the
   same topic group, alternated ABBA over --rounds rounds; the ratio of the medians is the issue's "≥ 80% of
   the raw group's appends/s".
-- consume: one consumer pulls a caught-up topic of --messages messages from every queue (--pull-batch per pull);
-  messages/s (target ≥ 500,000).
+- consume: one consumer pulls a caught-up topic of --messages messages from every queue (--pull-batch per pull),
+  then a `quorumlog.Consumer` (a consumer group's only member: a long poll per queue, `poll()` lists) reads the
+  same messages; messages/s of each (target ≥ 500,000).
 - latency: one producer sends one message at a time while a consumer long-polls its queue; send → delivered,
   p50 / p99 (target p50 ≤ 2 ms).
 - spark (unless --no-spark): a Spark batch read of the topic (`.option("topic", ...)`, from the leader and with
@@ -122,8 +123,17 @@ async def _consume(cluster: Cluster, messages: int, pull_batch: int) -> dict:
                 got += len(r.messages)
                 offset = r.next_offset
         elapsed = time.perf_counter() - t0
+    # the same messages through a consumer group's member: join, a long poll per queue kept in flight,
+    # Consumer.poll() lists, auto-commit
+    async with quorumlog.Consumer(cluster.peers, consumer_group="bench", topics=["bench"], timeout_ms=30_000,
+                                  max_messages=pull_batch) as consumer:
+        t1 = time.perf_counter()
+        delivered = 0
+        while delivered < got:
+            delivered += len(await consumer.poll(max_messages=16_384))
+        group_elapsed = time.perf_counter() - t1
     return {"messages": got, "pull_batch": pull_batch, "messages_per_s": round(got / elapsed),
-            "target_per_s": 500_000}
+            "consumer_group_messages_per_s": round(delivered / group_elapsed), "target_per_s": 500_000}
 
 
 async def _latency(cluster: Cluster, samples: int = 300) -> dict:

@@ -172,19 +172,43 @@ class Consumer:
         while True:
             if self._closed:
                 raise StopAsyncIteration
-            if self._rejoin:
-                await self._join()
-            if time.monotonic() >= self._next_commit:
-                self._next_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
-                try:
-                    await self.commit()
-                except (IllegalGeneration, UnknownMember):
-                    continue
+            if not await self._ready():
+                continue
             if self._buffer:
                 m = self._buffer.popleft()
                 self._consumed[(m.topic, m.queue_id)] = m.queue_offset + 1
                 return m
             await self._fill()
+
+    async def poll(self, max_messages: int = 4096) -> list[TopicMessage]:
+        """The next messages, up to max_messages, as one list (Kafka's poll; RocketMQ hands its listeners a
+        list too): what the pulls brought, waiting for the first as iteration does. Each counts as delivered
+        for commit once returned. Empty once the consumer is closed."""
+        while not self._closed:
+            if not await self._ready():
+                continue
+            if self._buffer:
+                n = min(max_messages, len(self._buffer))
+                out = [self._buffer.popleft() for _ in range(n)]
+                consumed = self._consumed
+                for m in out:  # (the last of each queue wins: a queue's messages come in offset order)
+                    consumed[(m.topic, m.queue_id)] = m.queue_offset + 1
+                return out
+            await self._fill()
+        return []
+
+    async def _ready(self) -> bool:
+        """Before delivering: join again if told to, auto-commit when due. False if the group moved on (the
+        caller starts over, joining first)."""
+        if self._rejoin:
+            await self._join()
+        if time.monotonic() >= self._next_commit:
+            self._next_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
+            try:
+                await self.commit()
+            except (IllegalGeneration, UnknownMember):
+                return False
+        return True
 
     async def _fill(self) -> None:
         """Keep one long poll per owned queue in flight; wait for the first to answer (or for a heartbeat's

@@ -160,6 +160,7 @@ def test_topic_send_pull_long_poll_and_offsets_survive_a_leader_kill(tmp_path):
 
 
 def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_stale_commit(tmp_path):
+    """(member a iterates, member b polls lists of messages)"""
     cluster = Cluster(str(tmp_path), n=3)
 
     async def main() -> None:
@@ -175,6 +176,10 @@ def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_sta
                 if stop.is_set():
                     return
 
+        async def consume_by_poll(c: quorumlog.Consumer, name: str, stop: asyncio.Event) -> None:
+            while not stop.is_set():  # (b takes its messages a list at a time: Consumer.poll)
+                delivered[name] += await c.poll(max_messages=7)
+
         async with quorumlog.Producer(cluster.peers, timeout_ms=10_000) as p:
             bodies = [b"f%d" % i for i in range(120)]
             for i in range(0, 120, 10):
@@ -186,7 +191,7 @@ def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_sta
             await b.__aenter__()
             stop_a, stop_b = asyncio.Event(), asyncio.Event()
             ta = asyncio.ensure_future(consume(a, "a", stop_a))
-            tb = asyncio.ensure_future(consume(b, "b", stop_b))
+            tb = asyncio.ensure_future(consume_by_poll(b, "b", stop_b))
             deadline = time.monotonic() + 20
             while len({m.body for ms in delivered.values() for m in ms}) < 120:
                 assert time.monotonic() < deadline, f"consumed {sum(map(len, delivered.values()))} of 120"
@@ -335,6 +340,13 @@ def test_topic_retention_by_size_and_time_and_a_consumer_resets_to_the_earliest_
                                               timeout_ms=10_000) as c:
                     first = await asyncio.wait_for(c.__anext__(), 10)
                     assert first.queue_offset == lo
+                    # the rest as lists (Consumer.poll), in order, and committed as delivered
+                    rest: list = []
+                    while len(rest) < hi - lo - 1:
+                        rest += await asyncio.wait_for(c.poll(max_messages=16), 10)
+                    assert [m.queue_offset for m in rest] == list(range(lo + 1, hi))
+                    await c.commit()
+                    assert int((await c._meta.kv_get("offsets/cg/small/0"))[0]) == hi
                 # time: messages older than retention_ms go once the log's clock passes them
                 for i in range(10):
                     await p.send("brief", b"old%d" % i)
