@@ -220,7 +220,7 @@ class TopicService:
         pos = 0
         # The queue's entries read in place through the store's index: the group's other queues' entries
         # between them are never walked (with 8 queues on a group, 7 of every 8 records of the range).
-        located = store.records_at(fast.unit_indexes(units)) if hasattr(store, "records_at") else None
+        located = store.records_at(fast.unit_indexes(units))
         if located is not None:
             for view, cols in located:
                 pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], view, heads, blob, MAX_PULL_BYTES)

@@ -221,9 +221,14 @@ def messages_batch(pulled) -> pa.RecordBatch:
         pa.array(store_ms.astype(np.int64) * 1000, pa.timestamp("us", tz="UTC")), piece(7),
         topics.cast(pa.string()), pa.array(_be(raw, start + 8, 2).astype(np.int32), pa.int32()),
         pa.array(queue_offset, pa.int64()), piece(3).cast(pa.string()), piece(5).cast(pa.string()),
-        pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()),
-                                pa.array([], pa.string())),
+        _no_properties(n),
         pa.array(born_us, pa.timestamp("us", tz="UTC"))], schema=TOPIC_SCHEMA)
+
+
+def _no_properties(n: int) -> pa.Array:
+    """The properties column of n messages that have none (the fast paths take only those)."""
+    return pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()),
+                                   pa.array([], pa.string()))
 
 
 def _columns_batch(cols: tuple) -> pa.RecordBatch:
@@ -241,8 +246,7 @@ def _columns_batch(cols: tuple) -> pa.RecordBatch:
         fixed(pa.int64(), index), fixed(pa.int64(), term), fixed(us, store_us), varying(pa.binary(), b_off, b_data),
         varying(pa.string(), t_off, t_data), fixed(pa.int32(), queue_id), fixed(pa.int64(), queue_offset),
         varying(pa.string(), k_off, k_data), varying(pa.string(), g_off, g_data),
-        pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()),
-                                pa.array([], pa.string())),
+        _no_properties(n),
         fixed(us, born_us)], schema=TOPIC_SCHEMA)
 
 

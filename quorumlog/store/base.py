@@ -108,6 +108,11 @@ class LogStore(LogView, Protocol):
     def read(self, start: int, max_bytes: int, end: int | None = None) -> Records:
         """Raw records from `start` (≤ end if given), at most max_bytes but at least one record."""
 
+    def records_at(self, indexes: bytes) -> list[tuple[memoryview, tuple]] | None:
+        """Chosen entries (`indexes` ascending, native int64s) read in place, without walking the range they
+        span: per segment touched, (its bytes, record_positions-like columns). None where the store cannot
+        vouch for them that way: the caller reads the range."""
+
     def chain_crc_at(self, index: int) -> int: ...
 
     def close(self) -> None: ...

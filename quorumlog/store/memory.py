@@ -97,6 +97,9 @@ class MemoryStore:
         data = b"".join(self._records[self._slot(start): self._slot(stop) + 1])
         return Records(start, stop, (data,), len(data))
 
+    def records_at(self, indexes: bytes) -> None:
+        return None  # (one bytes object per record: reading the range is as cheap)
+
     def find_producer_batch(self, client_id: int, seq: int) -> ProducerBatch | None:
         return self._producers.find(client_id, seq)
 

@@ -61,7 +61,7 @@ class TopicDispatcher:
         if q is None:
             q = self.queues[key] = ConsumeQueue(topic, queue_id)
         self.messages += 1
-        offset = q.dispatch(index, len(body), tag_hash(tags) if tags else 0)
+        offset = q.dispatch(index, len(body), tag_hash(tags))
         max_bytes = self.retention.get(topic, (0, 0))[1]
         if max_bytes:
             q.trim_to_bytes(max_bytes)
