@@ -70,7 +70,9 @@ class HAController:
 
     def alter_sync_state_set(self, master: str, epoch: int, members: set[str] | frozenset[str]) -> bool:
         if master != self.master or epoch != self.epoch or master not in members \
-                or not set(members) <= set(self.members):
+                or not set(members) <= set(self.members) or self.master_restarted:
+            # (a master back from a crash may have lost a tail its set's slaves hold: it must not shrink the set
+            # to itself before the election it is due)
             return False
         self.sync_state_set = frozenset(members)
         return True

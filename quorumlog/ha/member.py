@@ -5,7 +5,7 @@ checker judges the rules the nodes run.
     cut = handshake_cut(mine, my_max, master, master_max)   # a slave's new session: where to cut its log
     adopt_epochs(mine, master)                              # ... then the master's epochs after the cut
     begin_epoch(mine, epoch, my_max) -> bool                # elected: its own epoch entry
-    sync_state_set_proposal(master_id, accepted, in_sync, offsets, acked_offset) -> frozenset | None
+    sync_state_set_proposal(master_id, accepted, in_sync, offsets, acked_offset, confirmed) -> frozenset | None
     confirm_offset(end, accepted, master_id, offsets, confirmed) -> int
 
 Each session with a new master begins with a handshake (RocketMQ 5's AutoSwitchHAClient): the master answers a
@@ -13,8 +13,11 @@ slave's hello with its epoch entries and max offset; the slave cuts its log to t
 old master wrote alone is dropped — and adopts the master's later epochs before it pulls.
 
 The master grows and shrinks its SyncStateSet through the controller. A slave joins only while in sync **and**
-holding every byte acknowledged so far: the controller may elect any member of the set, and the one it elects
-must hold every acknowledged append. A member leaves once out of sync.
+holding every byte acknowledged or confirmed so far: the controller may elect any member of the set, and the one
+it elects must hold every acknowledged append and everything a reader may have seen — a topic group's consume
+queues are built up to the confirm offset, so a new master lacking confirmed bytes would hand their queue
+offsets to other messages (found by the switch simulator; RocketMQ 5 checks a joining slave against its
+confirm offset too). A member leaves once out of sync.
 
 The confirm offset — what readers may see — is the lowest offset held across the accepted set; a member that has
 not reported since its session began is taken at the previous confirm offset (it held that much when it was
@@ -57,11 +60,13 @@ def begin_epoch(mine: EpochCache, epoch: int, max_offset: int) -> bool:
 
 
 def sync_state_set_proposal(master_id: str, accepted: Collection[str], in_sync: Collection[str],
-                            offsets: Mapping[str, int], acked_offset: int) -> frozenset[str] | None:
+                            offsets: Mapping[str, int], acked_offset: int, confirmed: int) -> frozenset[str] | None:
     """The set the master should ask the controller for, or None to keep `accepted`: the master, members of
-    `accepted` still in sync, and slaves in sync that hold every acknowledged byte (`acked_offset`)."""
+    `accepted` still in sync, and slaves in sync that hold every acknowledged byte (`acked_offset`) and every
+    confirmed one (`confirmed`)."""
+    bar = max(acked_offset, confirmed)
     want = {master_id}
-    want |= {s for s in in_sync if s in accepted or offsets.get(s, -1) >= acked_offset}
+    want |= {s for s in in_sync if s in accepted or offsets.get(s, -1) >= bar}
     return None if want == set(accepted) else frozenset(want)
 
 

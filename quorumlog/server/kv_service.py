@@ -145,7 +145,7 @@ class KvService:
         r = self.replica
         try:
             while r.sm.needs_snapshot and not r.stopping:
-                leader = r.core.leader_id
+                leader = r.leader_id
                 address = r.links.get(leader) if leader else None
                 if address is None:
                     await asyncio.sleep(SNAPSHOT_RETRY_S)

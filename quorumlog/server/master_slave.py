@@ -49,13 +49,19 @@ from ..ha.epochs import EpochCache, EpochEntry
 from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
 from ..ha.master import HAConfig
 from ..ha.messages import Drop
-from ..wire.client import AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse
+from ..topic.dispatcher import TopicDispatcher
+from ..wire.client import (
+    AppendRequest, AppendResponse, KvRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest,
+)
 from ..wire.messages import HaEpochs, HaReport, HaTransfer
 from .durable_file import write_json_durably
 from .flush_thread import ThreadedGroupCommitter
 from .ha_store import StoreHALog
+from .kv_service import KvService
 from .metrics import GroupMetrics
 from .reads import CommitNotifier, serve_read
+from .state_machine_host import StateMachineHost
+from .topic_service import TopicService
 from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
 
 log = logging.getLogger(__name__)
@@ -123,17 +129,27 @@ class _Append:
     first: int
     last: int
     end_offset: int
+    term: int  # the epoch its entries were stored in (a retry's: the first copy's)
+    topic: bool = False  # a topic send (answered through TopicService.sent)
 
 
 class MasterSlaveReplica:
     mode = MODE
-    state_machine = None
-    sm = None
+    _send = staticmethod(_send)  # (for the services it hosts: topic_service.py, kv_service.py)
 
     def __init__(self, host: Any, config: NodeConfig, definition: dict) -> None:
         self.host = host
         self.config = config
         self.group = config.group
+        # A topic group's dispatcher (topics on master/slave groups): applied up to the confirm offset, as
+        # RocketMQ 5's ReputMessageService dispatches up to it in controller mode; snapshots and snapshot
+        # installs as a Raft group's (kv_service.py), from the master.
+        self.state_machine = definition.get("state_machine")
+        if self.state_machine not in (None, "topics"):
+            raise ValueError(f"a master/slave group runs no {self.state_machine!r} state machine (only topics)")
+        self.sm: Any = None  # StateMachineHost once open()
+        self.kv = KvService(self)  # (applies and snapshots the dispatcher; serves its snapshot to slaves)
+        self.topics = TopicService(self)
         self.settings = MasterSlaveSettings.from_definition(definition, sorted(config.peers))
         self.node_id = config.node_id
         # Who is master, in which epoch: the controller's word. Until its first answer this member follows the
@@ -195,6 +211,10 @@ class MasterSlaveReplica:
             pass
         self.epochs.truncate(self.store.write_position + 1)  # (entries of bytes a crash took back)
         self.notifier.advance(self.store.committed_index)
+        if self.state_machine is not None:
+            self.sm = StateMachineHost(cfg.data_dir, self.store, snapshot_every=cfg.snapshot_every,
+                                       machine_type=TopicDispatcher, suffix="topics")
+            self.sm.on_commit(self.store.committed_index)  # replay what the newest snapshot does not hold
         log.info("master/slave member opening node=%s group=%s configured_master=%s ack=%s begin=%d end=%d "
                  "max_offset=%d last_epoch=%d", self.node_id, self.group, self.settings.master, self.settings.ack,
                  self.store.begin_index, self.store.end_index, self.store.write_position, self.epochs.last_epoch)
@@ -219,6 +239,8 @@ class MasterSlaveReplica:
         self.notifier.wake_all()
 
     async def close(self) -> None:
+        self.topics.close()
+        self.kv.close()
         if self.committer is not None:
             self.committer.close()
             if not self.failed:
@@ -341,13 +363,14 @@ class MasterSlaveReplica:
             self._answer(p, code, message)
 
     def _maybe_alter_sync_state_set(self, now: int) -> None:
-        """Grow the SyncStateSet by slaves in sync holding every acknowledged byte; shrink it by those out of
-        sync. The controller's answer, once committed, is the set whose acks count."""
+        """Grow the SyncStateSet by slaves in sync holding every acknowledged and every confirmed byte; shrink it
+        by those out of sync. The controller's answer, once committed, is the set whose acks count."""
         if self._altering or now - self._altered_at < ALTER_SYNC_STATE_SET_MS or now >= self._lease_until:
             return
         t = self._transfer
         want = sync_state_set_proposal(self.node_id, t.accepted, t.in_sync(now),
-                                       {n: sl.offset for n, sl in t.slaves.items()}, self._acked_offset)
+                                       {n: sl.offset for n, sl in t.slaves.items()}, self._acked_offset,
+                                       self._confirm_offset())
         if want is None:
             return
         self._altering, self._altered_at = True, now
@@ -438,9 +461,11 @@ class MasterSlaveReplica:
         """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
         has not reported since its session began holds at least what was confirmed before: it never goes back."""
         end = self.store.write_position
-        if self.sync_flush and self.committer is not None and self._transfer.accepted == {self.node_id}:
-            # (alone in the set, only what it fsynced; with others, what they all reported is durable on
-            # each of them, so the master's own fsync need not hold a reader back — nor its acked appends)
+        if self.sync_flush and self.committer is not None:
+            # Only what it fsynced, with slaves in the set too: they may die while this master loses power, and
+            # the controller then elects it again (the set's only live member) without the tail it lost — a
+            # reader must never have seen that, nor a topic's dispatcher handed out its queue offsets (found by
+            # the switch simulator). (Its acks need not wait for its fsync: two slaves holding it suffice.)
             end = min(end, self.store.position_after(self.committer.durable_index))
         self._confirmed = confirm_offset(end, self._transfer.accepted, self.node_id,
                                          {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
@@ -459,11 +484,16 @@ class MasterSlaveReplica:
         if index > self.store.committed_index:
             self.store.set_committed_index(index)
             self.notifier.advance(index)
+            if self.sm is not None:
+                self.kv.on_commit(index)
 
-    def _client_append(self, session: Any, request: AppendRequest) -> None:
+    def _client_append(self, session: Any, request: AppendRequest | TopicRequest, topic: bool = False) -> None:
         def refuse(code: ResponseCode, message: str) -> None:
             self.metrics.count_request(code.name)
-            _send(session, AppendResponse(request.request_id, code, self.master_id, message=message))
+            if topic:
+                self.topics.sent(session, request.request_id, code, 0, 0, None, self.master_id, message)
+            else:
+                _send(session, AppendResponse(request.request_id, code, self.master_id, message=message))
 
         if self.stopping:
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
@@ -494,12 +524,14 @@ class MasterSlaveReplica:
         try:
             if hit is not None:  # a retry (after FLUSH_SLAVE_TIMEOUT, say): wait for the first copy, not a second
                 first, last = hit.first_index, hit.last_index
+                term = self.store.term_at(last)
             else:
                 floor = self.store.producer_window_floor(request.client_id) if producer else None
                 if floor is not None and request.seq < floor:
                     return refuse(ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, f"sequence {request.seq} < {floor}")
                 first = self.store.end_index + 1
                 last = self.store.append_batch(self.epoch, request.bodies, int(time.time() * 1000), producer)
+                term = self.epoch
                 self.committer.written(last)
         except QuorumLogError as e:
             self._write_failed(e)
@@ -507,7 +539,7 @@ class MasterSlaveReplica:
         rid = self._next_id
         self._next_id += 1
         p = self._pending[rid] = _Append(session, request.request_id, first, last,
-                                         self.store.position_after(last))
+                                         self.store.position_after(last), term, topic)
         done = self._transfer.request(rid, p.end_offset, now)
         if done is not None:
             self._done(done)
@@ -529,7 +561,10 @@ class MasterSlaveReplica:
 
     def _answer(self, p: _Append, code: ResponseCode, message: str = "") -> None:
         self.metrics.count_request(code.name)
-        if code == ResponseCode.SUCCESS:
+        if p.topic:
+            self.topics.sent(p.session, p.request_id, code, p.first, p.last, p.term,
+                             self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
+        elif code == ResponseCode.SUCCESS:
             _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch))
         else:
             _send(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
@@ -660,6 +695,10 @@ class MasterSlaveReplica:
             self._client_append(session, request)
         elif isinstance(request, ReadRequest):
             return self._client_read(session, request)
+        elif isinstance(request, TopicRequest):
+            return self.topics.on_request(session, request)
+        elif isinstance(request, KvRequest):
+            return self.kv.on_request(session, request)  # (a slave fetching the master's dispatcher snapshot)
         elif isinstance(request, StatusRequest):
             _send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                           json.dumps(self.host.status(self)).encode()))
@@ -669,12 +708,34 @@ class MasterSlaveReplica:
                                     f"served here"))
         return None
 
+    def append_messages(self, session: Any, request: TopicRequest) -> None:
+        """A topic send's batch (checked by topic_service.py), stored like an append; the answer goes to
+        TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
+        under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
+        self._client_append(session, request, topic=True)
+
+    @property
+    def leader_id(self) -> str:
+        return self.master_id
+
+    def read_refusal(self) -> str | None:
+        if self.is_master or self.settings.slave_read_enable:
+            return None
+        return f"slave_read_enable is off in group {self.group}: read from the master {self.master_id}"
+
+    def holds_everything_committed(self) -> bool:
+        """Master, its confirm offset past its epoch's start (what it held when elected from the SyncStateSet,
+        which covers everything ever confirmed), all of it dispatched."""
+        store = self.store
+        return (self.is_master and bool(self.epochs.entries)
+                and store.position_after(store.committed_index) >= self.epochs.entries[-1].start_offset
+                and (self.sm is None or self.sm.applied_index >= store.committed_index))
+
     async def _client_read(self, session: Any, request: ReadRequest) -> None:
-        if not self.is_master and not self.settings.slave_read_enable:
+        refusal = self.read_refusal()
+        if refusal is not None:
             _send(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
-                                        self.store.committed_index,
-                                        message=f"slave_read_enable is off in group {self.group}: read from "
-                                                f"the master {self.master_id}"))
+                                        self.store.committed_index, message=refusal))
             return
         _send(session, await serve_read(self.store, request, self.notifier, self.host.stopping_event))
 
@@ -692,6 +753,8 @@ class MasterSlaveReplica:
         if self.failed or self.committer is None or self.stopping:
             return
         safe = self.store.committed_index
+        if self.sm is not None:
+            safe = self.sm.retention_limit(safe)  # a slave that needs what was deleted gets the snapshot
         try:
             if self.is_master:
                 for st in self._transfer.slaves.values():
@@ -716,6 +779,7 @@ class MasterSlaveReplica:
             "max_offset": self.store.write_position, "voters": sorted(self.members), "learners": [],
             "watermarks": {}, "store_bytes": self.dir_bytes(),
             "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries],
+            **({"state_machine": self.kv.status()} if self.sm is not None else {}),
         }
         if self.is_master:
             in_sync = self._transfer.in_sync(now)

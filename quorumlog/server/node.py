@@ -336,8 +336,6 @@ class Node:
         """A Raft replica, or a master/slave group's member (master_slave.py) when the definition says so."""
         mode = definition.get("mode", "raft")
         if mode == MASTER_SLAVE:
-            if definition.get("state_machine"):
-                raise ValueError("a master/slave group runs no state machine (yet)")
             return MasterSlaveReplica(self, config, definition)
         if mode != "raft":
             raise ValueError(f"unknown mode {mode!r} (raft, {MASTER_SLAVE})")

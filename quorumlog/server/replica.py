@@ -402,7 +402,7 @@ class Replica:
         elif p.kind in ("kv_read", "kv_write"):
             self.kv.completed(p, c)
         elif p.kind == "topic_send":
-            self.topics.completed(p, c)
+            self.topics.sent(p.session, p.client_request_id, c.code, c.first_index, c.last_index, None, c.leader_id)
         elif p.kind == "cg_commit":
             self.consumer_groups.completed(p, c)
         elif p.kind == "ha_put":
@@ -515,6 +515,27 @@ class Replica:
         rid = self._new_request_id()
         self._pending[rid] = _Pending(session, request.request_id, "append", time.perf_counter(), len(bodies), size)
         self.step(ClientAppend(rid, bodies, request.client_id, request.seq))
+
+    def append_messages(self, session: Any, request: TopicRequest) -> None:
+        """A topic send's batch (checked by topic_service.py): through the core like an append, with the client's
+        producer id and sequence; the completion goes back to TopicService.sent."""
+        rid = self._new_request_id()
+        self._pending[rid] = _Pending(session, request.request_id, "topic_send", time.perf_counter(), request=request)
+        self.step(ClientAppend(rid, request.bodies, request.client_id, request.seq))
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.core.leader_id
+
+    def read_refusal(self) -> str | None:
+        return None  # (every member of a Raft group serves reads up to what it knows committed)
+
+    def holds_everything_committed(self) -> bool:
+        """Leader, with an entry of its term committed (so it holds everything ever committed), all applied."""
+        core, store = self.core, self.store
+        committed = store.committed_index
+        return (core.role is Role.LEADER and committed >= store.begin_index
+                and store.term_at(committed) == core.term and self.sm.applied_index >= committed)
 
     async def _client_read(self, session: Any, request: ReadRequest) -> None:
         response: ReadResponse = await serve_read(self.store, request, self.notifier, self.host.stopping_event)

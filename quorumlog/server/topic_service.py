@@ -1,17 +1,20 @@
-"""The topic requests of a group that runs the topic dispatcher (topic/dispatcher.py), on one replica.
+"""The topic requests of a group that runs the topic dispatcher (topic/dispatcher.py), on one member: a Raft
+replica (replica.py) or a master/slave group's member (master_slave.py), which each store a send their way
+(`append_messages`, answered through `sent`).
 
 - send: the encoded messages (topic/message.py, checked again here) are appended as one batch with the
   client's producer id and sequence, so a retry is stored once; the answer waits until the dispatcher applied
   the batch and carries each message's queue offset (RocketMQ's SendResult). A retry of a batch applied so
   long ago that its offsets are no longer remembered is answered with -1 for each (it is stored, once).
 - pull: from a queue offset, the units of the consume queue, then the entries they point at, read from the
-  log in one pass. Any member serves it (its consume queue never runs ahead of what it knows committed);
-  with nothing to read it waits up to wait_ms for the next entry the dispatcher applies (long polling).
+  log in one pass. Any member of a Raft group serves it, a master/slave group's slave only with
+  slave_read_enable (its consume queue never runs ahead of what it knows committed, or confirmed); with nothing
+  to read it waits up to wait_ms for the next entry the dispatcher applies (long polling).
   An offset below the queue's first kept one is OFFSET_TOO_SMALL (retention deleted it). One past the end is
-  OFFSET_TOO_BIG when this member is the leader, has committed an entry of its term (so it holds everything
-  ever committed) and dispatched all of it: a commit beyond the end, which would otherwise make a consumer
-  skip the messages that fill the gap. Anywhere else it waits like an empty read (a new leader's dispatcher
-  may still be behind what its predecessor served).
+  OFFSET_TOO_BIG when this member leads and holds and dispatched everything ever committed (a Raft leader that
+  committed an entry of its term, a master whose confirm offset passed its epoch's start): a commit beyond the
+  end, which would otherwise make a consumer skip the messages that fill the gap. Anywhere else it waits like
+  an empty read (a new leader's dispatcher may still be behind what its predecessor served).
 - offsets: the queue's min and max offsets.
 """
 
@@ -21,19 +24,17 @@ import asyncio
 import struct
 from bisect import bisect_left, bisect_right
 from operator import attrgetter
-import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..codes import ResponseCode
 from ..errors import IndexOutOfRange
 from ..format.log_entry import iter_records, record_columns, record_positions
-from ..raft.types import ClientAppend, Completion, Role
 from ..topic.consume_queue import UNIT
 from ..topic.message import TOPIC_RE, fast, head, tag_hash
 from ..wire.client import PackedMessages, TopicRequest, TopicResponse
 
 if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+    from .replica import Replica
 
 _LOG_INDEX = attrgetter("log_index")
 _LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)
@@ -91,6 +92,9 @@ class TopicService:
             return self._send(session, req, answer)
         if not TOPIC_RE.match(req.topic) or not 0 <= req.queue_id <= 0xFFFF:
             return answer(ResponseCode.BAD_REQUEST, f"{req.op}: bad topic {req.topic!r} or queue {req.queue_id}")
+        refusal = r.read_refusal()
+        if refusal is not None and req.op in ("pull", "offsets"):
+            return answer(ResponseCode.NOT_LEADER, refusal, leader_id=r.leader_id)
         if req.op == "pull":
             if req.offset < 0 or req.max_messages < 1 or req.wait_ms < 0:
                 return answer(ResponseCode.BAD_REQUEST, f"pull: offset={req.offset} max_messages="
@@ -112,33 +116,47 @@ class TopicService:
                                                             f"max_entry_bytes {r.config.max_entry_bytes}")
             if head(body) is None:
                 return answer(ResponseCode.BAD_REQUEST, f"send: entry {i} is not a topic message")
-        rid = r._new_request_id()
-        from .replica import _Pending
-        r._pending[rid] = _Pending(session, req.request_id, "topic_send", time.perf_counter(), request=req)
-        r.step(ClientAppend(rid, req.bodies, req.client_id, req.seq))
+        r.append_messages(session, req)  # (the group's mode stores them; its answer comes back to sent())
 
-    def completed(self, p: "_Pending", c: Completion) -> None:
-        if c.code != ResponseCode.SUCCESS:
-            self.replica._send(p.session, TopicResponse(p.client_request_id, c.code, c.leader_id))
+    def sent(self, session: Any, request_id: int, code: ResponseCode, first: int, last: int,
+             stored_term: int | None = None, leader_id: str | None = None, message: str = "") -> None:
+        """A send's batch stored (entries first..last) or refused: answered once the dispatcher applied it.
+        `stored_term` is the term (epoch) the batch was stored in when the store's answer comes before the commit
+        point passes it (a master/slave group's: held by min_in_sync_replicas members, not yet confirmed): the
+        entries applied at those indexes must be that batch, not a new master's, or the offsets are not ours."""
+        if code != ResponseCode.SUCCESS:
+            self.replica._send(session, TopicResponse(request_id, code, leader_id, message=message))
             return
-        if self.replica.sm.applied_index >= c.last_index:  # (the usual case: applied as it committed)
-            self._answer_applied(p, c.first_index, c.last_index)
+        if self.replica.sm.applied_index >= last and stored_term is None:  # (the usual case: applied as committed)
+            self._answer_applied(session, request_id, first, last)
             return
-        task = asyncio.ensure_future(self._answer_sent(p, c.first_index, c.last_index))
+        task = asyncio.ensure_future(self._answer_sent(session, request_id, first, last, stored_term))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer_sent(self, p: "_Pending", first: int, last: int) -> None:
-        await self.replica.sm.wait_applied(last)
-        self._answer_applied(p, first, last)
+    async def _answer_sent(self, session: Any, request_id: int, first: int, last: int,
+                           stored_term: int | None) -> None:
+        r = self.replica
+        await r.sm.wait_applied(last)
+        if stored_term is not None:
+            try:
+                term = r.store.term_at(last)
+            except IndexOutOfRange:  # (deleted by retention since: committed long ago)
+                term = stored_term
+            if term != stored_term:
+                r._send(session, TopicResponse(request_id, ResponseCode.TERM_CHANGED, r.leader_id,
+                                               message=f"the batch stored at {first}..{last} in term {stored_term} "
+                                                       f"was replaced by a new master's entries; send it again"))
+                return
+        self._answer_applied(session, request_id, first, last)
 
-    def _answer_applied(self, p: "_Pending", first: int, last: int) -> None:
+    def _answer_applied(self, session: Any, request_id: int, first: int, last: int) -> None:
         sm = self.replica.sm
         offsets = []
         for i in range(first, last + 1):
             q = sm.result_of(i)
             offsets.append(q if isinstance(q, int) else -1)
-        self.replica._send(p.session, TopicResponse(p.client_request_id, ResponseCode.SUCCESS, offsets=tuple(offsets)))
+        self.replica._send(session, TopicResponse(request_id, ResponseCode.SUCCESS, offsets=tuple(offsets)))
 
     # -- pull ----------------------------------------------------------------------------------------------
     async def _pull(self, session: Any, req: TopicRequest) -> None:
@@ -157,7 +175,7 @@ class TopicService:
                 return
             if req.offset < hi:
                 break
-            if req.offset > hi and self._holds_everything_committed():
+            if req.offset > hi and r.holds_everything_committed():
                 r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_BIG, min_offset=lo,
                                                max_offset=hi, next_offset=hi,
                                                message=f"offset {req.offset} > the queue's end {hi}"))
@@ -197,13 +215,6 @@ class TopicService:
         if q is None:
             return 0, 0
         return max(q.min_offset, q.first_offset_from(self.replica.store.begin_index)), q.max_offset
-
-    def _holds_everything_committed(self) -> bool:
-        r = self.replica
-        core, store = r.core, r.store
-        committed = store.committed_index
-        return (core.role is Role.LEADER and committed >= store.begin_index
-                and store.term_at(committed) == core.term and r.sm.applied_index >= committed)
 
     def _pack(self, q: Any, offset: int, count: int, wanted: frozenset[int] | None
               ) -> tuple[PackedMessages, int] | None:

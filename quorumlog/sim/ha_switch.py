@@ -11,14 +11,23 @@ flushed (up to 2 KiB of its tail, never a byte it acknowledged: a master flushes
 slave before it reports; restarted later, an old master comes back as a slave, possibly behind the new one —
 RocketMQ #2706), or isolation from everyone (the controller too) for a while.
 
+Every write is a topic message of one of QUEUES queues, and every member dispatches its log into consume
+queues as a topic group does (server/master_slave.py): in log order, whole records only, up to its commit point
+— a master's confirm offset (ha/member.py's confirm_offset over its accepted SyncStateSet), a slave's lowest of
+what it reported (flushed) and the master's confirm offset as its last frame carried it.
+
 Checker: never two members writable at one instant; at every election the new master holds every byte
 acknowledged so far, and so does the final master; after healing every member converges to the master's log
-and a new write is acknowledged.
+and a new write is acknowledged. Topics: a queue offset names one message on every member for the whole run
+(never reused after a switch: RocketMQ #7689, #8539); a handshake never cuts a tail a member dispatched; after
+healing, the master dispatched its whole log and every member's consume queues are a prefix of the master's
+and exactly what its own log holds up to its dispatch point.
 """
 
 from __future__ import annotations
 
 import random
+import struct
 import sys
 from dataclasses import dataclass, field
 
@@ -26,15 +35,45 @@ from ..codes import ResponseCode
 from ..ha import GroupTransferService, HAClient, HAConnection, MemoryHALog
 from ..ha.controller import HAController
 from ..ha.epochs import EpochCache
-from ..ha.member import adopt_epochs, begin_epoch, handshake_cut, sync_state_set_proposal
+from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
 from ..ha.master import HAConfig
 from ..ha.messages import Drop, SlaveReport
 from .seed_cli import seed_main
 
-PLANTED = ("no_lease", "no_truncate")
+PLANTED = ("no_lease", "no_truncate", "dispatch_unconfirmed")
 MEMBERS = ("m0", "m1", "m2")
 STEP_MS = 5
 HEARTBEAT_MS = 50
+QUEUES = 4
+RECORD = struct.Struct(">HB")  # a message: payload length, queue id; then the payload
+
+
+class RecordHALog(MemoryHALog):
+    """A member's log of messages: HA frames end at record ends, as the runtime's StoreHALog cuts them, so a slave
+    never holds half a record (and a crash's torn record is dropped, as the store's recovery drops it)."""
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        data = super().read(offset, max_bytes + RECORD.size + 256)  # (a message is at most 201 bytes)
+        end = 0
+        while end + RECORD.size <= len(data):
+            nxt = end + RECORD.size + RECORD.unpack_from(data, end)[0]
+            if nxt > len(data) or (end and nxt > max_bytes):
+                break
+            end = nxt
+        return data[:end]
+
+    def raw(self, offset: int, size: int) -> bytes:
+        return super().read(offset, size)
+
+    def record_end_below(self, start: int, offset: int) -> int:
+        """The last record end ≤ offset, walking from `start` (a record start ≤ offset)."""
+        at = start
+        while at + RECORD.size <= offset:
+            nxt = at + RECORD.size + RECORD.unpack(self.raw(at, RECORD.size))[0]
+            if nxt > offset:
+                break
+            at = nxt
+        return at
 
 
 class Violation(Exception):
@@ -46,7 +85,7 @@ class Violation(Exception):
 @dataclass
 class Member:
     name: str
-    log: MemoryHALog = field(default_factory=lambda: MemoryHALog(segment_bytes=2_048))
+    log: "RecordHALog" = field(default_factory=lambda: RecordHALog(segment_bytes=2_048))
     epochs: EpochCache = field(default_factory=EpochCache)
     alive: bool = True
     isolated: bool = False
@@ -62,7 +101,13 @@ class Member:
     client: HAClient | None = None  # slave side
     upstream: str | None = None  # the master it pulls from
     to_master: list = field(default_factory=list)
-    to_slave: list = field(default_factory=list)
+    to_slave: list = field(default_factory=list)  # (deliver at, frame, the master's confirm offset it carries)
+    # topics
+    commit: int = 0  # its commit point (bytes): a master's confirm offset, a slave's min(reported, master's)
+    master_confirm: int = -1  # a slave's: the latest confirm offset its master's frames carried (-1: none yet)
+    dispatched: int = 0  # the end of the last record dispatched
+    durable: int = 0  # what it confirmed as master (flush sync: it fsyncs before it counts its own bytes)
+    queues: dict = field(default_factory=lambda: {q: [] for q in range(QUEUES)})  # queue -> payloads
 
     @property
     def reachable(self) -> bool:
@@ -87,6 +132,7 @@ class HASwitchSim:
         self.elections = 0
         self.faults_until = 0
         self.restart_at: dict[str, int] = {}
+        self.offsets: dict[tuple[int, int], bytes] = {}  # (queue, offset) -> payload, as first dispatched anywhere
 
     def log(self, text: str) -> None:
         if self.trace:
@@ -100,7 +146,7 @@ class HASwitchSim:
             return
         x.known_master, x.known_epoch = master, epoch
         self._disconnect(x)
-        x.gts, x.acked_offset = None, 0
+        x.gts, x.acked_offset, x.master_confirm = None, 0, -1
         if master == x.name:
             begin_epoch(x.epochs, epoch, x.log.max_offset())
             x.gts = GroupTransferService(2, slave_timeout_ms=500, not_catchup_ms=800)
@@ -117,9 +163,9 @@ class HASwitchSim:
         self._learn(x)
         if lease is not None and x.known_master == x.name:
             x.lease_until = lease
-        if x.gts is not None and x.known_master == x.name:  # grow / shrink the SyncStateSet
+        if x.gts is not None and x.known_master == x.name and self.now < x.lease_until:  # grow / shrink the set
             want = sync_state_set_proposal(x.name, x.gts.accepted, x.gts.in_sync(self.now),
-                                           {n: sl.offset for n, sl in x.gts.slaves.items()}, x.acked_offset)
+                                           {n: sl.offset for n, sl in x.gts.slaves.items()}, x.acked_offset, x.commit)
             if want is not None and self.ctl.alter_sync_state_set(x.name, x.known_epoch, want):
                 x.gts.accepted = want
 
@@ -149,6 +195,9 @@ class HASwitchSim:
             cp = min(s.log.max_offset(), up.log.max_offset())
         if cp < s.log.max_offset():
             self.log(f"{s.name} truncates {s.log.max_offset()} -> {cp} (epochs {s.epochs.entries})")
+        if cp < min(s.dispatched, s.log.max_offset()):
+            raise Violation("dispatched_truncated", f"{s.name} dispatched up to {s.dispatched}, the handshake with "
+                                                    f"{up.name} cuts its log at {cp}")
         s.log.truncate(cp)
         s.epochs.truncate(cp)
         s.reported = min(s.reported, cp)
@@ -169,10 +218,11 @@ class HASwitchSim:
             s.to_master.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
 
     def _to_slave(self, s: Member, msgs: list) -> None:
+        confirm = self.m[s.upstream].commit if s.upstream else -1  # (every frame carries it, as HaTransfer does)
         for msg in msgs:
             if isinstance(msg, Drop):
                 return self._disconnect(s)
-            s.to_slave.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
+            s.to_slave.append((self.now + self.rng.choice((1, 2, 5, 10)), msg, confirm))
 
     def _move(self, s: Member) -> None:
         up = self.m[s.upstream] if s.upstream else None
@@ -189,7 +239,8 @@ class HASwitchSim:
                 up.gts.on_slave_offset(s.name, conn.slave_ack_offset, up.log.max_offset(), self.now)
             self._to_slave(s, out)
         while s.upstream and s.to_slave and s.to_slave[0][0] <= self.now:
-            _, msg = s.to_slave.pop(0)
+            _, msg, confirm = s.to_slave.pop(0)
+            s.master_confirm = max(s.master_confirm, confirm)
             self._to_master(s, s.client.on_message(msg, self.now))  # type: ignore[union-attr]
         if s.upstream:
             self._to_slave(s, conn.poll(self.now))
@@ -203,7 +254,9 @@ class HASwitchSim:
         if not writers:
             return
         x = writers[0]
-        data = bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(1, 200)))
+        payload = struct.pack(">Q", self.next_rid + 1) + bytes(self.rng.getrandbits(8)
+                                                               for _ in range(self.rng.randint(0, 190)))
+        data = RECORD.pack(len(payload), self.rng.randrange(QUEUES)) + payload
         start = x.log.max_offset()
         x.log.append(start, data)
         self.next_rid += 1
@@ -217,7 +270,7 @@ class HASwitchSim:
         self.last = (d.request_id, d.code)
         if d.code == ResponseCode.SUCCESS:
             holders = [y.name for y in self.m.values() if y.name != master and y.log.max_offset() >= start + len(data)
-                       and y.log.min_offset() <= start and y.log.read(start, len(data)) == data]
+                       and y.log.min_offset() <= start and y.log.raw(start, len(data)) == data]
             if len(holders) + 1 < 2:
                 raise Violation("acked_not_held", f"write {start}..{start + len(data)} acknowledged by {master}, "
                                                   f"held by no slave")
@@ -225,9 +278,60 @@ class HASwitchSim:
             self.acked_end = max(self.acked_end, start + len(data))
             self.m[master].acked_offset = max(self.m[master].acked_offset, start + len(data))
 
+    # -- topics --------------------------------------------------------------------------------------------
+    def _advance_commit(self, x: Member) -> None:
+        """The runtime's _advance_commit, in bytes: it only grows (a new master starts from its own)."""
+        if not x.alive:
+            return
+        if x.gts is not None and x.known_master == x.name:
+            point = confirm_offset(x.log.max_offset(), x.gts.accepted, x.name,
+                                   {n: sl.offset for n, sl in x.gts.slaves.items()}, x.commit)
+        else:
+            point = min(x.reported, x.master_confirm)  # (flush sync: what it holds durably)
+        if "dispatch_unconfirmed" in self.bugs:  # PLANTED BUG: dispatch what was written, confirmed or not
+            point = x.log.max_offset()
+        x.commit = max(x.commit, min(point, x.log.max_offset()))
+        if x.gts is not None:
+            x.durable = max(x.durable, x.commit)
+
+    def _dispatch(self, x: Member) -> None:
+        """Whole records below the commit point, in log order, into their queues (the next offset of each)."""
+        while x.dispatched + RECORD.size <= x.commit:
+            size, queue = RECORD.unpack(x.log.raw(x.dispatched, RECORD.size))
+            if queue >= QUEUES:
+                raise Violation("bad_record", f"{x.name} reads queue {queue} at {x.dispatched}: not a record start")
+            end = x.dispatched + RECORD.size + size
+            if end > x.commit:
+                return
+            payload = x.log.raw(x.dispatched + RECORD.size, size)
+            offset = len(x.queues[queue])
+            x.queues[queue].append(payload)
+            first = self.offsets.setdefault((queue, offset), payload)
+            if first != payload:
+                raise Violation("queue_offset_reused", f"{x.name} dispatched message {payload[:8].hex()} at queue "
+                                                       f"{queue} offset {offset}, which named {first[:8].hex()}")
+            x.dispatched = end
+
+    def _check_dispatched(self, master: Member) -> None:
+        """After healing: the master dispatched its whole log; every member's queues are a prefix of the
+        master's, and exactly what its own log holds up to its dispatch point."""
+        if master.dispatched != master.log.max_offset():
+            raise Violation("not_dispatched", f"master {master.name} dispatched {master.dispatched} of "
+                                              f"{master.log.max_offset()} 10 s after healing")
+        for x in self.m.values():
+            queues: dict[int, list] = {q: [] for q in range(QUEUES)}
+            at = 0
+            while at < x.dispatched:
+                size, queue = RECORD.unpack(x.log.raw(at, RECORD.size))
+                queues[queue].append(x.log.raw(at + RECORD.size, size))
+                at += RECORD.size + size
+            if queues != x.queues or any(master.queues[q][:len(x.queues[q])] != x.queues[q] for q in queues):
+                raise Violation("queues_differ", f"{x.name}'s consume queues are not its log's, or not a prefix "
+                                                 f"of the master's")
+
     def _check_holds_acked(self, x: Member, when: str) -> None:
         for start, data in self.acked:
-            if x.log.max_offset() < start + len(data) or x.log.read(start, len(data)) != data:
+            if x.log.max_offset() < start + len(data) or x.log.raw(start, len(data)) != data:
                 raise Violation("acked_lost", f"{when}: {x.name} lacks the acknowledged bytes {start}.."
                                               f"{start + len(data)} (holds up to {x.log.max_offset()})")
 
@@ -243,6 +347,12 @@ class HASwitchSim:
             lost = self.rng.choice((0, 0, self.rng.randint(1, 2_048)))
             keep = max(x.log.min_offset(), x.log.max_offset() - lost,
                        min(max(self.acked_end, x.reported), x.log.max_offset()))
+            # (a slave dispatches only what it flushed, kept above; a master confirms only what it fsynced too)
+            keep = max(keep, min(x.durable, x.log.max_offset()))
+            if keep < x.dispatched:
+                raise Violation("dispatched_lost", f"{x.name} dispatched up to {x.dispatched}, a crash keeps {keep}")
+            keep = x.log.record_end_below(x.dispatched, keep)  # (a torn record: dropped at restart)
+            x.commit = min(x.commit, keep)
             lost = x.log.max_offset() - keep
             if lost:
                 x.log.truncate(keep)
@@ -288,6 +398,8 @@ class HASwitchSim:
             if x.gts is not None:
                 for d in x.gts.poll(self.now):
                     self._done(d)
+            self._advance_commit(x)
+            self._dispatch(x)
 
     def run(self, steps: int = 3_000) -> None:
         for _ in range(steps):
@@ -307,8 +419,8 @@ class HASwitchSim:
         self._check_holds_acked(master, "the end")
         for x in self.m.values():
             if x.log.max_offset() != master.log.max_offset() or \
-                    x.log.read(x.log.min_offset(), x.log.max_offset()) != \
-                    master.log.read(x.log.min_offset(), x.log.max_offset() - x.log.min_offset()):
+                    x.log.raw(x.log.min_offset(), x.log.max_offset()) != \
+                    master.log.raw(x.log.min_offset(), x.log.max_offset() - x.log.min_offset()):
                 raise Violation("not_converged", f"{x.name} ({x.log.max_offset()}) differs from master "
                                                  f"{master.name} ({master.log.max_offset()}) 10 s after healing")
         for _ in range(200):  # back in the SyncStateSet, then a write is acknowledged
@@ -320,6 +432,9 @@ class HASwitchSim:
             self._step()
         if self.last is None or self.last[0] != self.next_rid or self.last[1] != ResponseCode.SUCCESS:
             raise Violation("liveness", f"the write after healing ended {self.last}")
+        for _ in range(100):  # (the slaves' reports of it, then the confirm offset)
+            self._step()
+        self._check_dispatched(self.m[self.ctl.master])  # type: ignore[index]
 
 
 def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Violation | None:

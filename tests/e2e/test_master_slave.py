@@ -177,6 +177,11 @@ def test_sigstopped_slaves_fail_sync_appends_within_slave_timeout_and_a_retry_is
             assert rows[master]["end_index"] == 20
             r = await c.append(b"after")
             assert r.index == 21
+            # (readers see it once the confirm offset passes it: every member of the set, the master's fsync too)
+            deadline = time.monotonic() + 10
+            while (await _rows(cluster))[master]["committed_index"] < 21:
+                assert time.monotonic() < deadline, "the confirm offset never reached the acknowledged append"
+                await asyncio.sleep(0.05)
             entries = [e async for e in c.read(0, 21)]
             assert [e.body for e in entries[19:]] == [b"before19", b"while-stopped", b"after"]
 

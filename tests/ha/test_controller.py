@@ -89,6 +89,8 @@ def test_a_master_back_from_a_crash_never_resumes_its_epoch():  # RocketMQ #2706
     for x in others:
         c.on_heartbeat(x, 100, 1, 700)  # they hold more than the master kept through its crash
     assert c.on_heartbeat(m, 120, 1, 400, restarted=True) is None  # no lease for the restarted master
+    # nor may it shrink its set to itself before the election: the others hold the tail it lost
+    assert not c.alter_sync_state_set(m, 1, {m}) and c.sync_state_set == set(M)
     assert c.tick(200) is None  # its last lease runs to 250
     got = c.tick(250)
     assert got is not None and got.epoch == 2 and got.master in others  # the most data wins, a new epoch

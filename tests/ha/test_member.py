@@ -43,14 +43,21 @@ def test_adopting_never_goes_back_to_an_older_epoch():
 
 def test_a_slave_joins_the_set_only_holding_every_acknowledged_byte():
     # n1 is in sync but lacks the last acknowledged append: the controller could elect it and lose that append
-    assert sync_state_set_proposal("n0", {"n0"}, ["n1"], {"n1": 900}, acked_offset=1_000) is None
-    assert sync_state_set_proposal("n0", {"n0"}, ["n1"], {"n1": 1_000}, acked_offset=1_000) == {"n0", "n1"}
+    assert sync_state_set_proposal("n0", {"n0"}, ["n1"], {"n1": 900}, acked_offset=1_000, confirmed=0) is None
+    assert sync_state_set_proposal("n0", {"n0"}, ["n1"], {"n1": 1_000}, acked_offset=1_000, confirmed=0) == {"n0", "n1"}
+
+
+def test_a_slave_joins_the_set_only_holding_every_confirmed_byte():
+    # a master alone in its set confirms what it fsynced without an ack (min_in_sync_replicas 2 acks none): a
+    # slave lacking that must not join, or its election would hand the confirmed bytes' queue offsets to others
+    assert sync_state_set_proposal("n0", {"n0"}, ["n1"], {"n1": 900}, acked_offset=0, confirmed=1_000) is None
+    assert sync_state_set_proposal("n0", {"n0"}, ["n1"], {"n1": 1_000}, acked_offset=0, confirmed=1_000) == {"n0", "n1"}
 
 
 def test_a_member_out_of_sync_leaves_and_one_in_the_set_stays_while_in_sync():
     assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 5, "n2": 900},
-                                   acked_offset=900) == {"n0", "n1"}
-    assert sync_state_set_proposal("n0", {"n0", "n1"}, ["n1"], {"n1": 5}, acked_offset=900) is None
+                                   acked_offset=900, confirmed=0) == {"n0", "n1"}
+    assert sync_state_set_proposal("n0", {"n0", "n1"}, ["n1"], {"n1": 5}, acked_offset=900, confirmed=0) is None
 
 
 def test_the_confirm_offset_is_the_lowest_held_across_the_set_and_never_moves_back():
