@@ -14,7 +14,10 @@
 - spark (unless --no-spark): a Spark batch read of the topic (`.option("topic", ...)`, from the leader and with
   `readFrom=any`) against its in-memory Arrow ceiling (bench/spark.py's source: the same rows as the same Arrow
   batches in as many partitions, memory-mapped; target ≥ 70%), alternated 5 times, best of each; the raw
-  source reading the same group's log beside them.
+  source reading the same group's log beside them. Twice: on the topic as the steps above left it (~0.5M
+  messages: a read of 0.5–0.7 s, where the source's fixed costs — planning through `_meta` and the leaders,
+  a client per Python worker — weigh), then after batched sends filled it to --spark-messages (queues
+  interleaved in the log).
 Results: bench/results/topics-<date>.json (flush mode included).
 """
 
@@ -136,6 +139,20 @@ async def _consume(cluster: Cluster, messages: int, pull_batch: int) -> dict:
             "consumer_group_messages_per_s": round(delivered / group_elapsed), "target_per_s": 500_000}
 
 
+async def _fill(cluster: Cluster, total: int, batch: int = 1000) -> int:
+    """Batched sends to every queue at once until the topic holds `total` messages; returns how many it holds."""
+    async with quorumlog.Producer(cluster.peers, timeout_ms=60_000) as p:
+        have = sum(hi - lo for lo, hi in [await p.offsets("bench", q) for q in range(QUEUES)])
+        per_queue = max(0, total - have) // QUEUES
+
+        async def one(q: int) -> None:
+            for start in range(0, per_queue, batch):
+                await p.send_batch("bench", q, [(BODY, f"k{q}", "", None)] * min(batch, per_queue - start))
+
+        await asyncio.gather(*(one(q) for q in range(QUEUES)))
+        return sum(hi - lo for lo, hi in [await p.offsets("bench", q) for q in range(QUEUES)])
+
+
 async def _latency(cluster: Cluster, samples: int = 300) -> dict:
     async with quorumlog.Producer(cluster.peers, timeout_ms=30_000) as p, \
             quorumlog.TopicClient(cluster.peers, timeout_ms=30_000) as consumer:
@@ -228,6 +245,8 @@ def main() -> None:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--pull-batch", type=int, default=1024, help="max_messages per pull")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark read")
+    p.add_argument("--spark-messages", type=int, default=2_000_000,
+                   help="the second Spark read's topic size (0: only the first read)")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     a = p.parse_args()
     base = tempfile.mkdtemp(prefix="quorumlog-topics-bench-")
@@ -243,7 +262,12 @@ def main() -> None:
         cluster.start()
         results = asyncio.run(run())
         if not a.no_spark:
-            results["spark_batch_read"] = _spark(cluster, base)
+            results["spark_batch_read_as_produced"] = _spark(cluster, base)
+            if a.spark_messages:
+                t0 = time.perf_counter()
+                held = asyncio.run(_fill(cluster, a.spark_messages))
+                print(f"filled the topic to {held:,} messages in {time.perf_counter() - t0:.1f} s", flush=True)
+                results["spark_batch_read"] = _spark(cluster, base)
     finally:
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)  # three nodes' segments: ~0.3 GB a run

@@ -184,6 +184,7 @@ class MasterSlaveReplica:
         self._altered_at = 0
         self._handing_over = False
         self._pump_scheduled = False
+        self._confirm_sent: dict[str, int] = {}  # slave -> the confirm offset its last frame carried
         # slave
         self._client: HAClient | None = None
         self._hello_at: int | None = None  # a hello waits for the master's epochs
@@ -345,6 +346,7 @@ class MasterSlaveReplica:
         self._lease_until = 0
         self._handing_over = False
         self._connections = {}
+        self._confirm_sent = {}
         self._transfer = self._new_transfer()
         self._acked_offset = 0
         self._confirmed = self.store.position_after(self.store.committed_index)
@@ -446,6 +448,8 @@ class MasterSlaveReplica:
 
     def _send_master(self, slave: str, out: list) -> None:
         confirm = self._confirm_offset()
+        if out:
+            self._confirm_sent[slave] = confirm
         for m in out:
             if isinstance(m, Transfer):
                 self.host.send(self.group, HaTransfer(self.node_id, slave, self.epoch, m.offset, confirm, m.data))
@@ -456,6 +460,17 @@ class MasterSlaveReplica:
                 log.warning("HA connection dropped node=%s group=%s slave=%s: %s", self.node_id, self.group, slave,
                             m.reason)
                 self._transfer.on_slave_gone(slave)
+
+    def _announce_confirm(self) -> None:
+        """A heartbeat frame to each slave that holds everything sent to it but not the latest confirm offset:
+        an idle group's slaves learn it within a tick, not at the next heartbeat (5 s), so what a slave's readers
+        see (slave_read_enable, a topic's consumers reading from any member) follows the master's."""
+        confirm = self._confirm_offset()
+        for slave, conn in list(self._connections.items()):
+            if (not conn.closed and self._confirm_sent.get(slave, -1) < confirm
+                    and 0 <= conn.next_transfer_from_where <= conn.slave_ack_offset):
+                # (at the slave's own end: a frame at any other offset would drop its session)
+                self._send_master(slave, [Transfer(conn.next_transfer_from_where)])
 
     def _confirm_offset(self) -> int:
         """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
@@ -687,6 +702,8 @@ class MasterSlaveReplica:
             return
         if self.is_master:
             self._pump(t_ms)
+            self._announce_confirm()
+            self.host.flush_transport()
         else:
             self._slave_tick(t_ms)
 

@@ -27,11 +27,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 GROUP = "mst"
 
 
-async def _ms_topic_group(cluster: Cluster, **ms) -> str:
+async def _ms_topic_group(cluster: Cluster, segment_bytes: int | None = None, **ms) -> str:
     """`_meta` and a master/slave topic group on the three nodes; returns its master."""
     await _create_meta(cluster)
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
-        p = await admin.create(GROUP, replicas=3, mode="master-slave", state_machine="topics", master_slave=ms)
+        p = await admin.create(GROUP, replicas=3, mode="master-slave", state_machine="topics", master_slave=ms,
+                               segment_bytes=segment_bytes)
     assert p.leader is not None
     return p.leader
 
@@ -173,6 +174,78 @@ def test_a_slave_pulls_only_with_slave_read_enable_and_a_commit_beyond_the_end_i
             assert e.value.code == ResponseCode.OFFSET_TOO_BIG
             empty = await tc.pull("logs", q, 20, wait_ms=200)  # (the end itself: a long poll that times out)
             assert empty.messages == [] and empty.next_offset == 20
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+RETENTION_ARGS = ("--max-entry-bytes", str(16 * 1024), "--data-segment-size", str(64 * 1024),
+                  "--index-segment-size", str(64 * 1024), "--file-reserved-hours", "0",
+                  "--retention-interval-ms", "100", "--snapshot-every", "200")
+
+
+def test_a_slave_back_after_retention_passed_its_end_installs_the_masters_consume_queues(tmp_path):
+    """A slave down while the master's retention deletes past its end is Reset to the master's first byte
+    (RocketMQ #3388); its log no longer holds what it must dispatch next, so it installs the master's snapshot
+    of the consume queues and dispatches on from there: the same queues, offsets and messages as the master."""
+    cluster = Cluster(str(tmp_path), n=3, extra_args=RETENTION_ARGS)
+
+    async def main() -> None:
+        # (a dead slave holds the confirm offset, and so the sends, until it leaves the set: 1 s here)
+        master = await _ms_topic_group(cluster, 64 * 1024, ack="sync", min_in_sync_replicas=2,
+                                       slave_read_enable=True, ha_max_time_slave_not_catchup_ms=1_000,
+                                       ha_send_heartbeat_interval_ms=200, ha_housekeeping_interval_ms=2_000)
+        away = next(n for n in sorted(cluster.nodes) if n != master)
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            await admin.create("big", queues=2)
+        async with quorumlog.Producer(cluster.peers, timeout_ms=30_000) as p:
+            async def send(prefix: str, n: int) -> None:
+                for i in range(0, n, 50):
+                    await asyncio.gather(*(p.send("big", b"%s-%05d-" % (prefix.encode(), j) + b"." * 1000,
+                                                  key=f"k{j}") for j in range(i, i + 50)))
+
+            await send("before", 300)
+            rows = await _rows(cluster)
+            away_end = rows[away]["end_index"]
+            cluster.nodes[away].kill9()
+            await send("while", 3_000)  # ~3 MB: dozens of 64 KiB segments for retention to delete
+            deadline = time.monotonic() + 30
+            while (await _rows(cluster))[master]["begin_index"] <= away_end + 1:
+                assert time.monotonic() < deadline, "the master's retention never passed the stopped slave's end"
+                await asyncio.sleep(0.1)
+            cluster.nodes[away].start()
+            deadline = time.monotonic() + 60
+            while True:
+                rows = await _rows(cluster)
+                sm = rows.get(away, {}).get("state_machine", {})
+                if sm.get("snapshots_installed", 0) >= 1 and \
+                        sm.get("applied_index") == rows[master]["state_machine"]["applied_index"]:
+                    break
+                assert time.monotonic() < deadline, f"the slave never installed the master's queues: {sm}"
+                await asyncio.sleep(0.2)
+            await send("after", 100)
+        async with quorumlog.TopicClient(cluster.peers, timeout_ms=20_000) as tc:
+            for q in range(2):
+                lo, hi = await tc.offsets("big", q)
+                assert hi > 1_000 and lo > 0  # (retention deleted the oldest messages)
+                # (each member's retention keeps about its current segment: compare what both still hold)
+                start = max([lo] + [(await tc.pull_raw("big", q, hi - 1, node=n)).min_offset for n in (master, away)])
+                assert hi - start >= 5, (start, hi)
+                tails = {}
+                for node in (master, away):
+                    deadline = time.monotonic() + 20
+                    while True:
+                        resp = await tc.pull_raw("big", q, start, max_messages=hi - start, node=node)
+                        got = [(m.queue_offset, m.body) for m in decode_pulled(resp.messages, quorumlog.TopicMessage)]
+                        if len(got) == hi - start or time.monotonic() > deadline:
+                            break
+                        await asyncio.sleep(0.1)  # (the slave dispatches up to the confirm offset it heard)
+                    tails[node] = got
+                assert tails[away] == tails[master] and [o for o, _ in tails[master]] == list(range(start, hi))
+        assert "reset" in cluster.nodes[away].log_text().lower()
 
     try:
         cluster.start()

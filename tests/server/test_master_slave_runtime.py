@@ -128,6 +128,30 @@ def test_an_honest_slave_completes_the_append_and_moves_the_confirm_offset(tmp_p
     asyncio.run(main())
 
 
+def test_an_idle_slave_learns_the_new_confirm_offset_on_the_next_tick_not_the_next_heartbeat(tmp_path):
+    """The data frame carried the confirm offset before the slave's report moved it: the next tick sends the
+    new one in a heartbeat frame at the slave's own end (any other offset would drop its session), once."""
+    async def main() -> None:
+        r, host = await _master(tmp_path)  # (heartbeat interval 5 s)
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        r.on_peer_message(HaReport("n1", "n0", 1, 0))
+        s = _Session()
+        r.on_client_request(s, AppendRequest(1, (b"y" * 100,), 0, -1))
+        await _until(lambda: any(m.data for m in _frames(host, HaTransfer)))
+        data = [m for m in _frames(host, HaTransfer) if m.data]
+        end = data[-1].offset + len(data[-1].data)
+        assert data[-1].confirm_offset < end
+        r.on_peer_message(HaReport("n1", "n0", 1, end))
+        await _until(lambda: s.responses and r.status()["confirm_offset"] == end)
+        host.sent.clear()
+        r.tick(now_ms())
+        r.tick(now_ms())
+        beats = _frames(host, HaTransfer)
+        assert [(m.to, m.offset, m.confirm_offset, bytes(m.data)) for m in beats] == [("n1", end, end, b"")]
+        await r.close()
+    asyncio.run(main())
+
+
 def test_a_slave_whose_offset_retention_deleted_is_reset_not_left_heartbeating(tmp_path):
     """RocketMQ #3388: a slave asking for bytes the master no longer holds is told where the master's log now
     begins (a reset), instead of an endless exchange of heartbeats."""
