@@ -175,10 +175,12 @@ def read(start: int = typer.Option(..., "--from", min=0, help="First index"),
                     else:
                         out_console.print(f"{d['index']}\t{d['term']}\t{d['timestamp']}\t"
                                           f"{d.get('body', d.get('body_b64'))}", highlight=False, markup=False)
-                return []
-            return [doc(e) async for e in c.read(start, end, False, node)]
+                return [], c.suggested_slave
+            return [doc(e) async for e in c.read(start, end, False, node)], c.suggested_slave
 
-    docs = run(go())
+    docs, suggested = run(go())
+    if suggested:  # (the reads went there: a master/slave group's master found this reader far behind)
+        print(f"suggest_slave: {suggested}", file=sys.stderr)
     if follow:
         return
     if json_out:

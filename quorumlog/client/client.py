@@ -96,6 +96,7 @@ class Client:
         self._next_request_id = 0
         self._next_seq = 0
         self.acked_index = -1  # the highest index this client has had acknowledged (read-your-writes)
+        self.suggested_slave: str | None = None  # the last slave a master told this client's reads to go to
         self._leader_id: str | None = None
         self._discovery: asyncio.Future | None = None
         self._accumulator: Accumulator | None = None
@@ -352,6 +353,11 @@ class Client:
         """Raw committed records from `start` (≤ end when end ≥ 0), no decoding: (records, committed_index,
         begin_index). From `node` when given, else from the leader (read-your-writes). An empty read has
         records.count == 0. wait_ms > 0 long-polls: the node answers as soon as `start` commits."""
+        return (await self._read_records(start, end, max_bytes, node, wait_ms))[:3]
+
+    async def _read_records(self, start: int, end: int, max_bytes: int, node: str | None,
+                            wait_ms: int) -> tuple[Records, int, int, str | None]:
+        """read_records and the slave a master/slave group's master suggested reading from next."""
         self._check_open()
         if start < 0 or max_bytes < 1 or wait_ms < 0:
             raise ValueError(f"read: start={start} max_bytes={max_bytes} wait_ms={wait_ms}")
@@ -372,7 +378,7 @@ class Client:
                     target, req, min(wait_ms + self.request_timeout_ms, max(1.0, deadline.remaining_ms())))
                 if resp.code == ResponseCode.SUCCESS:
                     records = resp.records if resp.records is not None else Records(start, start - 1, (), 0)
-                    return records, resp.committed_index, resp.begin_index
+                    return records, resp.committed_index, resp.begin_index, resp.suggest_slave
                 raise QuorumLogError.for_code(resp.code, resp.message)
             except QuorumLogError as e:
                 if not is_retriable(e) or isinstance(e, NotLeader) and node is not None:
@@ -410,13 +416,30 @@ class Client:
         """Committed entries start..end (inclusive; end None: up to the commit point, or forever with follow).
 
         follow=True long-polls the node (ReadRequest.wait_ms) and yields entries as they commit.
+
+        A master/slave group's master may answer that this reader is far behind (`suggest_slave`, RocketMQ's
+        suggestPullingFromSlave): the next reads then go to that slave (`suggested_slave` names it), and back
+        to the master once the slave fails or has nothing more (it serves up to the confirm offset it heard).
         """
         next_index = start
+        via = node  # where the next read goes: the caller's node, else the leader or the slave it suggested
         while end is None or next_index <= end:
-            records, committed, begin = await self.read_records(
-                next_index, end=-1 if end is None else end, max_bytes=max_bytes, node=node,
-                wait_ms=FOLLOW_WAIT_MS if follow else 0)
+            try:
+                records, committed, begin, suggest = await self._read_records(
+                    next_index, -1 if end is None else end, max_bytes, via,
+                    FOLLOW_WAIT_MS if follow and via == node else 0)
+            except QuorumLogError as e:
+                if via == node:
+                    raise
+                log.info("read from %d: the suggested slave %s failed (%s): back to the master", next_index, via, e)
+                via = node
+                continue
+            if node is None and via is None and suggest in self.peers:
+                via = self.suggested_slave = suggest
             if records.count <= 0:
+                if via != node:  # the slave holds no more: the master says where the end is
+                    via = node
+                    continue
                 if follow:
                     continue  # the long-poll expired with nothing new: ask again
                 if next_index < begin:

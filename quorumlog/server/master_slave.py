@@ -34,6 +34,7 @@ rather than on a port of their own; a "connection" is a session opened by a slav
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -91,6 +92,9 @@ class MasterSlaveSettings:
     # moved at 52 MB/s with 32 KiB frames, 174 MB/s (a Raft group's rate) with 256 KiB (bench/peers.py)
     ha_transfer_batch_bytes: int = 256 * 1024
     slave_read_enable: bool = False  # slaveReadEnable
+    # accessMessageInMemoryMaxRatio: a reader of the master further behind than this share of RAM is told to
+    # read from a slave (its bytes are likely out of the page cache; the master's disk is the writers')
+    access_message_in_memory_max_ratio: int = 40
 
     @classmethod
     def from_definition(cls, d: dict, members: list[str]) -> "MasterSlaveSettings":
@@ -106,6 +110,9 @@ class MasterSlaveSettings:
             raise ValueError(f"ack must be sync or async, not {s.ack!r}")
         if not 1 <= s.min_in_sync_replicas <= len(members):
             raise ValueError(f"min_in_sync_replicas {s.min_in_sync_replicas} must be 1..{len(members)}")
+        if not 0 <= s.access_message_in_memory_max_ratio <= 100:
+            raise ValueError(f"access_message_in_memory_max_ratio {s.access_message_in_memory_max_ratio} must be "
+                             f"0..100 (percent of RAM)")
         if not 0 < s.ha_send_heartbeat_interval_ms < s.ha_housekeeping_interval_ms:
             # (an idle slave reports only every heartbeat interval: a shorter housekeeping drops it each time)
             raise ValueError(f"ha_send_heartbeat_interval_ms {s.ha_send_heartbeat_interval_ms} must be > 0 and "
@@ -172,6 +179,8 @@ class MasterSlaveReplica:
         self.failed: str | None = None
         self._store_bytes_at_ms, self._store_bytes = -STATUS_DISK_BYTES_INTERVAL_MS, 0
         self._ha = self.settings.ha_config()
+        self._in_memory_bytes = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                                 * self.settings.access_message_in_memory_max_ratio // 100)
         self._lease_until = 0  # (monotonic ms) a master takes writes until then
         # master
         self._connections: dict[str, HAConnection] = {}
@@ -754,7 +763,22 @@ class MasterSlaveReplica:
             _send(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
                                         self.store.committed_index, message=refusal))
             return
-        _send(session, await serve_read(self.store, request, self.notifier, self.host.stopping_event))
+        response = await serve_read(self.store, request, self.notifier, self.host.stopping_event)
+        if self.is_master and response.records is not None and self.settings.slave_read_enable:
+            slave = self._suggested_slave(response.records.last_index)
+            if slave is not None:
+                response = dataclasses.replace(response, suggest_slave=slave)
+        _send(session, response)
+
+    def _suggested_slave(self, read_to: int) -> str | None:
+        """RocketMQ's suggestPullingFromSlave: a reader still more than access_message_in_memory_max_ratio of
+        RAM behind the master's end after this read (of entries up to `read_to`) reads from a slave, the
+        in-sync one holding the most (the client follows)."""
+        if self.store.write_position - self.store.position_after(read_to) <= self._in_memory_bytes:
+            return None
+        in_sync = self._transfer.in_sync(now_ms())
+        held = [(c.slave_ack_offset, s) for s, c in self._connections.items() if not c.closed and s in in_sync]
+        return max(held)[1] if held else None
 
     # -- periodic work, status -------------------------------------------------------------------------------
     def checkpoint_due(self) -> bool:

@@ -265,7 +265,8 @@ def _enc_read_resp(m: ReadResponse) -> list[Buffer]:
     chunks, size = _chunks_of(m.records)
     rec = m.records
     head = _READ_RESP.pack(m.request_id, m.code, m.begin_index, m.committed_index, rec is not None,
-                           rec.first_index if rec else 0, rec.last_index if rec else 0, size) + _text(m.message)
+                           rec.first_index if rec else 0, rec.last_index if rec else 0, size) + _text(m.message) \
+        + _short(m.suggest_slave)
     return _frame(Kind.READ_RESPONSE, head, chunks, size)
 
 
@@ -606,9 +607,10 @@ def _dec_read_resp(p: memoryview) -> ReadResponse:
     request_id, code, begin_index, committed, has, r_first, r_last, size = _READ_RESP.unpack_from(p)
     r = _Reader(p, _READ_RESP.size)
     message = r.text()
+    suggest_slave = r.short()
     records = _records(has, r_first, r_last, size, r)
     r.end()
-    return ReadResponse(request_id, ResponseCode.of(code), begin_index, committed, records, message)
+    return ReadResponse(request_id, ResponseCode.of(code), begin_index, committed, records, message, suggest_slave)
 
 
 def _dec_status_req(p: memoryview) -> StatusRequest:

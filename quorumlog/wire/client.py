@@ -56,6 +56,9 @@ class ReadResponse:
     committed_index: int = -1
     records: Records | None = None  # raw stored records, as the store holds them
     message: str = ""
+    # a master/slave group's master: this reader is so far behind (more than access_message_in_memory_max_ratio
+    # of RAM) that its next reads should go to this slave (RocketMQ's suggestPullingFromSlave)
+    suggest_slave: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import pytest
 
 from quorumlog.client import Client
 from quorumlog.transport import ClientConnection
-from quorumlog.wire.client import AppendRequest
+from quorumlog.wire.client import AppendRequest, ReadRequest
 from quorumlog.client.groups import GroupAdmin
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import QuorumLogError
@@ -184,6 +184,48 @@ def test_sigstopped_slaves_fail_sync_appends_within_slave_timeout_and_a_retry_is
                 await asyncio.sleep(0.05)
             entries = [e async for e in c.read(0, 21)]
             assert [e.body for e in entries[19:]] == [b"before19", b"while-stopped", b"after"]
+
+    _run(cluster, main)
+
+
+def test_a_reader_far_behind_is_sent_to_a_slave_and_reads_on_from_it_while_the_master_is_stopped(tmp_path):
+    """suggest_slave (RocketMQ's suggestPullingFromSlave): a reader further behind the master's end than
+    access_message_in_memory_max_ratio of RAM (0% here: any reader behind) is told to read from an in-sync
+    slave, and the client's next reads go there — so it reads to the end with the master SIGSTOPped. A reader
+    at the end, or of a group without slave_read_enable, is not told."""
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_group(cluster, ack="sync", min_in_sync_replicas=2, slave_read_enable=True,
+                                 access_message_in_memory_max_ratio=0)
+        slaves = sorted(n for n in cluster.nodes if n != master)
+        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+            for i in range(0, 200, 20):
+                await c.append_batch([b"e%03d" % j for j in range(i, i + 20)])
+            rows = await _converged(cluster)
+            deadline = time.monotonic() + 10
+            while min(r["committed_index"] for r in (await _rows(cluster)).values()) < 199:
+                assert time.monotonic() < deadline, "slaves never learned the confirm offset"
+                await asyncio.sleep(0.05)
+            host, port = parse_peers(cluster.peers)[master]
+            conn = await ClientConnection.open(host, port, group=GROUP, client_name="far-reader")
+            try:
+                far = await conn.call(ReadRequest(conn.next_request_id(), 0, -1, 64, 0), 5_000)
+                near = await conn.call(ReadRequest(conn.next_request_id(), 199, -1, 64, 0), 5_000)
+            finally:
+                await conn.close()
+            assert far.code == ResponseCode.SUCCESS and far.suggest_slave in slaves
+            assert near.code == ResponseCode.SUCCESS and near.suggest_slave is None  # (nothing behind it)
+            it = c.read(0, 199, max_bytes=64).__aiter__()  # (a few entries per read)
+            got = [(await it.__anext__()).body]
+            assert c.suggested_slave in slaves
+            cluster.nodes[master].signal(signal.SIGSTOP)
+            try:
+                got += [e.body async for e in it]  # from the slave alone
+            finally:
+                cluster.nodes[master].signal(signal.SIGCONT)
+            assert got == [b"e%03d" % j for j in range(200)]
+            assert rows[master]["role"] == "master"
 
     _run(cluster, main)
 
