@@ -35,6 +35,8 @@ def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, 
            groups: Optional[str] = typer.Option(None, "--groups", help="Spread the queues over these topic "
                                                 "groups, e.g. t1,t2 (default: every group created with "
                                                 "--state-machine topics)"),
+           spread: bool = typer.Option(False, "--spread", help="Spread the queues over every topic group (the "
+                                                              "default, said explicitly; not with --groups)"),
            retention_ms: int = typer.Option(0, "--retention-ms", min=0, help="Drop messages older than this "
                                             "(on the log's clock; 0: keep)"),
            retention_bytes: int = typer.Option(0, "--retention-bytes", min=0, help="Keep at most this many bytes "
@@ -42,6 +44,8 @@ def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, 
            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
            json_out: bool = JsonOpt) -> None:
     """Create a topic; prints the group of each queue."""
+    if spread and groups:
+        usage("--spread and --groups: one or the other (--spread is every topic group)")
     named = [g.strip() for g in groups.split(",") if g.strip()] if groups else None
 
     async def go():

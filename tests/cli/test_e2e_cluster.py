@@ -379,3 +379,27 @@ def test_ledger_and_bookie_commands_write_read_describe_recover_list_delete(clus
     assert cli_json("ledger", "list", "--cluster", d)["ledgers"] == []
     r = cli("ledger", "describe", "--cluster", d, "--id", str(lid), "--json", check=False)
     assert r.returncode == 1 and "NO_SUCH_LEDGER" in r.stderr
+
+
+def test_topic_commands_create_produce_consume_describe(cluster):
+    d, _ = cluster
+    cli_json("group", "create", "t1", "--cluster", d, "--state-machine", "topics")
+    assert cli_json("topic", "create", "orders", "--cluster", d, "--queues", "4", "--spread") == \
+        {"topic": "orders", "queues": ["t1"] * 4}
+    r = cli("topic", "create", "x", "--cluster", d, "--groups", "t1", "--spread", check=False)
+    assert r.returncode == 2 and "--spread" in r.stderr
+    r = cli("produce", "--cluster", d, "--topic", "orders", "--key", "k", "a", "b", "c", "--json")
+    sent = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [s["queue_offset"] for s in sent] == [0, 1, 2] and len({s["queue_id"] for s in sent}) == 1
+    r = cli("produce", "--cluster", d, "--topic", "nope", "x", check=False)
+    assert r.returncode == 1 and "TOPIC_NOT_EXIST" in r.stderr
+    r = cli("consume", "--cluster", d, "--topic", "orders", "--consumer-group", "cg", "--max", "3", "--json")
+    got = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(m["body"], m["key"], m["queue_offset"]) for m in got] == [("a", "k", 0), ("b", "k", 1), ("c", "k", 2)]
+    rows = cli_json("topic", "describe", "orders", "--cluster", d)["queues"]
+    assert sorted((q["max_offset"] for q in rows), reverse=True) == [3, 0, 0, 0]
+    q = sent[0]["queue_id"]
+    doc = cli_json("consumer-group", "describe", "cg", "--cluster", d)
+    assert doc["members"] == []  # (the consumer left when the command ended, committing what it printed)
+    assert {(x["queue_id"], x["committed_offset"], x["lag"]) for x in doc["queues"] if x["queue_id"] == q} == \
+        {(q, 3, 0)}
