@@ -34,6 +34,7 @@ cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_
 
 STOP_GRACE_S = 10.0  # SIGTERM lets a node flush and checkpoint; SIGKILL after this
 POLL_INTERVAL_S = 0.05  # how often a waiting command re-checks processes or the election
+NODE_GROUP = "_nodes"  # a master-slave cluster's nodes' own Raft group (a node process always runs one)
 
 
 def node_argv(node_id: str, peers: str, data_dir: str, group: str, flush: str, http_port: int,
@@ -192,6 +193,10 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
        http_base_port: int = typer.Option(0, "--http-base-port", min=0, max=65535,
                                           help="Node i serves /status and /metrics on this + i (0 = off)"),
        flush: str = typer.Option("sync", "--flush", help="sync (fsync before ack) or async (DLedger's default)"),
+       mode: str = typer.Option("raft", "--mode", help="raft, or master-slave: the group is RocketMQ's HA kind "
+                                "(one master, placed to spread leaders, the rest slaves; the nodes' own Raft group "
+                                "is then `_nodes`)"),
+       ack: str = typer.Option("sync", "--ack", help="master-slave: sync (SYNC_MASTER) or async (ASYNC_MASTER)"),
        config: Optional[str] = typer.Option(None, "--config", help="TOML config file passed to every node"),
        settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE config for every node (repeat)"),
        timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up if no leader by then"),
@@ -202,6 +207,16 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     setup_logging()
     if flush not in ("sync", "async"):
         usage(f"--flush {flush!r}: must be sync or async")
+    if mode not in ("raft", "master-slave"):
+        usage(f"--mode {mode!r}: raft or master-slave")
+    if ack not in ("sync", "async"):
+        usage(f"--ack {ack!r}: sync or async")
+    if mode == "master-slave" and group.startswith("_"):
+        usage(f"--group {group!r}: names starting with _ are the cluster's own (_meta, {NODE_GROUP})")
+    # A node process always runs its own Raft group (its config's `group`). In master-slave mode that is
+    # NODE_GROUP, and the cluster's group is a master/slave group on every node, created once `_meta` (its
+    # controller's state) exists.
+    node_group = group if mode == "raft" else NODE_GROUP
     if base_port + nodes - 1 > 65535 or (http_base_port and http_base_port + nodes - 1 > 65535):
         usage(f"--base-port {base_port} / --http-base-port {http_base_port}: {nodes} nodes run past port 65535")
     data_dir = os.path.abspath(data_dir)
@@ -213,7 +228,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     # Validate every node's whole configuration before anything is written or started.
     for i, nid in enumerate(ids):
         try:
-            load_config(config, env={}, flags={"node_id": nid, "peers": peers_text, "group": group, "flush": flush,
+            load_config(config, env={}, flags={"node_id": nid, "peers": peers_text, "group": node_group, "flush": flush,
                                                "data_dir": os.path.join(data_dir, nid),
                                                "http_port": str(http_base_port + i if http_base_port else 0),
                                                **dict(kv)})
@@ -248,7 +263,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             log_file = os.path.join(data_dir, f"{nid}.log")
             http_port = http_base_port + i if http_base_port else 0
             node_kv = kv + (node_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
-            argv = node_argv(nid, peers_text, node_dir, group, flush, http_port, config, node_kv)
+            argv = node_argv(nid, peers_text, node_dir, node_group, flush, http_port, config, node_kv)
             with open(log_file, "ab") as log:
                 # A new session: the nodes outlive this command and ignore the terminal's Ctrl-C.
                 procs[nid] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -257,13 +272,16 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             node_docs.append({"id": nid, "address": f"{h}:{p}", "pid": procs[nid].pid, "data_dir": node_dir,
                               "log_file": log_file, "argv": argv, "http_port": http_port})
         doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs,
-               "config": config, "settings": [list(kv_pair) for kv_pair in kv], "retired": []}
+               "config": config, "settings": [list(kv_pair) for kv_pair in kv], "retired": [], "mode": mode,
+               "node_group": node_group}
         if tls_ca:
             doc["tls_ca"] = tls_ca  # (the CA certificate, public: clients verify the nodes with it)
         _write_json_atomic(existing, doc)
         try:
-            elected = run(wait_for_leader(peers, group, procs, timeout_s))
-            run(bootstrap_meta(peers, group, timeout_s))
+            elected = run(wait_for_leader(peers, node_group, procs, timeout_s))
+            run(bootstrap_meta(peers, node_group, timeout_s))
+            if mode == "master-slave":
+                elected = run(create_master_slave(peers, group, ack, timeout_s))
         except (RuntimeError, TimeoutError) as e:
             logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
             sys.stderr.write(logs + "\n")
@@ -279,7 +297,9 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     if json_out:
         print_json(result)
     else:
-        table = Table(title=f"group {group}: leader {elected['leader_id']} (term {elected['term']}), flush {flush}")
+        who = "master" if mode == "master-slave" else "leader"
+        table = Table(title=f"group {group} ({mode}): {who} {elected['leader_id']} (term {elected['term']}), "
+                            f"flush {flush}")
         for col in ("id", "address", "pid", "http", "log"):
             table.add_column(col)
         for n in node_docs:
@@ -303,6 +323,20 @@ async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_
             await admin.record_group(group, list(peers))  # the nodes' own group: every node hosts it
     except QuorumLogError as e:
         raise RuntimeError(f"creating the _meta group: {type(e).__name__} ({e.code.name}): {e}") from None
+
+
+async def create_master_slave(peers: dict[str, tuple[str, int]], group: str, ack: str, timeout_s: float) -> dict:
+    """The cluster's master/slave group on every node (the master on the first), once it has its master."""
+    try:
+        async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
+            p = await admin.create(group, nodes=list(peers), mode="master-slave", master_slave={
+                "ack": ack, "min_in_sync_replicas": min(2, len(peers)) if ack == "sync" else 1})
+    except QuorumLogError as e:
+        raise RuntimeError(f"creating the master/slave group {group}: {type(e).__name__} ({e.code.name}): {e}") \
+            from None
+    if p.leader is None:
+        raise TimeoutError(f"the master/slave group {group} has no master within {timeout_s:g} s")
+    return {"leader_id": p.leader, "term": p.term}
 
 
 def _remove(path: str) -> None:
@@ -410,7 +444,8 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
         make_node_cert(os.path.dirname(doc["tls_ca"]), node_id, [host])
         settings += node_tls_settings(os.path.dirname(doc["tls_ca"]), node_id)
         os.environ[TLS_CA_ENV] = doc["tls_ca"]
-    argv = node_argv(node_id, peers_text, node_dir, doc["group"], doc.get("flush", "sync"), http_port,
+    node_group = doc.get("node_group", doc["group"])
+    argv = node_argv(node_id, peers_text, node_dir, node_group, doc.get("flush", "sync"), http_port,
                      doc.get("config"), settings)
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -418,7 +453,7 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     node_doc = {"id": node_id, "address": f"{host}:{port}", "pid": proc.pid, "data_dir": node_dir,
                 "log_file": log_file, "argv": argv, "http_port": http_port}
     try:
-        run(_wait_answering(peers, doc["group"], node_id, proc, timeout_s))
+        run(_wait_answering(peers, node_group, node_id, proc, timeout_s))
     except (RuntimeError, TimeoutError) as e:
         _stop_pids([node_doc], 2.0)
         sys.stderr.write(f"--- {log_file} (tail)\n{_tail(log_file)}\n")
@@ -456,19 +491,20 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
     from ..peers import parse_peers
     from .members import _membership
     peers = parse_peers(doc["peers"])
+    own = doc.get("node_group", doc["group"])  # the nodes' own Raft group
 
     async def members() -> dict:
         # every node is asked (the one leaving may be the leader; a dead one just does not answer)
-        async with Client(peers, group=doc["group"], request_timeout_ms=1_000, timeout_ms=5_000) as c:
+        async with Client(peers, group=own, request_timeout_ms=1_000, timeout_ms=5_000) as c:
             return await _membership(c)
 
     m = run(members())
     if m["leader"] is None:
-        die(f"{ResponseCode.NOT_LEADER.name}: group {doc['group']} has no leader: cannot tell whether {node_id} "
+        die(f"{ResponseCode.NOT_LEADER.name}: group {own} has no leader: cannot tell whether {node_id} "
             f"is still a member")
     in_use = run(_groups_using(peers, node_id))
     if node_id in m["voters"] or node_id in m["learners"]:
-        in_use = sorted({doc["group"], *in_use})
+        in_use = sorted({own, *in_use})
     moved: dict[str, str] = {}
     if in_use and drain:
         moved = run(_drain(peers, node_id, in_use, timeout_s))

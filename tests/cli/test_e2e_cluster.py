@@ -403,3 +403,28 @@ def test_topic_commands_create_produce_consume_describe(cluster):
     assert doc["members"] == []  # (the consumer left when the command ended, committing what it printed)
     assert {(x["queue_id"], x["committed_offset"], x["lag"]) for x in doc["queues"] if x["queue_id"] == q} == \
         {(q, 3, 0)}
+
+
+def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_path):
+    """`cluster up --mode master-slave --ack sync`: the cluster's group is RocketMQ's HA kind on every node
+    (master n0, slaves the rest), its controller's state in `_meta`; the commands given --cluster use it."""
+    d = str(tmp_path / "ms")
+    base = free_base_port(3)
+    try:
+        up = cli_json("cluster", "up", "--nodes", "3", "--data-dir", d, "--base-port", str(base), "--mode",
+                      "master-slave", "--ack", "sync", "--timeout-s", "60", timeout_s=90)
+        assert (up["mode"], up["group"], up["node_group"]) == ("master-slave", "default", "_nodes")
+        master = up["leader_id"]
+        r = cli_json("append", "--cluster", d, "a", "b")
+        assert [x["index"] for x in r] == [0, 1]
+        rows = cli_json("status", "--cluster", d)
+        assert sorted((x["id"], x["role"]) for x in rows) == \
+            sorted((n, "master" if n == master else "slave") for n in ("n0", "n1", "n2"))
+        assert [e["body"] for e in cli_json("read", "--cluster", d, "--from", "0")] == ["a", "b"]
+        r = cli("cluster", "up", "--nodes", "3", "--data-dir", str(tmp_path / "x"), "--mode", "paxos", check=False)
+        assert r.returncode == 2 and "--mode" in r.stderr
+    finally:
+        try:
+            cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30, check=False)
+        finally:
+            kill_leftovers(d)
