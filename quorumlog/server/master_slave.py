@@ -198,6 +198,7 @@ class MasterSlaveReplica:
         self._client: HAClient | None = None
         self._hello_at: int | None = None  # a hello waits for the master's epochs
         self._master_confirm = -1
+        self._view_sync_state_set: frozenset[str] = frozenset()  # the controller's, as its last answer said
 
     def _new_transfer(self) -> GroupTransferService:
         s = self.settings
@@ -338,6 +339,7 @@ class MasterSlaveReplica:
         master, epoch = view["master"], int(view["epoch"])
         if epoch < self.epoch or master is None:
             return
+        self._view_sync_state_set = frozenset(view.get("sync_state_set") or ())
         if epoch > self.epoch or master != self.master_id:
             self._become(master, epoch)
         if self.is_master and "lease_ms" in view and not self._handing_over:
@@ -820,6 +822,8 @@ class MasterSlaveReplica:
             "max_offset": self.store.write_position, "voters": sorted(self.members), "learners": [],
             "watermarks": {}, "store_bytes": self.dir_bytes(),
             "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries],
+            # in the SyncStateSet (the master: the accepted one; a slave: as the controller last answered)
+            "in_sync": self.node_id in (self._transfer.accepted if self.is_master else self._view_sync_state_set),
             **({"state_machine": self.kv.status()} if self.sm is not None else {}),
         }
         if self.is_master:

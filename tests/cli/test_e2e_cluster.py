@@ -421,6 +421,10 @@ def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_
         assert sorted((x["id"], x["role"]) for x in rows) == \
             sorted((n, "master" if n == master else "slave") for n in ("n0", "n1", "n2"))
         assert [e["body"] for e in cli_json("read", "--cluster", d, "--from", "0")] == ["a", "b"]
+        deadline = time.monotonic() + 15  # (the master grows its SyncStateSet by slaves caught up, every 0.5 s)
+        while not all(x.get("in_sync") for x in cli_json("status", "--cluster", d)):
+            assert time.monotonic() < deadline, cli_json("status", "--cluster", d)
+            time.sleep(0.2)
         r = cli("cluster", "up", "--nodes", "3", "--data-dir", str(tmp_path / "x"), "--mode", "paxos", check=False)
         assert r.returncode == 2 and "--mode" in r.stderr
     finally:
