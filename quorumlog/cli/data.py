@@ -132,7 +132,7 @@ def append(values: Optional[List[str]] = typer.Argument(None, help="Entries to a
             return results
 
     results = run(go())
-    docs = [{"index": r.index, "term": r.term} for r in results]
+    docs = [{"index": r.index, "term": r.term, **({"offset": r.offset} if r.offset >= 0 else {})} for r in results]
     if json_out:
         print_json(docs)
     else:

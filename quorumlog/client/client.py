@@ -185,7 +185,8 @@ class Client:
         elif not 0 < client_id < U64_MAX or seq < 0:
             raise ValueError(f"append_batch: client_id {client_id} must be in 1..2**64-2 and seq {seq} ≥ 0")
         resp = await self._append_with_retries(batch, client_id, seq)
-        return [AppendResult(i, resp.term) for i in range(resp.first_index, resp.last_index + 1)]
+        offsets = resp.offsets or (-1,) * (resp.last_index - resp.first_index + 1)
+        return [AppendResult(resp.first_index + k, resp.term, offsets[k]) for k in range(len(offsets))]
 
     async def _send_coalesced(self, pending: Sequence[PendingAppend]) -> None:
         """The accumulator's sender: one idempotent batch for many callers, each gets its own index."""
@@ -205,9 +206,10 @@ class Client:
             if not isinstance(e, Exception):
                 raise
             return
+        offsets = resp.offsets
         for i, p in enumerate(pending):
             if not p.future.done():  # a cancelled caller: the entry is committed all the same
-                p.future.set_result(AppendResult(resp.first_index + i, resp.term))
+                p.future.set_result(AppendResult(resp.first_index + i, resp.term, offsets[i] if offsets else -1))
 
     async def _append_with_retries(self, bodies: tuple[bytes, ...], client_id: int, seq: int) -> AppendResponse:
         count = len(bodies)

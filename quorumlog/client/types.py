@@ -18,10 +18,13 @@ WRITABLE_ROLES = ("leader", "master")
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where an appended entry landed: its 0-based index and the leader's term that committed it."""
+    """Where an appended entry landed: its 0-based index and the leader's term that committed it (a
+    master/slave group's master epoch); in a master/slave group also its physical offset (where its record
+    begins in the master's log, RocketMQ's wroteOffset), -1 in a Raft group."""
 
     index: int
     term: int
+    offset: int = -1
 
 
 def datetime_of_ms(timestamp_ms: int) -> datetime:

@@ -137,6 +137,7 @@ class _Append:
     last: int
     end_offset: int
     term: int  # the epoch its entries were stored in (a retry's: the first copy's)
+    offsets: tuple[int, ...]  # where each entry's record begins (physical offsets)
     topic: bool = False  # a topic send (answered through TopicService.sent)
 
 
@@ -565,7 +566,9 @@ class MasterSlaveReplica:
         rid = self._next_id
         self._next_id += 1
         p = self._pending[rid] = _Append(session, request.request_id, first, last,
-                                         self.store.position_after(last), term, topic)
+                                         self.store.position_after(last), term,
+                                         tuple(self.store.position_after(i - 1) for i in range(first, last + 1)),
+                                         topic)
         done = self._transfer.request(rid, p.end_offset, now)
         if done is not None:
             self._done(done)
@@ -591,7 +594,8 @@ class MasterSlaveReplica:
             self.topics.sent(p.session, p.request_id, code, p.first, p.last, p.term,
                              self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
         elif code == ResponseCode.SUCCESS:
-            _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch))
+            _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch,
+                                            offsets=p.offsets))
         else:
             _send(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
 

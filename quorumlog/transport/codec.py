@@ -253,8 +253,10 @@ def _enc_append_req(m: AppendRequest) -> list[Buffer]:
 
 
 def _enc_append_resp(m: AppendResponse) -> list[Buffer]:
+    n = len(m.offsets)
     return _frame(Kind.APPEND_RESPONSE, _APPEND_RESP.pack(m.request_id, m.code, m.first_index, m.last_index,
-                                                          m.term) + _short(m.leader_id) + _text(m.message))
+                                                          m.term) + _short(m.leader_id) + _text(m.message)
+                  + _U32.pack(n) + (struct.pack(f">{n}q", *m.offsets) if n else b""))
 
 
 def _enc_read_req(m: ReadRequest) -> list[Buffer]:
@@ -593,8 +595,10 @@ def _dec_append_resp(p: memoryview) -> AppendResponse:
     r = _Reader(p, _APPEND_RESP.size)
     leader_id = r.short()
     message = r.text()
+    (n,) = _U32.unpack_from(r.take(4))
+    offsets = struct.unpack(f">{n}q", r.take(8 * n)) if n else ()
     r.end()
-    return AppendResponse(request_id, ResponseCode.of(code), leader_id, first, last, term, message)
+    return AppendResponse(request_id, ResponseCode.of(code), leader_id, first, last, term, message, offsets)
 
 
 def _dec_read_req(p: memoryview) -> ReadRequest:

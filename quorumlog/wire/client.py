@@ -31,6 +31,9 @@ class AppendResponse:
     last_index: int = -1
     term: int = -1
     message: str = ""
+    # a master/slave group's master: each entry's physical offset (where its record begins in the log, as
+    # RocketMQ's wroteOffset); empty from a Raft group
+    offsets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -417,7 +417,9 @@ def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_
         master = up["leader_id"]
         r = cli_json("append", "--cluster", d, "a", "b")
         assert [x["index"] for x in r] == [0, 1]
+        assert r[0]["offset"] == 0 < r[1]["offset"]  # (physical offsets, where each record begins)
         rows = cli_json("status", "--cluster", d)
+        assert next(x["max_offset"] for x in rows if x["id"] == master) > r[1]["offset"]
         assert sorted((x["id"], x["role"]) for x in rows) == \
             sorted((n, "master" if n == master else "slave") for n in ("n0", "n1", "n2"))
         assert [e["body"] for e in cli_json("read", "--cluster", d, "--from", "0")] == ["a", "b"]
