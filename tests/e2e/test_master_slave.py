@@ -32,22 +32,24 @@ QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
 
 
 async def _ms_group(cluster: Cluster, nodes: list[str] | None = None, with_meta: bool = True,
-                    segment_bytes: int | None = None, **ms) -> str:
+                    segment_bytes: int | None = None, group: str = GROUP, state_machine: str | None = None,
+                    **ms) -> str:
     """`_meta` (the controller's state, as `cluster up` makes it) and a master/slave group on three nodes;
     returns its master."""
     if with_meta:
         await _create_meta(cluster)
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
-        p = await admin.create(GROUP, replicas=3, nodes=nodes, mode="master-slave", master_slave=ms,
-                               segment_bytes=segment_bytes)
+        p = await admin.create(group, replicas=3, nodes=nodes, mode="master-slave", master_slave=ms,
+                               segment_bytes=segment_bytes, state_machine=state_machine)
     assert p.leader is not None
     return p.leader
 
 
-async def _rows(cluster: Cluster) -> dict[str, dict]:
+async def _rows(cluster: Cluster, group: str = GROUP) -> dict[str, dict]:
+    """Each answering node's status row of `group`."""
     async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=5_000) as admin:
         statuses = await admin.cluster_status()
-    return {n: g for n, s in statuses.items() if isinstance(s, dict) for g in s["groups"] if g["group"] == GROUP}
+    return {n: g for n, s in statuses.items() if isinstance(s, dict) for g in s["groups"] if g["group"] == group}
 
 
 async def _write_until(cluster: Cluster, prefix: str, acked: dict[bytes, int], stop: asyncio.Event,

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import defaultdict
 
 import pytest
 
 import quorumlog
-from quorumlog.client.groups import GroupAdmin
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import QuorumLogError
-from quorumlog.peers import parse_peers
 from quorumlog.soak.processes import Cluster
 from quorumlog.topic.message import decode_pulled
 
-from .test_meta import _create_meta
-from .test_topics import _assert_in_order_never_skipping, _consumer_kw
+from .test_master_slave import _ms_group, _rows
+from .test_topics import _kill_under_produce_and_consume
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -29,18 +26,7 @@ GROUP = "mst"
 
 async def _ms_topic_group(cluster: Cluster, segment_bytes: int | None = None, **ms) -> str:
     """`_meta` and a master/slave topic group on the three nodes; returns its master."""
-    await _create_meta(cluster)
-    async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=20_000) as admin:
-        p = await admin.create(GROUP, replicas=3, mode="master-slave", state_machine="topics", master_slave=ms,
-                               segment_bytes=segment_bytes)
-    assert p.leader is not None
-    return p.leader
-
-
-async def _rows(cluster: Cluster) -> dict[str, dict]:
-    async with GroupAdmin(parse_peers(cluster.peers), timeout_ms=5_000) as admin:
-        statuses = await admin.cluster_status()
-    return {n: g for n, s in statuses.items() if isinstance(s, dict) for g in s["groups"] if g["group"] == GROUP}
+    return await _ms_group(cluster, segment_bytes=segment_bytes, group=GROUP, state_machine="topics", **ms)
 
 
 async def _queue_from(tc: quorumlog.TopicClient, node: str, topic: str, queue: int) -> list[tuple[int, bytes]]:
@@ -60,68 +46,17 @@ def test_kill_9_of_the_master_under_a_producer_and_two_consumers_keeps_offsets_d
 
     async def main() -> None:
         master = await _ms_topic_group(cluster, ack="sync", min_in_sync_replicas=2, slave_read_enable=True)
-        rows = await _rows(cluster)
+        rows = await _rows(cluster, GROUP)
         assert {r["state_machine"]["kind"] for r in rows.values()} == {"topics"}
         async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
             assert await admin.topic_groups() == [GROUP]
             await admin.create("orders", queues=4)
-        kw = _consumer_kw("orders", 2_000)
-        acked: dict[tuple[int, int], bytes] = {}
-        delivered: dict[str, list] = defaultdict(list)
-        stop = asyncio.Event()
-
-        async def produce(p) -> None:
-            i = 0
-            while not stop.is_set():
-                batch = [p.send("orders", b"o%05d" % j, key=f"k{j % 11}") for j in range(i, i + 8)]
-                for j, r in zip(range(i, i + 8), await asyncio.gather(*batch, return_exceptions=True)):
-                    if not isinstance(r, BaseException):
-                        assert (r.queue_id, r.queue_offset) not in acked, f"offset given twice: {r}"
-                        acked[(r.queue_id, r.queue_offset)] = b"o%05d" % j
-                i += 8
-                await asyncio.sleep(0.01)
-
-        async def consume(c, name: str) -> None:
-            async for m in c:
-                delivered[name].append(m)
-
-        async with quorumlog.Producer(cluster.peers, timeout_ms=30_000) as p, \
-                quorumlog.Consumer(cluster.peers, member_id="a", **kw) as a, \
-                quorumlog.Consumer(cluster.peers, member_id="b", **kw) as b:
-            tasks = [asyncio.ensure_future(produce(p)), asyncio.ensure_future(consume(a, "a")),
-                     asyncio.ensure_future(consume(b, "b"))]
-
-            async def progress(by: int) -> None:  # more acknowledged sends and more deliveries than now
-                want_acked = len(acked) + by
-                want_seen = sum(map(len, delivered.values())) + by
-                deadline = time.monotonic() + 40
-                while len(acked) < want_acked or sum(map(len, delivered.values())) < want_seen:
-                    assert time.monotonic() < deadline, f"stalled at {len(acked)} acknowledged"
-                    assert not tasks[0].done() or tasks[0].exception() is None, tasks[0].exception()
-                    await asyncio.sleep(0.02)
-
-            await progress(100)
-            cluster.nodes[master].kill9()
-            await progress(100)  # produced and consumed with the master dead (the controller elected a slave)
-            cluster.nodes[master].start()
-            await progress(100)
-            stop.set()
-            await tasks[0]
-            deadline = time.monotonic() + 30
-            while not set(acked) <= {(m.queue_id, m.queue_offset) for ms in delivered.values() for m in ms}:
-                assert time.monotonic() < deadline, "acknowledged messages never delivered"
-                await asyncio.sleep(0.1)
-            for t in tasks[1:]:
-                t.cancel()
-        assert len(acked) > 300
-        got = {(m.queue_id, m.queue_offset): m.body for ms in delivered.values() for m in ms}
-        assert all(got[k] == v for k, v in acked.items())  # every acknowledged message, under its offset
-        _assert_in_order_never_skipping(delivered)
+        acked = await _kill_under_produce_and_consume(cluster, "orders", master)
 
         # Every member (the old master back as a slave) dispatched the same queues: offsets dense from 0,
         # each naming the same message everywhere, every acknowledged one among them.
         deadline = time.monotonic() + 30
-        while len(rows := await _rows(cluster)) < 3:  # (the old master's process may still be opening)
+        while len(rows := await _rows(cluster, GROUP)) < 3:  # (the old master's process may still be opening)
             assert time.monotonic() < deadline, f"members answering: {sorted(rows)}"
             await asyncio.sleep(0.1)
         new_master = next(n for n, r in rows.items() if r["role"] == "master")
@@ -208,18 +143,18 @@ def test_a_slave_back_after_retention_passed_its_end_installs_the_masters_consum
                                                   key=f"k{j}") for j in range(i, i + 50)))
 
             await send("before", 300)
-            rows = await _rows(cluster)
+            rows = await _rows(cluster, GROUP)
             away_end = rows[away]["end_index"]
             cluster.nodes[away].kill9()
             await send("while", 3_000)  # ~3 MB: dozens of 64 KiB segments for retention to delete
             deadline = time.monotonic() + 30
-            while (await _rows(cluster))[master]["begin_index"] <= away_end + 1:
+            while (await _rows(cluster, GROUP))[master]["begin_index"] <= away_end + 1:
                 assert time.monotonic() < deadline, "the master's retention never passed the stopped slave's end"
                 await asyncio.sleep(0.1)
             cluster.nodes[away].start()
             deadline = time.monotonic() + 60
             while True:
-                rows = await _rows(cluster)
+                rows = await _rows(cluster, GROUP)
                 sm = rows.get(away, {}).get("state_machine", {})
                 if sm.get("snapshots_installed", 0) >= 1 and \
                         sm.get("applied_index") == rows[master]["state_machine"]["applied_index"]:
