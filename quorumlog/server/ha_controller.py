@@ -17,6 +17,12 @@ service feeds it heartbeats, ticks it, and makes each decision durable in `_meta
   stopped writing before it asked: elected at the next tick, without waiting for its lease.
 - A new `_meta` leader starts from the committed states and assumes a lease was granted just before it took
   over: it elects nobody for master_timeout_ms.
+- An election is written only once a ReadIndex round begun after the master's silence was seen confirms this
+  `_meta` leadership with a quorum. A leader cut off from its majority (not yet stepped down by check-quorum)
+  hears no member's heartbeats and would elect the one member it can see; its entry, appended in its stale
+  term, can be committed later when this same node leads `_meta` again — the master/slave soak caught exactly
+  that (seed 2611: a partitioned `_meta` leader elected itself, led again a second later, and the slave that
+  held the acknowledged appends truncated them to follow it).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..codes import ResponseCode
 from ..ha.controller import HAController
 from ..meta.kv import encode_put
-from ..raft.types import ClientAppend, Completion, Role
+from ..raft.types import ClientAppend, ClientRead, Completion, Role
 from ..wire.client import HaControllerRequest, HaControllerResponse
 
 if TYPE_CHECKING:
@@ -163,21 +169,47 @@ class HAControllerService:
             self.replica._send(p.session, HaControllerResponse(p.client_request_id, c.code, c.leader_id,
                                                                json.dumps(state).encode()))
 
+    def _confirm_then_write(self, group: str) -> None:
+        """A ReadIndex round first (see the module's doc); confirmed() writes the election or forgets it."""
+        from .replica import _Pending
+        r = self.replica
+        self._writing.add(group)
+        rid = r._new_request_id()
+        r._pending[rid] = _Pending(None, 0, "ha_confirm", time.perf_counter(), request=group)
+        r.step(ClientRead(rid))
+
+    def confirmed(self, p: "_Pending", c: Completion) -> None:
+        group = p.request
+        self._writing.discard(group)
+        ctl = self.controllers.get(group)
+        r = self.replica
+        if c.code == ResponseCode.SUCCESS and ctl is not None and r.core.role is Role.LEADER \
+                and r.core.term == self._term:
+            self._write(group, ctl)
+            return
+        log.warning("master/slave group %s: election not written: this `_meta` leadership was not confirmed (%s)",
+                    group, ResponseCode.of(c.code).name)
+        self.controllers.pop(group, None)  # (start again from what `_meta` holds)
+        self.committed.pop(group, None)
+
     async def _tick(self) -> None:
         while not self.replica.stopping:
             await asyncio.sleep(TICK_MS / 1000)
-            r = self.replica
-            if r.core.role is not Role.LEADER or r.core.term != self._term:
+            self.tick(_now_ms())
+
+    def tick(self, now: int) -> None:
+        r = self.replica
+        if r.core.role is not Role.LEADER or r.core.term != self._term:
+            return
+        for group, c in list(self.controllers.items()):
+            if group in self._writing:
                 continue
-            now = _now_ms()
-            for group, c in list(self.controllers.items()):
-                if group in self._writing:
-                    continue
-                elected = c.tick(now)
-                if elected is not None:
-                    log.warning("master/slave group %s: electing %s for epoch %d (%s)", group, elected.master,
-                                elected.epoch, "clean" if elected.clean else "UNCLEAN: outside the sync state set")
-                    self._write(group, c)
+            elected = c.tick(now)
+            if elected is not None:
+                log.warning("master/slave group %s: electing %s for epoch %d (%s), once this `_meta` "
+                            "leadership is confirmed", group, elected.master, elected.epoch,
+                            "clean" if elected.clean else "UNCLEAN: outside the sync state set")
+                self._confirm_then_write(group)
 
     def close(self) -> None:
         if self._ticker is not None:

@@ -64,7 +64,7 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit" | "ha_put"
+    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit" | "ha_put" | "ha_confirm"
     received_s: float
     count: int = 0
     size_bytes: int = 0
@@ -407,6 +407,8 @@ class Replica:
             self.consumer_groups.completed(p, c)
         elif p.kind == "ha_put":
             self.ha_controller.completed(p, c)
+        elif p.kind == "ha_confirm":
+            self.ha_controller.confirmed(p, c)
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
 
@@ -423,6 +425,8 @@ class Replica:
             self._send(p.session, ConsumerGroupResponse(p.client_request_id, code, message=message))
         elif p.kind == "ha_put":
             self.ha_controller.completed(p, Completion(0, code))
+        elif p.kind == "ha_confirm":
+            self.ha_controller.confirmed(p, Completion(0, code))
         else:
             self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
 
