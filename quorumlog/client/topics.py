@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple
@@ -35,6 +36,8 @@ from ..wire.client import TopicRequest, TopicResponse
 from .client import Client
 from .groups import GroupAdmin
 from .kv import META_GROUP
+
+log = logging.getLogger(__name__)
 
 TOPICS_PREFIX = "topics/"
 DEFAULT_QUEUES = 8
@@ -281,6 +284,8 @@ class TopicClient:
         # sends of this loop turn, per group, coalesced into one request (as the raw client's accumulator does):
         # the queues of one group share its log, so one log batch carries them all, each queue in order
         self._outbox: dict[str, list[tuple[bytes, str, int, asyncio.Future]]] = {}
+        # (topic, queue) -> the slave its master suggested pulling from (a master/slave group, a reader far behind)
+        self.suggested_slaves: dict[tuple[str, int], str] = {}
 
     async def __aenter__(self):
         return self
@@ -358,7 +363,9 @@ class TopicClient:
         """pull's answer as it came (encoded messages, not yet decoded or filtered by exact tag): for a
         reader that decodes many at once (Spark's, spark/topic.py). From `node` when given — any member of the
         queue's group serves what it has dispatched (waiting up to wait_ms for `offset`), one attempt, errors
-        raised — else from the group's leader, following elections and retrying."""
+        raised — else from the group's leader, following elections and retrying. A master/slave group's master
+        may answer that this reader is far behind (`suggest_slave`): the queue's next pulls go to that slave
+        (`suggested_slaves`), and back to the master once the slave fails or has nothing more."""
         placement = await self.routes.route(topic)
         if not 0 <= queue_id < len(placement):
             raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
@@ -373,8 +380,24 @@ class TopicClient:
             if resp.code != ResponseCode.SUCCESS:
                 raise QuorumLogError.for_code(resp.code, resp.message, leader_id=resp.leader_id)
             return resp
+        key = (topic, queue_id)
+        slave = self.suggested_slaves.get(key)
+        if slave is not None:
+            try:
+                resp = await c._pool.call(slave, make(), c.request_timeout_ms + wait_ms)
+            except (QuorumLogError, OSError) as e:
+                log.info("pull %s/%d: the suggested slave %s failed (%s): back to the master", topic, queue_id,
+                         slave, e)
+                resp = None
+            if resp is None or resp.code != ResponseCode.SUCCESS or not resp.messages.count:
+                del self.suggested_slaves[key]  # (the slave holds no more, or fails: the master again)
+            if resp is not None and resp.code == ResponseCode.SUCCESS:
+                return resp
         # The wait is the node's: give each attempt that long on top of the usual request time.
-        return await c._leader_call(make, f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
+        resp = await c._leader_call(make, f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
+        if resp.suggest_slave in c.peers:
+            self.suggested_slaves[key] = resp.suggest_slave
+        return resp
 
     async def pull(self, topic: str, queue_id: int, offset: int, *, max_messages: int = 256, wait_ms: int = 0,
                    tags: str = "") -> Pulled:

@@ -770,17 +770,17 @@ class MasterSlaveReplica:
                                         self.store.committed_index, message=refusal))
             return
         response = await serve_read(self.store, request, self.notifier, self.host.stopping_event)
-        if self.is_master and response.records is not None and self.settings.slave_read_enable:
-            slave = self._suggested_slave(response.records.last_index)
-            if slave is not None:
-                response = dataclasses.replace(response, suggest_slave=slave)
+        slave = self.suggested_slave(response.records.last_index) if response.records is not None else None
+        if slave is not None:
+            response = dataclasses.replace(response, suggest_slave=slave)
         _send(session, response)
 
-    def _suggested_slave(self, read_to: int) -> str | None:
-        """RocketMQ's suggestPullingFromSlave: a reader still more than access_message_in_memory_max_ratio of
-        RAM behind the master's end after this read (of entries up to `read_to`) reads from a slave, the
-        in-sync one holding the most (the client follows)."""
-        if self.store.write_position - self.store.position_after(read_to) <= self._in_memory_bytes:
+    def suggested_slave(self, read_to: int) -> str | None:
+        """RocketMQ's suggestPullingFromSlave: with slave_read_enable, a reader (a read or a topic pull) still more
+        than access_message_in_memory_max_ratio of RAM behind the master's end after this read (of entries up to
+        `read_to`) reads from a slave, the in-sync one holding the most (the clients follow)."""
+        if not (self.is_master and self.settings.slave_read_enable) or \
+                self.store.write_position - self.store.position_after(read_to) <= self._in_memory_bytes:
             return None
         in_sync = self._transfer.in_sync(now_ms())
         held = [(c.slave_ack_offset, s) for s, c in self._connections.items() if not c.closed and s in in_sync]

@@ -534,6 +534,9 @@ class Replica:
     def read_refusal(self) -> str | None:
         return None  # (every member of a Raft group serves reads up to what it knows committed)
 
+    def suggested_slave(self, read_to: int) -> str | None:
+        return None  # (a master/slave group's notion: master_slave.py)
+
     def holds_everything_committed(self) -> bool:
         """Leader, with an entry of its term committed (so it holds everything ever committed), all applied."""
         core, store = self.core, self.store

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 _LOG_INDEX = attrgetter("log_index")
 _LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)
+_LAST_INDEX = struct.Struct(">8xq")  # its log index (the second)
 MAX_PULL_WAIT_MS = 60_000
 MAX_PULL_MESSAGES = 16384
 MAX_PULL_BYTES = 8 << 20
@@ -206,8 +207,11 @@ class TopicService:
             r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
                                            max_offset=hi, next_offset=lo, message="deleted by log retention"))
             return
+        # (the log index of the last message pulled: a master/slave master may send a reader far behind to a slave)
+        suggest = r.suggested_slave(_LAST_INDEX.unpack_from(messages.head, (messages.count - 1) * 40)[0]) \
+            if messages.count else None
         r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
-                                       next_offset=next_offset, messages=messages))
+                                       next_offset=next_offset, messages=messages, suggest_slave=suggest))
 
     def _bounds(self, q: Any) -> tuple[int, int]:
         """A queue's (min, max) offsets here: its min also skips messages this member's log retention deleted

@@ -351,7 +351,7 @@ def _enc_topic_resp(m: TopicResponse) -> list[Buffer]:
     packed = m.messages if isinstance(m.messages, PackedMessages) else PackedMessages.of(m.messages)
     head = b"".join((_TOPIC_RESP.pack(m.request_id, m.code, m.min_offset, m.max_offset, m.next_offset,
                                       len(m.offsets), packed.count), _short(m.leader_id), _text(m.message),
-                     struct.pack(f">{len(m.offsets)}q", *m.offsets), packed.head))
+                     _short(m.suggest_slave), struct.pack(f">{len(m.offsets)}q", *m.offsets), packed.head))
     return _frame(Kind.TOPIC_RESPONSE, head, [packed.blob], len(packed.blob))
 
 
@@ -757,6 +757,7 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     r = _Reader(p, _TOPIC_RESP.size)
     leader_id = r.short()
     message = r.text()
+    suggest_slave = r.short()
     offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
     head = bytes(r.take(8 * _PULLED_FIELDS * n_messages))
     fields = array.array("q", head)  # (an int per message is made below, not one per field)
@@ -768,7 +769,7 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     blob = bytes(r.take(sum(sizes)))
     r.end()
     return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
-                         tuple(offsets), PackedMessages(n_messages, head, blob), message)
+                         tuple(offsets), PackedMessages(n_messages, head, blob), message, suggest_slave)
 
 
 def _dec_json_req(cls) -> Callable[[memoryview], Any]:

@@ -255,6 +255,7 @@ class TopicResponse:
     offsets: tuple[int, ...] = ()  # send: each message's queue offset
     messages: "tuple[PulledMessage, ...] | PackedMessages" = ()
     message: str = ""
+    suggest_slave: str | None = None  # pull: as ReadResponse's (a master/slave group's master, a consumer far behind)
 
 
 @dataclass(frozen=True, slots=True)

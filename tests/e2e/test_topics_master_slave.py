@@ -6,6 +6,7 @@ slaves serve pulls only with slave_read_enable; a commit beyond a queue's end is
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 
 import pytest
@@ -181,6 +182,47 @@ def test_a_slave_back_after_retention_passed_its_end_installs_the_masters_consum
                     tails[node] = got
                 assert tails[away] == tails[master] and [o for o, _ in tails[master]] == list(range(start, hi))
         assert "reset" in cluster.nodes[away].log_text().lower()
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+def test_a_consumer_far_behind_is_sent_to_a_slave_and_pulls_on_from_it_while_the_master_is_stopped(tmp_path):
+    """suggest_slave on topic pulls (RocketMQ's suggestPullingFromSlave is a consumer's): a pull leaving its
+    reader more than access_message_in_memory_max_ratio of RAM behind (0% here) names an in-sync slave, and the
+    queue's next pulls go there — to the end with the master SIGSTOPped."""
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        master = await _ms_topic_group(cluster, ack="sync", min_in_sync_replicas=2, slave_read_enable=True,
+                                       access_message_in_memory_max_ratio=0)
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            await admin.create("clicks", queues=1)
+        async with quorumlog.Producer(cluster.peers, timeout_ms=20_000) as p:
+            await p.send_batch("clicks", 0, [(b"c%03d" % i, "", "", None) for i in range(100)])
+        deadline = time.monotonic() + 10  # (every member dispatched all 100: the slaves heard the confirm offset)
+        while min(r["state_machine"]["messages"] for r in (await _rows(cluster, GROUP)).values()) < 100:
+            assert time.monotonic() < deadline, await _rows(cluster, GROUP)
+            await asyncio.sleep(0.05)
+        async with quorumlog.TopicClient(cluster.peers, timeout_ms=20_000) as tc:
+            first = await tc.pull("clicks", 0, 0, max_messages=10)
+            slave = tc.suggested_slaves[("clicks", 0)]
+            assert slave != master and [m.body for m in first.messages] == [b"c%03d" % i for i in range(10)]
+            cluster.nodes[master].signal(signal.SIGSTOP)
+            try:
+                got, offset = [m.body for m in first.messages], first.next_offset
+                while offset < 100:  # from the slave alone
+                    p = await tc.pull("clicks", 0, offset, max_messages=10)
+                    got += [m.body for m in p.messages]
+                    offset = p.next_offset
+            finally:
+                cluster.nodes[master].signal(signal.SIGCONT)
+            assert got == [b"c%03d" % i for i in range(100)]
+            end = await tc.pull("clicks", 0, 100)  # the slave has no more: the next pull goes to the master again
+            assert end.messages == [] and ("clicks", 0) not in tc.suggested_slaves
 
     try:
         cluster.start()

@@ -79,7 +79,7 @@ client_messages = st.one_of(
               st.lists(st.binary(max_size=100), max_size=5).map(tuple)),
     st.builds(TopicResponse, u64, codes, st.none() | ids, i64, i64, i64, st.lists(i64, max_size=5).map(tuple),
               st.lists(st.builds(PulledMessage, i64, i64, i64, i64, st.binary(max_size=60)), max_size=4).map(tuple),
-              texts),
+              texts, st.none() | ids),
     st.builds(ConsumerGroupRequest, u64, ids, st.binary(max_size=200)),
     st.builds(ConsumerGroupResponse, u64, codes, st.none() | ids, st.binary(max_size=200), texts),
     st.builds(HaControllerRequest, u64, ids, st.binary(max_size=200)),
