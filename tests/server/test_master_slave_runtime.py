@@ -89,6 +89,16 @@ def _frames(host: _Host, kind: type) -> list:
     return [m for m in host.sent if isinstance(m, kind)]
 
 
+async def _append_sent_to_n1(r: MasterSlaveReplica, host: _Host) -> tuple[_Session, list]:
+    """Slave n1 connects (hello, its first report: it holds nothing); one append; the data frames sent to it."""
+    r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+    r.on_peer_message(HaReport("n1", "n0", 1, 0))
+    s = _Session()
+    r.on_client_request(s, AppendRequest(1, (b"y" * 100,), 0, -1))
+    await _until(lambda: any(m.data for m in _frames(host, HaTransfer)))
+    return s, [m for m in _frames(host, HaTransfer) if m.data]
+
+
 def test_a_report_beyond_the_masters_end_is_never_an_ack(tmp_path):
     """RocketMQ #1155/#3015: a slave claiming bytes the master never wrote must not complete a SYNC_MASTER
     append; the master drops that session, and the append fails with FLUSH_SLAVE_TIMEOUT."""
@@ -112,13 +122,8 @@ def test_an_honest_slave_completes_the_append_and_moves_the_confirm_offset(tmp_p
     """The control case of the test above: a report of exactly the bytes sent completes the append."""
     async def main() -> None:
         r, host = await _master(tmp_path)
-        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
-        r.on_peer_message(HaReport("n1", "n0", 1, 0))
-        s = _Session()
-        r.on_client_request(s, AppendRequest(1, (b"y" * 100,), 0, -1))
-        await _until(lambda: any(m.data for m in _frames(host, HaTransfer)))
-        sent = [m for m in _frames(host, HaTransfer) if m.data]
-        assert sent and sent[0].offset == 0
+        s, sent = await _append_sent_to_n1(r, host)
+        assert sent[0].offset == 0
         end = sent[-1].offset + len(sent[-1].data)
         r.on_peer_message(HaReport("n1", "n0", 1, end))
         await _until(lambda: s.responses)
@@ -133,12 +138,7 @@ def test_an_idle_slave_learns_the_new_confirm_offset_on_the_next_tick_not_the_ne
     new one in a heartbeat frame at the slave's own end (any other offset would drop its session), once."""
     async def main() -> None:
         r, host = await _master(tmp_path)  # (heartbeat interval 5 s)
-        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
-        r.on_peer_message(HaReport("n1", "n0", 1, 0))
-        s = _Session()
-        r.on_client_request(s, AppendRequest(1, (b"y" * 100,), 0, -1))
-        await _until(lambda: any(m.data for m in _frames(host, HaTransfer)))
-        data = [m for m in _frames(host, HaTransfer) if m.data]
+        s, data = await _append_sent_to_n1(r, host)
         end = data[-1].offset + len(data[-1].data)
         assert data[-1].confirm_offset < end
         r.on_peer_message(HaReport("n1", "n0", 1, end))
