@@ -109,6 +109,14 @@ class HAConnection:
             self.last_write_ms = now_ms
         return out
 
+    def heartbeat_if_caught_up(self, now_ms: int) -> list[Transfer]:
+        """A heartbeat frame now, if the slave reported everything sent to it (a frame at any other offset would
+        drop its session): for news the frames carry besides bytes — the runtime's confirm offset."""
+        if self.closed or not 0 <= self.next_transfer_from_where <= self.slave_ack_offset:
+            return []
+        self.last_write_ms = now_ms
+        return [Transfer(self.next_transfer_from_where)]
+
     def _drop(self, reason: str) -> list:
         self.closed = reason
         return [Drop(reason)]

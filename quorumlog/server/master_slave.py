@@ -137,7 +137,6 @@ class _Append:
     last: int
     end_offset: int
     term: int  # the epoch its entries were stored in (a retry's: the first copy's)
-    offsets: tuple[int, ...]  # where each entry's record begins (physical offsets)
     topic: bool = False  # a topic send (answered through TopicService.sent)
 
 
@@ -473,16 +472,14 @@ class MasterSlaveReplica:
                             m.reason)
                 self._transfer.on_slave_gone(slave)
 
-    def _announce_confirm(self) -> None:
-        """A heartbeat frame to each slave that holds everything sent to it but not the latest confirm offset:
-        an idle group's slaves learn it within a tick, not at the next heartbeat (5 s), so what a slave's readers
-        see (slave_read_enable, a topic's consumers reading from any member) follows the master's."""
+    def _announce_confirm(self, now: int) -> None:
+        """A heartbeat frame to each caught-up slave whose last frame carried an older confirm offset: an idle
+        group's slaves learn it within a tick, not at the next heartbeat (5 s), so what a slave's readers see
+        (slave_read_enable, a topic's consumers reading from any member) follows the master's."""
         confirm = self._confirm_offset()
         for slave, conn in list(self._connections.items()):
-            if (not conn.closed and self._confirm_sent.get(slave, -1) < confirm
-                    and 0 <= conn.next_transfer_from_where <= conn.slave_ack_offset):
-                # (at the slave's own end: a frame at any other offset would drop its session)
-                self._send_master(slave, [Transfer(conn.next_transfer_from_where)])
+            if self._confirm_sent.get(slave, -1) < confirm:
+                self._send_master(slave, conn.heartbeat_if_caught_up(now))
 
     def _confirm_offset(self) -> int:
         """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
@@ -566,9 +563,7 @@ class MasterSlaveReplica:
         rid = self._next_id
         self._next_id += 1
         p = self._pending[rid] = _Append(session, request.request_id, first, last,
-                                         self.store.position_after(last), term,
-                                         tuple(self.store.position_after(i - 1) for i in range(first, last + 1)),
-                                         topic)
+                                         self.store.position_after(last), term, topic)
         done = self._transfer.request(rid, p.end_offset, now)
         if done is not None:
             self._done(done)
@@ -594,8 +589,10 @@ class MasterSlaveReplica:
             self.topics.sent(p.session, p.request_id, code, p.first, p.last, p.term,
                              self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
         elif code == ResponseCode.SUCCESS:
+            # (each entry's physical offset, RocketMQ's wroteOffset: only a raw append's answer carries them)
+            offsets = tuple(self.store.position_after(i - 1) for i in range(p.first, p.last + 1))
             _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch,
-                                            offsets=p.offsets))
+                                            offsets=offsets))
         else:
             _send(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
 
@@ -717,7 +714,7 @@ class MasterSlaveReplica:
             return
         if self.is_master:
             self._pump(t_ms)
-            self._announce_confirm()
+            self._announce_confirm(t_ms)
             self.host.flush_transport()
         else:
             self._slave_tick(t_ms)

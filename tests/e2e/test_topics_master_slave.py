@@ -17,7 +17,7 @@ from quorumlog.errors import QuorumLogError
 from quorumlog.soak.processes import Cluster
 from quorumlog.topic.message import decode_pulled
 
-from .test_master_slave import _ms_group, _rows
+from .test_master_slave import _ms_group, _rows, _run
 from .test_topics import _kill_under_produce_and_consume
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -79,11 +79,7 @@ def test_kill_9_of_the_master_under_a_producer_and_two_consumers_keeps_offsets_d
                 mine = dict(views[new_master])
                 assert all(mine[o] == body for (qq, o), body in acked.items() if qq == q)
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_a_slave_pulls_only_with_slave_read_enable_and_a_commit_beyond_the_end_is_offset_too_big(tmp_path):
@@ -111,11 +107,7 @@ def test_a_slave_pulls_only_with_slave_read_enable_and_a_commit_beyond_the_end_i
             empty = await tc.pull("logs", q, 20, wait_ms=200)  # (the end itself: a long poll that times out)
             assert empty.messages == [] and empty.next_offset == 20
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 RETENTION_ARGS = ("--max-entry-bytes", str(16 * 1024), "--data-segment-size", str(64 * 1024),
@@ -183,11 +175,7 @@ def test_a_slave_back_after_retention_passed_its_end_installs_the_masters_consum
                 assert tails[away] == tails[master] and [o for o, _ in tails[master]] == list(range(start, hi))
         assert "reset" in cluster.nodes[away].log_text().lower()
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)
 
 
 def test_a_consumer_far_behind_is_sent_to_a_slave_and_pulls_on_from_it_while_the_master_is_stopped(tmp_path):
@@ -224,8 +212,4 @@ def test_a_consumer_far_behind_is_sent_to_a_slave_and_pulls_on_from_it_while_the
             end = await tc.pull("clicks", 0, 100)  # the slave has no more: the next pull goes to the master again
             assert end.messages == [] and ("clicks", 0) not in tc.suggested_slaves
 
-    try:
-        cluster.start()
-        asyncio.run(main())
-    finally:
-        cluster.stop()
+    _run(cluster, main)

@@ -89,6 +89,23 @@ def test_an_idle_master_heartbeats_and_a_silent_peer_is_dropped():
     assert isinstance(client.poll(300)[0], Drop)
 
 
+def test_a_heartbeat_on_demand_goes_only_to_a_slave_that_reported_everything_sent():
+    """What the runtime sends when only the confirm offset changed: a frame at the slave's own end, which the
+    slave takes as a heartbeat; while frames are unreported it would be at another offset and drop the session."""
+    log = _master(n=10_000, segment=100_000)
+    conn, client = HAConnection("s", log, CFG, 0), HAClient(MemoryHALog(segment_bytes=100_000), CFG, 0)
+    assert conn.heartbeat_if_caught_up(0) == []  # no report yet: where the slave stands is unknown
+    client.on_connected(0)
+    conn.on_report(SlaveReport(0), 0)
+    sent = conn.poll(1)
+    assert sent and conn.heartbeat_if_caught_up(2) == []  # bytes in flight, not yet reported
+    for m in sent:
+        for r in client.on_message(m, 3):
+            conn.on_report(r, 3)
+    beat = conn.heartbeat_if_caught_up(4)
+    assert beat == [Transfer(conn.next_transfer_from_where)] and client.on_message(beat[0], 5) == []
+
+
 def test_a_report_beyond_the_masters_end_is_never_an_ack():  # RocketMQ #1155, #3015
     master = _master(100)
     conn = HAConnection("s1", master, CFG, 0)
