@@ -44,6 +44,11 @@ MAX_PULL_MESSAGES = 16384
 MAX_PULL_BYTES = 8 << 20
 
 
+def _packed(heads: bytearray, blob: bytearray, n: int, used: int) -> PackedMessages:
+    """A pull's filled buffers as they go on the wire: views, not copies (nothing writes them again)."""
+    return PackedMessages(n, memoryview(heads)[:40 * n], memoryview(blob)[:used])
+
+
 def _records(chunk: Any, units: list) -> Iterator[tuple[Any, int, int, int, bytes]]:
     """(unit, index, term, timestamp ms, body) of the records in `chunk` that `units` (ascending by log index)
     point at: with the compiled column scan, each unit is found by bisection among the chunk's indexes, so the
@@ -228,30 +233,33 @@ class TopicService:
         record columns (the reference record walk then decides)."""
         first, units = q.raw_units(offset, count)
         n_units = len(units) // UNIT.size
-        heads, blob = bytearray(), bytearray()
         if n_units == 0:
             return PackedMessages(0, b"", b""), first
+        # (sized once: a growing buffer copied the pull again at every resize)
+        heads, blob = bytearray(40 * n_units), bytearray(fast.pulled_capacity(units, MAX_PULL_BYTES))
         store = self.replica.store
-        pos = 0
+        pos = n = used = 0
         # The queue's entries read in place through the store's index: the group's other queues' entries
         # between them are never walked (with 8 queues on a group, 7 of every 8 records of the range).
         located = store.records_at(fast.unit_indexes(units))
         if located is not None:
             for view, cols in located:
-                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], view, heads, blob, MAX_PULL_BYTES)
-            return PackedMessages(len(heads) // 40, bytes(heads), bytes(blob)), first + pos
+                pos, n, used = fast.pack_pulled(units, first, pos, wanted, *cols[1:], view, heads, blob, n, used,
+                                                MAX_PULL_BYTES)
+            return _packed(heads, blob, n, used), first + pos
         start, end = UNIT.unpack_from(units)[0], UNIT.unpack_from(units, len(units) - UNIT.size)[0]
-        while pos < n_units and start <= end and len(blob) < MAX_PULL_BYTES:
-            records = store.read(start, MAX_PULL_BYTES - len(blob), end)
+        while pos < n_units and start <= end and used < MAX_PULL_BYTES:
+            records = store.read(start, MAX_PULL_BYTES - used, end)
             if records.count == 0:
                 break
             for chunk in records.chunks:
                 cols = record_positions(chunk)  # (the group's other queues' records are never copied)
                 if cols is None:
                     return None
-                pos = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, heads, blob, MAX_PULL_BYTES)
+                pos, n, used = fast.pack_pulled(units, first, pos, wanted, *cols[1:], chunk, heads, blob, n, used,
+                                                MAX_PULL_BYTES)
             start = records.last_index + 1
-        return PackedMessages(len(heads) // 40, bytes(heads), bytes(blob)), first + pos
+        return _packed(heads, blob, n, used), first + pos
 
     def _read_units(self, units: list) -> PackedMessages:
         """The entries the units point at, in one pass over the log range they span (bounded in bytes), packed

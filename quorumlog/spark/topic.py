@@ -38,6 +38,7 @@ MAX_BATCH_BYTES = 2**31 - 1  # int32 Arrow offsets
 DEFAULT_RECORDS_PER_PARTITION = 200_000
 PULL_MESSAGES = 16384  # the node's cap per pull (server/topic_service.py)
 PULLS_IN_FLIGHT = 4
+FIRST_PULL_MESSAGES = 1024  # pulls grow from this to PULL_MESSAGES: a task's first batch comes sooner
 KAFKA_EARLIEST, KAFKA_LATEST = -2, -1
 
 TOPIC_SCHEMA = pa.schema([
@@ -300,7 +301,11 @@ def read_run(opts: SourceOptions, p: QueueRun) -> Iterator[pa.RecordBatch]:
     remote = remote_for(opts)
     c = remote.topic_client()
     # Queue offsets are dense, so the run splits into ranges known in advance, pulled in order.
-    ranges = deque((lo, min(lo + PULL_MESSAGES, p.hi)) for lo in range(p.lo, p.hi, PULL_MESSAGES))
+    ranges: deque[tuple[int, int]] = deque()
+    lo, size = p.lo, FIRST_PULL_MESSAGES
+    while lo < p.hi:
+        ranges.append((lo, min(lo + size, p.hi)))
+        lo, size = lo + size, min(PULL_MESSAGES, size * 4)
     window: deque[Future] = deque()
     try:
         while ranges or window:

@@ -759,14 +759,16 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
     message = r.text()
     suggest_slave = r.short()
     offsets = struct.unpack(f">{n_offsets}q", r.take(8 * n_offsets))
-    head = bytes(r.take(8 * _PULLED_FIELDS * n_messages))
-    fields = array.array("q", head)  # (an int per message is made below, not one per field)
+    # head and blob stay views of the payload: a frame's payload is never written again (frames.py)
+    head = r.take(8 * _PULLED_FIELDS * n_messages)
+    fields = array.array("q")
+    fields.frombytes(head)  # (an int per message is made below, not one per field)
     if _LITTLE_ENDIAN_HOST:
         fields.byteswap()
     sizes = fields[4::_PULLED_FIELDS]
     if min(sizes, default=0) < 0:
         raise ProtocolError("pulled message: negative size")
-    blob = bytes(r.take(sum(sizes)))
+    blob = r.take(sum(sizes))
     r.end()
     return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
                          tuple(offsets), PackedMessages(n_messages, head, blob), message, suggest_slave)

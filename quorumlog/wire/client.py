@@ -207,8 +207,9 @@ _PULLED_HEAD = struct.Struct(">qqqqq")  # queue_offset, index, term, store_times
 
 class PackedMessages:
     """Pulled messages as they travel: `head`, every message's (queue_offset, index, term, store_timestamp_ms,
-    size) as big-endian int64s, and `blob`, their bodies back to back. The node packs them with numpy and
-    Spark's reader unpacks them the same way, with no object per message; iterating gives PulledMessages."""
+    size) as big-endian int64s, and `blob`, their bodies back to back. The node packs them in C and Spark's
+    reader unpacks them the same way, with no object per message; iterating gives PulledMessages. Both may be
+    views (of the node's pull buffers, or of a received frame: nothing writes either again), not bytes."""
 
     __slots__ = ("count", "head", "blob")
 
@@ -226,7 +227,7 @@ class PackedMessages:
         return self.count
 
     def __iter__(self):
-        blob, pos = self.blob, 0
+        blob, pos = self.blob if type(self.blob) is bytes else bytes(self.blob), 0  # (bodies as bytes)
         for q, index, term, ts, size in _PULLED_HEAD.iter_unpack(self.head):
             yield PulledMessage(q, index, term, ts, blob[pos:pos + size])
             pos += size

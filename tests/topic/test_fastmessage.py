@@ -161,3 +161,27 @@ def test_the_nodes_compiled_pack_agrees_with_the_record_walk(tmp_path_factory, i
     finally:
         store.close()
         shutil.rmtree(path)  # (an example's store; hundreds are made per run)
+
+
+def test_the_nodes_pack_fills_the_buffers_it_is_given_and_never_writes_past_them():
+    """pack_pulled writes into buffers sized by pulled_capacity (a growing buffer copied each pull again at
+    every resize): the sum of the units' sizes, or the byte budget plus the biggest; a smaller buffer is an
+    error, not an overrun."""
+    from array import array
+
+    bodies = [b"a" * 10, b"b" * 30, b"c" * 20]
+    units = b"".join(struct.pack(">qiq", 5 + i, len(b), 0) for i, b in enumerate(bodies))
+    data = b"".join(bodies)
+    starts = array("i", [0, 10, 40])
+    ends = array("i", [10, 40, 60])
+    cols = (array("q", [5, 6, 7]), array("q", [1, 1, 1]), array("q", [1_000_000] * 3), starts, ends)
+    assert fast.pulled_capacity(units, 1 << 20) == 60
+    assert fast.pulled_capacity(units, 15) == 15 + 30  # (stops once 15 bytes are in: at most one more)
+    head, blob = bytearray(120), bytearray(fast.pulled_capacity(units, 15))
+    assert fast.pack_pulled(units, 40, 0, None, *cols, data, head, blob, 0, 0, 15) == (2, 2, 40)
+    assert bytes(blob[:40]) == bodies[0] + bodies[1]
+    assert struct.unpack_from(">5q", head, 40) == (41, 6, 1, 1_000, 30)
+    with pytest.raises(ValueError, match="smaller than pulled_capacity"):
+        fast.pack_pulled(units, 40, 0, None, *cols, data, bytearray(120), bytearray(39), 0, 0, 1 << 20)
+    with pytest.raises(ValueError, match="wrong shape"):  # (a count past the head's end)
+        fast.pack_pulled(units, 40, 0, None, *cols, data, bytearray(40), bytearray(60), 2, 0, 1 << 20)
