@@ -28,7 +28,7 @@ from ..ledger.metadata import State
 from ..peers import Address, parse_peers
 from .ledger_stream import (DEFAULT_ROLL_BYTES, LedgerStreamWriter, StreamEntry, open_stream_writer,
                             read_stream)
-from ..wire.ledger import (MAX_ADD_BATCH, AddEntry, AddResponse, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
+from ..wire.ledger import (MAX_ADD_BATCH, AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
                            from_op_response, pack_adds, to_op_request, unpack_add_results, unpack_entry)
 from ..ledger.driver import recover
 from .ledger_registry import LedgerRegistry, new_metadata
@@ -206,7 +206,10 @@ class LedgerWriter:
         task.add_done_callback(self._tasks.discard)
 
     def _pump(self) -> None:
-        messages, done, requests = self.core.take()
+        core = self.core
+        if not (core.messages or core.done or core.requests):
+            return  # (nothing new: every add and answer pumps, most of them find nothing)
+        messages, done, requests = core.take()
         for d in done:
             fut = self._waiters.pop(d.request_id, None)
             if fut is not None and not fut.done():
@@ -220,7 +223,6 @@ class LedgerWriter:
             self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
         if messages:
             self._lac_sent = max(self._lac_sent, messages[-1].lac)  # (every add carries it)
-        core = self.core
         if self._explicit_lac_interval_ms and core.lac > self._lac_sent and not core.pending \
                 and core.error is None and self._lac_timer is None:
             self._lac_timer = asyncio.get_running_loop().call_later(self._explicit_lac_interval_ms / 1000,
@@ -265,8 +267,7 @@ class LedgerWriter:
                 self.registry.request_id(), BookieOp.ADD_BATCH, self.ledger_id, data=pack_adds(adds)))
             if resp.code != ResponseCode.SUCCESS:
                 raise QuorumLogError.for_code(resp.code, resp.message)
-            for entry_id, code in unpack_add_results(resp.data):
-                self.core.on_response(AddResponse(bookie, self.ledger_id, entry_id, ResponseCode(code)))
+            self.core.on_add_results(bookie, unpack_add_results(resp.data))
         except (QuorumLogError, OSError, ValueError) as e:
             log.info("ledger %d: %d adds from %d to %s failed: %s", self.ledger_id, len(adds), adds[0].entry_id,
                      bookie, e)

@@ -21,6 +21,7 @@ ensemble change, close.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Iterable
 
 from ..codes import ResponseCode
 from ..wire.ledger import AddEntry, AddResponse, pack_entry
@@ -50,6 +51,7 @@ class _Add:
     request_id: int
     data: bytes
     length: int  # the ledger's length once this entry is in
+    write_set: tuple[str, ...]  # (of the current ensemble: set again on an ensemble change)
     acks: set[str] = field(default_factory=set)
 
 
@@ -83,29 +85,39 @@ class LedgerWriterCore:
         entry_id = self.next_entry
         self.next_entry += 1
         self._tail_length += len(body)
-        add = _Add(request_id, pack_entry(self.lac, self._tail_length, body), self._tail_length)
+        add = _Add(request_id, pack_entry(self.lac, self._tail_length, body), self._tail_length,
+                   self.md.write_set(entry_id))
         self.pending[entry_id] = add
         if not self.changing:
             self._send(entry_id, add)
         return entry_id
 
     def _send(self, entry_id: int, add: _Add) -> None:
-        for bookie in self.md.write_set(entry_id):
+        for bookie in add.write_set:
             if bookie not in add.acks:
                 self.messages.append(AddEntry(bookie, self.md.ledger_id, entry_id, add.data, self.lac))
 
     def on_response(self, m: AddResponse) -> None:
-        add = self.pending.get(m.entry_id)
-        if add is None or self.error is not None:
-            return  # an answer for an entry acknowledged already, or after the writer ended
-        if m.code == ResponseCode.SUCCESS:
-            if m.frm in self.md.write_set(m.entry_id) and m.frm not in self._failed:
-                add.acks.add(m.frm)
-                self._advance()
-        elif m.code == ResponseCode.LEDGER_FENCED:
-            self._fail_all(ResponseCode.LEDGER_FENCED)
-        else:
-            self.bookie_failed(m.frm)
+        self.on_add_results(m.frm, ((m.entry_id, m.code),))
+
+    def on_add_results(self, bookie: str, results: Iterable[tuple[int, int]]) -> None:
+        """A bookie's answers as (entry id, code): one add's, or an ADD_BATCH's taken in one go (the acks
+        counted, then the LAC moved once), with the outcome of taking them one by one."""
+        ok, fenced = ResponseCode.SUCCESS, ResponseCode.LEDGER_FENCED
+        for entry_id, code in results:
+            add = self.pending.get(entry_id)
+            if add is None or self.error is not None:
+                continue  # an answer for an entry acknowledged already, or after the writer ended
+            if code == ok:
+                if bookie in add.write_set and bookie not in self._failed:
+                    add.acks.add(bookie)
+                continue
+            self._advance()  # (what was acknowledged before this answer stays acknowledged)
+            if code == fenced:
+                self._fail_all(fenced)
+            else:
+                self.bookie_failed(bookie)
+        self._advance()
 
     def _advance(self) -> None:
         a = self.md.ack_quorum
@@ -140,7 +152,8 @@ class LedgerWriterCore:
             self.requests.append(NeedEnsembleChange(self.lac + 1, frozenset(self._failed)))
             return
         for entry_id, add in sorted(self.pending.items()):
-            add.acks &= set(metadata.write_set(entry_id))
+            add.write_set = metadata.write_set(entry_id)
+            add.acks &= set(add.write_set)
             self._send(entry_id, add)
         self._advance()
 

@@ -132,7 +132,7 @@ def pack_add_results(results: "list[tuple[int, int]]") -> bytes:
 def unpack_add_results(data: bytes) -> list[tuple[int, int]]:
     if len(data) % _ADD_RESULT.size:
         raise ValueError("truncated add batch results")
-    return [_ADD_RESULT.unpack_from(data, i) for i in range(0, len(data), _ADD_RESULT.size)]
+    return list(_ADD_RESULT.iter_unpack(data))
 
 
 @dataclass(frozen=True, slots=True)

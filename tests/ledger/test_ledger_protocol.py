@@ -275,3 +275,32 @@ def test_concurrent_recoveries_with_different_replacements_agree(cluster):  # Pa
     assert won is not None and cluster.cas(b.metadata) is None
     cluster.down.clear()
     assert _read_all(cluster, won) == [b"%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("bad", [None, ResponseCode.LEDGER_FENCED, ResponseCode.NETWORK_ERROR])
+def test_a_batchs_answers_taken_at_once_do_what_they_do_one_by_one(bad):
+    """on_add_results (an ADD_BATCH's answers in one go, the LAC moved once) against on_response per entry:
+    the same acknowledgements in the same order, the same LAC, the same failure handling when a bookie's
+    answer in the middle of a batch is an error."""
+    from quorumlog.wire.ledger import AddResponse
+
+    md = LedgerMetadata(1, 3, 2, 2, (Segment(0, ("b0", "b1", "b2")),), version=1)
+    one, batched = LedgerWriterCore(md), LedgerWriterCore(md)
+    for w in (one, batched):
+        for k in range(12):
+            w.add(k + 1, b"x%d" % k)
+        w.take()
+    for bookie in ("b0", "b1", "b2"):
+        answers = [(e, OK) for e in range(12) if bookie in md.write_set(e)]
+        if bad is not None and bookie == "b1":
+            answers[2] = (answers[2][0], bad)  # (b1's third entry)
+        for e, code in answers:
+            one.on_response(AddResponse(bookie, 1, e, code))
+        batched.on_add_results(bookie, [(e, int(code)) for e, code in answers])
+        assert batched.take() == one.take()
+        assert (batched.lac, batched.error, batched.changing) == (one.lac, one.error, one.changing)
+    # (b1's error comes at its entry 3, when entry 0 is in: a fenced ledger ends there, a failed bookie's acks of
+    # entries 1 and 3 no longer count until the ensemble change re-sends them)
+    assert one.lac == (11 if bad is None else 0)
+    assert one.error == (ResponseCode.LEDGER_FENCED if bad is ResponseCode.LEDGER_FENCED else None)
+    assert one.changing == (bad is ResponseCode.NETWORK_ERROR)
