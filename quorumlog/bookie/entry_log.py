@@ -17,6 +17,9 @@ from ..errors import CorruptEntry
 from ..format.log_entry import crc32c
 
 ENTRY_LOG_FILE_BYTES = 64 * 1024 * 1024  # BookKeeper logSizeLimit is 1 GiB; smaller logs compact sooner
+# Appends are handed to the OS a MiB at a time (flush_begin, reads and rolls hand over the rest): the default
+# 8 KiB buffer cost a write() every few 1 KiB adds, the bookie's biggest per-add cost in a profile.
+_BUFFER_BYTES = 1 << 20
 _HEAD = struct.Struct(">IIQq")  # body size, crc32c(body), ledger id, entry id
 _FILE = re.compile(r"^entrylog-(\d{20})\.log$")
 
@@ -30,7 +33,7 @@ class EntryLogger:
         self.file_bytes = file_bytes
         ids = self.log_ids()
         self.current_id = ids[-1] + 1 if ids else 0  # never append to a log a crash may have torn
-        self._file = open(self._path(self.current_id), "ab")
+        self._file = open(self._path(self.current_id), "ab", buffering=_BUFFER_BYTES)
         self._offset = 0
         self._unsynced: set[int] = {self.current_id}
 
@@ -53,7 +56,7 @@ class EntryLogger:
         self._file.flush()
         self._file.close()
         self.current_id += 1
-        self._file = open(self._path(self.current_id), "ab")
+        self._file = open(self._path(self.current_id), "ab", buffering=_BUFFER_BYTES)
         self._offset = 0
         self._unsynced.add(self.current_id)
 

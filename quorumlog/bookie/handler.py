@@ -64,11 +64,11 @@ class BookieHandler:
             return _done(fail(e.code))
         return _then(fut, lambda _: AddResponse(self.id, req.ledger_id, req.entry_id, ResponseCode.SUCCESS), fail)
 
-    def add_batch(self, ledger_id: int, adds: list[AddEntry], recovery: bool) -> Future:
-        """Several adds of one ledger (the ADD_BATCH request): a Future of the one code they all get (the checks
-        are per ledger, and they become durable together)."""
+    def add_batch(self, ledger_id: int, adds: list[tuple[int, bytes, int]], recovery: bool) -> Future:
+        """Several adds of one ledger (the ADD_BATCH request's (entry id, data, lac) each): a Future of the one
+        code they all get (the checks are per ledger, and they become durable together)."""
         try:
-            fut = self.storage.add_entries(ledger_id, [(m.entry_id, m.data, m.lac) for m in adds], recovery=recovery)
+            fut = self.storage.add_entries(ledger_id, adds, recovery=recovery)
         except QuorumLogError as e:
             return _done(e.code)  # type: ignore[arg-type]
         return _then(fut, lambda _: ResponseCode.SUCCESS, lambda code: code)  # type: ignore[arg-type,return-value]

@@ -173,7 +173,7 @@ class BookieService:
         """The batch's adds stored and journalled together; one answer with each entry's code once durable."""
         assert self.handler is not None
         try:
-            adds = unpack_adds(self.id, req.ledger_id, bool(req.flags & FLAG_RECOVERY), req.data)
+            adds = unpack_adds(req.data)
             fut = self.handler.add_batch(req.ledger_id, adds, bool(req.flags & FLAG_RECOVERY))
         except (ValueError, OverflowError) as e:
             return refuse(ResponseCode.BAD_REQUEST, str(e))
@@ -182,7 +182,7 @@ class BookieService:
         def reply(f: Future) -> None:
             code = int(f.result())
             answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, req.ledger_id,
-                                    data=pack_add_results([(m.entry_id, code) for m in adds])))
+                                    data=pack_add_results([(entry_id, code) for entry_id, _, _ in adds])))
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
     # -- limbo and registration in `_meta` -------------------------------------------------------------------

@@ -105,20 +105,24 @@ MAX_ADD_BATCH = 1024
 
 
 def pack_adds(adds: "list[AddEntry]") -> bytes:
-    return b"".join(_ADD_ITEM.pack(m.entry_id, m.lac, len(m.data)) + m.data for m in adds)
+    parts = []
+    for m in adds:
+        parts += (_ADD_ITEM.pack(m.entry_id, m.lac, len(m.data)), m.data)
+    return b"".join(parts)
 
 
-def unpack_adds(bookie_id: str, ledger_id: int, recovery: bool, data: bytes) -> "list[AddEntry]":
-    """Raises ValueError on a malformed batch."""
-    out, pos, view = [], 0, memoryview(data)
+def unpack_adds(data: bytes) -> list[tuple[int, bytes, int]]:
+    """An ADD_BATCH's adds as (entry id, data, lac), as the bookie stores them (no object per add). Raises
+    ValueError on a malformed batch."""
+    out, pos, view, item = [], 0, memoryview(data), _ADD_ITEM
     while pos < len(view):
-        if pos + _ADD_ITEM.size > len(view):
+        if pos + item.size > len(view):
             raise ValueError("truncated add batch")
-        entry_id, lac, size = _ADD_ITEM.unpack_from(view, pos)
-        pos += _ADD_ITEM.size
+        entry_id, lac, size = item.unpack_from(view, pos)
+        pos += item.size
         if pos + size > len(view) or entry_id < 0:
             raise ValueError(f"bad add batch item (entry {entry_id}, {size} bytes)")
-        out.append(AddEntry(bookie_id, ledger_id, entry_id, bytes(view[pos:pos + size]), lac, recovery))
+        out.append((entry_id, bytes(view[pos:pos + size]), lac))
         pos += size
         if len(out) > MAX_ADD_BATCH:
             raise ValueError(f"more than {MAX_ADD_BATCH} adds in one batch")
