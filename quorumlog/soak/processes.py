@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -43,6 +44,24 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def free_base_port(n: int) -> int:
+    """A base port with n consecutive free ports, for `cluster up --base-port` (checked by binding; random so
+    parallel test workers differ; below the ephemeral ports, 32768 on, that outgoing connections take)."""
+    for _ in range(200):
+        base = random.randrange(20_000, 32_000)
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free ports")
 
 
 @dataclass

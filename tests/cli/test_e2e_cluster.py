@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,28 +18,12 @@ import pytest
 
 import quorumlog
 from quorumlog.cli.cluster import pid_alive
+from quorumlog.soak.processes import free_base_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 CLI = [sys.executable, "-m", "quorumlog.cli"]
 CONVERGE_S = 10.0  # followers learn the commit point on the next push/heartbeat: well under this
-
-
-def free_base_port(n: int) -> int:
-    """A base port with n consecutive free ports (checked by binding; random so parallel workers differ)."""
-    for _ in range(200):
-        base = random.randrange(20_000, 32_000)  # below the ephemeral ports (32768+) that connections take
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
 
 
 def cli(*args: str, timeout_s: float = 60, check: bool = True) -> subprocess.CompletedProcess:

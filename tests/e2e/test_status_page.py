@@ -10,24 +10,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from quorumlog.soak.processes import free_base_port
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 TOKEN = "page-token-5f0e"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -68,8 +63,9 @@ def test_the_status_page_shows_the_nodes_and_the_leader_and_follows_a_leader_kil
     data = str(tmp_path / "cluster")
     env = dict(os.environ, QUORUMLOG_TOKEN=TOKEN)
     cli = [sys.executable, "-m", "quorumlog.cli"]
+    base = free_base_port(6)  # (node ports, then HTTP ports: ephemeral ones next to a free one may be taken)
     up = subprocess.run([*cli, "cluster", "up", "--nodes", "3", "--data-dir", data, "--tls", "--base-port",
-                         str(_free_port()), "--http-base-port", str(_free_port()), "--json"],
+                         str(base), "--http-base-port", str(base + 3), "--json"],
                         capture_output=True, text=True, timeout=120, env=env)
     assert up.returncode == 0, up.stderr
     doc = json.loads(up.stdout)
