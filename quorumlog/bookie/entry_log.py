@@ -131,6 +131,8 @@ class EntryLogger:
             pos += _HEAD.size + size
 
     def size_of(self, log_id: int) -> int:
+        if log_id == self.current_id:
+            self._file.flush()  # (appends still in the buffer count too)
         return os.path.getsize(self._path(log_id))
 
     def remove(self, log_id: int) -> None:

@@ -64,7 +64,8 @@ class _Pending:
 
     session: Any
     client_request_id: int
-    kind: str  # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit" | "ha_put" | "ha_confirm"
+    # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit" | "ha_put" | "ha_confirm"
+    kind: str
     received_s: float
     count: int = 0
     size_bytes: int = 0
