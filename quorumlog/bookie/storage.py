@@ -224,6 +224,12 @@ class BookieStorage:
     def gc(self) -> dict[str, int]:
         """Drop deleted ledgers, delete dead entry logs, compact sparse ones. Returns what it did."""
         self.checkpoint()  # the index on disk is complete, so liveness below is judged on it
+        return self.collect_garbage()
+
+    def collect_garbage(self) -> dict[str, int]:
+        """gc() after its checkpoint (a node runs that off its loop). A log's live fraction is the bytes of
+        its ledgers not deleted (BookKeeper's EntryLogMetadata usage), from the entry logger's per-ledger
+        counts: only a log to compact is read."""
         dropped = [lid for lid in self.index.ledgers() if self._state(lid).deleted]
         for lid in dropped:
             self.index.drop_ledger(lid)
@@ -231,23 +237,24 @@ class BookieStorage:
         for log_id in self.entry_log.log_ids():
             if log_id == self.entry_log.current_id:
                 continue
-            total = live = 0
-            live_records = []
-            for offset, ledger, entry, body in self.entry_log.scan(log_id):
-                total += 1
-                if self.index.get(ledger, entry) == (log_id, offset):
-                    live += 1
-                    live_records.append((ledger, entry, body))
+            ledgers = self.entry_log.ledger_bytes(log_id)
+            total = sum(ledgers.values())
+            live = sum(n for lid, n in ledgers.items() if self._live(lid))
             if live == 0:
                 self.entry_log.remove(log_id)
                 removed += 1
             elif live / total < self.config.compaction_threshold:
-                for ledger, entry, body in live_records:
-                    self.index.put(ledger, entry, self.entry_log.append(ledger, entry, body))
+                for offset, ledger, entry, body in self.entry_log.scan(log_id):
+                    if self._live(ledger) and self.index.get(ledger, entry) == (log_id, offset):
+                        self.index.put(ledger, entry, self.entry_log.append(ledger, entry, body))
                 self.checkpoint()  # the copies are durable and indexed before the old log goes
                 self.entry_log.remove(log_id)
                 compacted += 1
         return {"ledgers_dropped": len(dropped), "logs_removed": removed, "logs_compacted": compacted}
+
+    def _live(self, ledger_id: int) -> bool:
+        st = self.index.state(ledger_id)
+        return st is not None and not st.deleted
 
     def close(self) -> None:
         self.journal.close()

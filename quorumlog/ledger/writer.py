@@ -28,7 +28,7 @@ from ..wire.ledger import AddEntry, AddResponse, pack_entry
 from .metadata import LedgerMetadata, State
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (one per add: not frozen, whose __init__ costs twice)
 class AddDone:
     request_id: int
     code: ResponseCode
@@ -64,6 +64,7 @@ class LedgerWriterCore:
         self.length = 0  # of the acknowledged prefix
         self._tail_length = 0  # of every entry added
         self.pending: dict[int, _Add] = {}
+        self._stripes = self._stripes_of(metadata)
         self._failed: set[str] = set()  # bookies to replace (a change is in flight or due)
         self.changing = False
         self.error: ResponseCode | None = None  # LEDGER_FENCED / LEDGER_CLOSED / a failed change: final
@@ -86,16 +87,23 @@ class LedgerWriterCore:
         self.next_entry += 1
         self._tail_length += len(body)
         add = _Add(request_id, pack_entry(self.lac, self._tail_length, body), self._tail_length,
-                   self.md.write_set(entry_id))
+                   self._stripes[entry_id % len(self._stripes)])
         self.pending[entry_id] = add
         if not self.changing:
             self._send(entry_id, add)
         return entry_id
 
+    @staticmethod
+    def _stripes_of(md: LedgerMetadata) -> tuple[tuple[str, ...], ...]:
+        """The last ensemble's write sets by entry id mod E (new adds are always in the last segment)."""
+        first = md.ensembles[-1].first_entry_id
+        by_entry = {e % md.ensemble_size: md.write_set(e) for e in range(first, first + md.ensemble_size)}
+        return tuple(by_entry[i] for i in range(md.ensemble_size))
+
     def _send(self, entry_id: int, add: _Add) -> None:
-        for bookie in add.write_set:
-            if bookie not in add.acks:
-                self.messages.append(AddEntry(bookie, self.md.ledger_id, entry_id, add.data, self.lac))
+        ledger_id, lac, acks = self.md.ledger_id, self.lac, add.acks
+        self.messages += [AddEntry(bookie, ledger_id, entry_id, add.data, lac)
+                          for bookie in add.write_set if bookie not in acks]
 
     def on_response(self, m: AddResponse) -> None:
         self.on_add_results(m.frm, ((m.entry_id, m.code),))
@@ -146,6 +154,7 @@ class LedgerWriterCore:
         """The runtime wrote the new ensemble (from LAC + 1 at the time it was asked)."""
         self.changing = False
         self.md = metadata
+        self._stripes = self._stripes_of(metadata)
         self._failed &= set(metadata.last_ensemble)  # replaced now
         if self._failed:  # another bookie failed meanwhile: change again
             self.changing = True

@@ -84,24 +84,34 @@ class BookieService:
         """The storage's checkpoint with its fdatasyncs and the index's synced write on a thread: a node under
         load must not stall its loop (and its groups' heartbeats) for them."""
         async with self._maintenance:
-            s = self.storage
-            if s is None:
-                return
-            mark, durable_part = s.checkpoint_begin()
-            self._checkpoint_mark = mark
-            await asyncio.wrap_future(self._executor.submit(durable_part))
-            self._checkpoint_mark = None
-            s.checkpoint_end(mark)
+            await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        s = self.storage
+        if s is None:
+            return
+        mark, durable_part = s.checkpoint_begin()
+        self._checkpoint_mark = mark
+        await asyncio.wrap_future(self._executor.submit(durable_part))
+        self._checkpoint_mark = None
+        s.checkpoint_end(mark)
 
     def check_disk(self) -> None:
         if self.storage is not None:
             self.storage.check_disk()
 
     async def gc(self) -> None:
+        """The storage's gc with its checkpoint, and the first look at entry logs older than this process (a
+        walk of their headers), on the thread: only compaction's copying stays on the loop."""
         async with self._maintenance:
-            if self.storage is None:
+            await self._checkpoint()
+            s = self.storage
+            if s is None:
                 return
-            stats = self.storage.gc()
+            for log_id in s.entry_log.unmapped():
+                counts = await asyncio.wrap_future(self._executor.submit(s.entry_log.map_ledgers, log_id))
+                s.entry_log.set_ledger_bytes(log_id, counts)
+            stats = s.collect_garbage()
             if any(stats.values()):
                 log.info("bookie gc node=%s %s", self.id, stats)
 

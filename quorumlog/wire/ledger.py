@@ -25,7 +25,7 @@ def unpack_entry(data: bytes) -> tuple[int, int, bytes]:
     return lac, length, bytes(data[ENTRY_HEADER.size:])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a writer makes W of these per add, and a frozen __init__ costs twice)
 class AddEntry:
     to: str
     ledger_id: int

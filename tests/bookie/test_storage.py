@@ -175,6 +175,40 @@ def test_deleted_ledgers_are_collected_and_sparse_entry_logs_compacted(tmp_path)
         s.close()
 
 
+def test_gc_judges_entry_logs_by_their_bytes_per_ledger_and_maps_older_logs_once(tmp_path):
+    """GC does not read a log to judge it (a pass over GBs of logs stalled every node's loop): the bytes per
+    ledger counted while writing, or after a restart found once by a walk of the headers, say what is live."""
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        for e in range(300):
+            for lid in (20, 21, 22):
+                s.add_entry(lid, e, body(lid, e))
+        s.checkpoint()
+        logs = s.entry_log.log_ids()[:-1]
+        counted = {i: dict(s.entry_log.ledger_bytes(i)) for i in logs}
+        assert s.entry_log.unmapped() == [] and all(set(c) <= {20, 21, 22} for c in counted.values())
+        assert all(sum(c.values()) == s.entry_log.size_of(i) for i, c in counted.items())
+        scans = []
+        real_scan = s.entry_log.scan
+        s.entry_log.scan = lambda log_id: scans.append(log_id) or real_scan(log_id)
+        assert s.gc() == {"ledgers_dropped": 0, "logs_removed": 0, "logs_compacted": 0}
+        assert scans == []  # nothing deleted: no log read
+    finally:
+        s.close()
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert s.entry_log.unmapped() == logs + [logs[-1] + 1]  # (the last log of the run before, too)
+        assert {i: s.entry_log.map_ledgers(i) for i in logs} == counted
+        s.delete_ledger(20).result(5)
+        s.delete_ledger(21).result(5)
+        done = s.gc()
+        assert done["ledgers_dropped"] == 2 and done["logs_removed"] + done["logs_compacted"] >= len(logs) - 1
+        assert s.entry_log.unmapped() == []
+        assert all(s.read_entry(22, e) == body(22, e) for e in range(300))
+    finally:
+        s.close()
+
+
 def test_read_only_past_the_disk_threshold_and_writable_again_below_the_low_water_mark(tmp_path):
     s = BookieStorage(str(tmp_path), SMALL)
     try:
