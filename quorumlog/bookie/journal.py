@@ -33,6 +33,12 @@ JOURNAL_MAX_GROUP_WAIT_MS = 2  # BookKeeper journalMaxGroupWaitMSec
 JOURNAL_FLUSH_WHEN_QUEUE_EMPTY = True
 JOURNAL_BUFFERED_WRITES_THRESHOLD = 512 * 1024  # journalBufferedWritesThreshold: flush a group at this size
 JOURNAL_FILE_BYTES = 256 * 1024 * 1024  # journalMaxSizeMB is 2 GiB; smaller files are deleted sooner
+# BookKeeper journalRemovePagesFromCache (true): once synced, the journal's pages leave the page cache. Only
+# replay reads them, and every page they hold is one the next write must take elsewhere: on this VM, page
+# cache growing into memory not used lately cost 2.4 s of kernel CPU per GB written, against 0.2-0.3 s when
+# it reuses pages just freed.
+JOURNAL_REMOVE_PAGES_FROM_CACHE = True
+_PAGE = 4096
 _HEAD = struct.Struct(">II")  # payload size, crc32c
 _FILE = re.compile(r"^journal-(\d{20})\.log$")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
@@ -51,13 +57,16 @@ def _fsync_dir(path: str) -> None:
 class Journal:
     def __init__(self, directory: str, *, max_group_wait_ms: float = JOURNAL_MAX_GROUP_WAIT_MS,
                  group_bytes: int = JOURNAL_BUFFERED_WRITES_THRESHOLD, file_bytes: int = JOURNAL_FILE_BYTES,
-                 flush_when_queue_empty: bool = JOURNAL_FLUSH_WHEN_QUEUE_EMPTY) -> None:
+                 flush_when_queue_empty: bool = JOURNAL_FLUSH_WHEN_QUEUE_EMPTY,
+                 remove_pages_from_cache: bool = JOURNAL_REMOVE_PAGES_FROM_CACHE) -> None:
         self.dir = directory
         os.makedirs(directory, exist_ok=True)
         self.max_group_wait_s = max_group_wait_ms / 1000
         self.group_bytes = group_bytes
         self.file_bytes = file_bytes
         self.flush_when_queue_empty = flush_when_queue_empty
+        self.remove_pages_from_cache = remove_pages_from_cache and hasattr(os, "posix_fadvise")
+        self._dropped = 0  # the current file's bytes below this left the page cache
         self._queue: deque[tuple[bytes, Future]] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -88,7 +97,7 @@ class Journal:
             self._file.close()
         self._seq += 1
         self._file = open(self._path(self._seq), "ab")
-        self._offset = 0
+        self._offset = self._dropped = 0
         _fsync_dir(self.dir)
 
     # -- replay -------------------------------------------------------------------------------------------
@@ -183,6 +192,11 @@ class Journal:
         self._file.flush()
         os.fdatasync(self._file.fileno())
         self._offset += len(data)
+        if self.remove_pages_from_cache:
+            upto = self._offset - self._offset % _PAGE  # (the part-written last page stays: the next write fills it)
+            if upto > self._dropped:
+                os.posix_fadvise(self._file.fileno(), self._dropped, upto - self._dropped, os.POSIX_FADV_DONTNEED)
+                self._dropped = upto
         self.fsyncs += 1
         self.records += records
         self.durable = (self._seq, self._offset)
