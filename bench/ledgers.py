@@ -1,6 +1,6 @@
 """Ledgers against the Raft group on the same 5-node cluster, in one run (issue 15's benchmark).
 
-    python bench/ledgers.py [--duration-s 5] [--warmup-s 1] [--rounds 3] [--recoveries 10]
+    python bench/ledgers.py [--duration-s 5] [--warmup-s 1] [--rounds 3] [--recoveries 10] [--keep-page-cache]
 
 One `quorumlog cluster up --nodes 5 --flush sync` (the Raft group `default`: 3 replicas, acked after a majority
 fdatasynced; every node also a bookie whose journal fdatasyncs before it acks). Each workload runs in its own
@@ -13,7 +13,11 @@ generator process, the same for both sides:
   recovery `open_ledger(recovery=True)` of a ledger while its writer keeps 64 adds in flight (fence, read
            forward, write back, close), and of an idle open ledger.
 Every workload runs --rounds times, the rounds in alternating order (forward, backward, ...), and reports its
-median (what runs first on a fresh cluster gains on this machine). The journal against the disk's ceiling is
+median (what runs first on a fresh cluster gains on this machine). Before each workload the page cache is
+emptied (sync, then /proc/sys/vm/drop_caches when writable; --keep-page-cache to skip): on this VM a page cache
+growing into memory not used lately costs up to 4x the kernel CPU per GB written, so without it a workload's
+figure depends on what ran before it (the Raft group's batched rounds ranged 77-201 MB/s in one run). The
+journal against the disk's ceiling is
 bench/bookie.py's (bench/results/bookie-*.json).
 Results: bench/results/ledgers-<date>.json.
 """
@@ -126,6 +130,16 @@ async def recovery_times(peers: str, n: int) -> dict:
     return {"under_writer_ms": _stats(busy), "idle_ms": _stats(idle)}
 
 
+def _empty_page_cache() -> str:
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return "emptied before each workload (sync; echo 3 > /proc/sys/vm/drop_caches)"
+    except OSError as e:
+        return f"synced before each workload, not emptied ({e.strerror})"
+
+
 def _stats(xs: list[float]) -> dict:
     return {"n": len(xs), "median": round(statistics.median(xs), 1), "max": round(max(xs), 1)} if xs else {}
 
@@ -160,6 +174,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="every workload this many times, in alternating order")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--base-port", type=int, default=27100)
+    p.add_argument("--keep-page-cache", action="store_true", help="do not empty the page cache before each workload")
     # generator mode
     p.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peers", help=argparse.SUPPRESS)
@@ -211,8 +226,11 @@ def main() -> None:
         # Rounds in alternating order (forward, then backward, ...): on this machine whichever runs first on a
         # fresh cluster gains, so one pass in a fixed order favours the Raft group. Each workload's median.
         runs: dict[str, list[dict]] = {k: [] for k in workloads}
+        doc["setup"]["page_cache"] = "kept" if a.keep_page_cache else _empty_page_cache()
         for r in range(a.rounds):
             for k in (list(workloads) if r % 2 == 0 else list(reversed(workloads))):
+                if not a.keep_page_cache:
+                    _empty_page_cache()
                 runs[k].append(workloads[k]())
                 log.info("round %d %s: %s", r, k, runs[k][-1])
         for k, got in runs.items():
@@ -231,6 +249,11 @@ def main() -> None:
         for name in QUORUMS} | {
         f"{name}_batched_mb_vs_raft_mb": round(results[f"ledger_{name}_batched"]["mb_per_s"] / raft_batched, 2)
         for name in QUORUMS}
+    # (each round's own ratios too: the page cache's state moves every figure between rounds — see README)
+    doc["ratios_by_round"] = {
+        f"{name}_{kind}": [round(x / y, 2) for x, y in zip(results[f"ledger_{name}_{kind}"]["rounds"],
+                                                          results[f"raft_{kind}"]["rounds"])]
+        for name in QUORUMS for kind in ("single", "batched")}
     doc["targets"] = {"single_adds_ge_raft (E3W2A2)": doc["ratios"]["E3W2A2_single_adds_vs_raft_appends"] >= 1.0,
                       "batched_mb_ge_1.5x_raft (E3W2A2)": doc["ratios"]["E3W2A2_batched_mb_vs_raft_mb"] >= 1.5,
                       "recovery_le_1s": results["recovery"]["under_writer_ms"].get("max", 1e9) <= 1000}

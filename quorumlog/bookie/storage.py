@@ -122,16 +122,16 @@ class BookieStorage:
         self._apply_add(ledger_id, entry_id, body, lac)
         return self.journal.submit(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
 
-    def add_entries(self, ledger_id: int, adds: list[tuple[int, bytes, int]], *, recovery: bool = False) -> Future:
+    def add_entries(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", *,
+                    recovery: bool = False) -> Future:
         """add_entry for several (entry id, body, lac) of one ledger; one Future, done once all are durable."""
         if ledger_id < 0 or any(entry_id < 0 for entry_id, _, _ in adds):
             raise ValueError(f"ledger {ledger_id} / entries must be >= 0")
         self._check_add(ledger_id, recovery)
         records = []
-        for entry_id, body, lac in adds:
-            body = bytes(body)
+        for entry_id, body, lac in adds:  # (bodies may be views of a request: written, never kept)
             self._apply_add(ledger_id, entry_id, body, lac)
-            records.append(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
+            records.append((_REC.pack(_ADD, ledger_id, entry_id, lac), body))  # (the journal joins them once)
         return self.journal.submit_many(records)
 
     def _check_add(self, ledger_id: int, recovery: bool) -> None:

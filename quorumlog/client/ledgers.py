@@ -180,7 +180,15 @@ class LedgerWriter:
     async def add_entry(self, body: bytes) -> int:
         """Store body as the next entry; returns its entry id once it and every entry before it is stored
         on ack_quorum bookies of its write set. Raises LedgerFenced, LedgerClosed, NotEnoughBookies."""
-        done = await self._request(lambda rid: self.core.add(rid, bytes(body)))
+        self._next_request += 1  # (_request inlined: this is the per-add path)
+        rid = self._next_request
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[rid] = fut
+        self.core.add(rid, body)  # (copies body into the entry it sends)
+        self._pump()
+        done = await fut
+        if done.code != ResponseCode.SUCCESS:
+            raise QuorumLogError.for_code(done.code, f"ledger {self.ledger_id}")
         return done.entry_id
 
     async def close(self) -> int:
@@ -214,8 +222,13 @@ class LedgerWriter:
             fut = self._waiters.pop(d.request_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(d)
+        outbox = self._outbox
         for m in messages:
-            self._outbox.setdefault(m.to, []).append(m)
+            queue = outbox.get(m.to)
+            if queue is None:
+                outbox[m.to] = [m]
+            else:
+                queue.append(m)
         if messages and not self._flush_scheduled:
             self._flush_scheduled = True  # adds made in this loop iteration go out together, one batch per bookie
             asyncio.get_running_loop().call_soon(self._flush)

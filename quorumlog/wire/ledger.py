@@ -111,9 +111,9 @@ def pack_adds(adds: "list[AddEntry]") -> bytes:
     return b"".join(parts)
 
 
-def unpack_adds(data: bytes) -> list[tuple[int, bytes, int]]:
-    """An ADD_BATCH's adds as (entry id, data, lac), as the bookie stores them (no object per add). Raises
-    ValueError on a malformed batch."""
+def unpack_adds(data: bytes) -> list[tuple[int, memoryview, int]]:
+    """An ADD_BATCH's adds as (entry id, data, lac), as the bookie stores them (no object per add, no copy:
+    each data is a view of `data`). Raises ValueError on a malformed batch."""
     out, pos, view, item = [], 0, memoryview(data), _ADD_ITEM
     while pos < len(view):
         if pos + item.size > len(view):
@@ -122,7 +122,7 @@ def unpack_adds(data: bytes) -> list[tuple[int, bytes, int]]:
         pos += item.size
         if pos + size > len(view) or entry_id < 0:
             raise ValueError(f"bad add batch item (entry {entry_id}, {size} bytes)")
-        out.append((entry_id, bytes(view[pos:pos + size]), lac))
+        out.append((entry_id, view[pos:pos + size], lac))  # (a view: a frame is never written once handed out)
         pos += size
         if len(out) > MAX_ADD_BATCH:
             raise ValueError(f"more than {MAX_ADD_BATCH} adds in one batch")
