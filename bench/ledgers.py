@@ -40,6 +40,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+from results_file import empty_page_cache  # noqa: E402  (bench/results_file.py)
 
 log = logging.getLogger(__name__)
 QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
@@ -130,16 +133,6 @@ async def recovery_times(peers: str, n: int) -> dict:
     return {"under_writer_ms": _stats(busy), "idle_ms": _stats(idle)}
 
 
-def _empty_page_cache() -> str:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return "emptied before each workload (sync; echo 3 > /proc/sys/vm/drop_caches)"
-    except OSError as e:
-        return f"synced before each workload, not emptied ({e.strerror})"
-
-
 def _stats(xs: list[float]) -> dict:
     return {"n": len(xs), "median": round(statistics.median(xs), 1), "max": round(max(xs), 1)} if xs else {}
 
@@ -226,11 +219,11 @@ def main() -> None:
         # Rounds in alternating order (forward, then backward, ...): on this machine whichever runs first on a
         # fresh cluster gains, so one pass in a fixed order favours the Raft group. Each workload's median.
         runs: dict[str, list[dict]] = {k: [] for k in workloads}
-        doc["setup"]["page_cache"] = "kept" if a.keep_page_cache else _empty_page_cache()
+        doc["setup"]["page_cache"] = "kept" if a.keep_page_cache else empty_page_cache()
         for r in range(a.rounds):
             for k in (list(workloads) if r % 2 == 0 else list(reversed(workloads))):
                 if not a.keep_page_cache:
-                    _empty_page_cache()
+                    empty_page_cache()
                 runs[k].append(workloads[k]())
                 log.info("round %d %s: %s", r, k, runs[k][-1])
         for k, got in runs.items():

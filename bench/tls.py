@@ -5,7 +5,8 @@
 Two `quorumlog cluster up --nodes 3 --flush sync` clusters in one run (one plain, one `--tls` with a token),
 each measured with `quorumlog bench`: 64 writers of single 1 KiB appends (appends/s) and 4 writers of 1 MiB
 append_batch calls (MB/s); the runs alternate plain / TLS `--reps` times (which goes first flips each time) and
-the medians are compared.
+the medians are compared. The page cache is emptied before each run (bench/results_file.py; --keep-page-cache
+to skip): on this VM a cluster's MB/s otherwise depended on what ran before it.
 Results: bench/results/tls-<date>.json. Target: TLS costs at most 20% of either figure.
 """
 
@@ -22,6 +23,10 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from results_file import empty_page_cache  # noqa: E402  (bench/results_file.py)
+
 QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
 TOKEN = "bench-token-0123456789abcdef"
 WORKLOADS = {"single_64_writers": (64, 1), "batched_4_writers": (4, 1024)}
@@ -56,6 +61,7 @@ def main() -> None:
     p.add_argument("--warmup-s", type=float, default=1.0)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--keep-page-cache", action="store_true", help="do not empty the page cache before each run")
     a = p.parse_args()
     base = tempfile.mkdtemp(prefix="quorumlog-tls-bench-")
     dirs = {False: os.path.join(base, "plain"), True: os.path.join(base, "tls")}
@@ -68,6 +74,7 @@ def main() -> None:
                 # (the order flips each repetition: a drift of this shared machine within a repetition — its
                 # page cache filling, say — would otherwise always fall on the same side)
                 for tls in ((False, True) if rep % 2 == 0 else (True, False)):
+                    page_cache = "kept" if a.keep_page_cache else empty_page_cache()
                     d = _bench(dirs[tls], tls, writers, batch, a)
                     runs[name]["tls" if tls else "plain"].append(
                         {"appends_per_s": d["appends_per_s"], "mb_per_s": d["mb_per_s"], "errors": d["errors"],
@@ -89,7 +96,8 @@ def main() -> None:
     doc = {"bench": "TLS + token cost (issue 17)", "date_utc": dt.datetime.now(dt.timezone.utc)
            .strftime("%Y-%m-%dT%H:%MZ"), "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
            "setup": "quorumlog cluster up --nodes 3 --flush sync [--tls, QUORUMLOG_TOKEN]; quorumlog bench; "
-                    f"{a.reps} alternating repetitions of {a.duration_s} s after {a.warmup_s} s warm-up, medians",
+                    f"{a.reps} alternating repetitions of {a.duration_s} s after {a.warmup_s} s warm-up, medians; "
+                    f"page cache: {page_cache}",
            "command": "python bench/tls.py " + " ".join(sys.argv[1:]), "runs": runs, "summary": summary}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, f"tls-{dt.date.today().isoformat()}.json"), "w") as f:
