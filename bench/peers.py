@@ -28,6 +28,7 @@ Workloads (client-view latency, HdrHistogram):
   w3    4 writers each with 1 MiB batches of 1 KiB values;
   failover  kill -9 the leader under load, kill -> first write acked.
 The disk ceiling (bench/store.py's raw_sequential / raw_serial) is measured in the same run, same filesystem.
+The page cache is synced and emptied before each load (bench/results_file.py; --keep-page-cache to skip).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ import store as store_bench  # noqa: E402  (bench/store.py: the raw-disk ceiling
 from hdrh.histogram import HdrHistogram  # noqa: E402
 
 import peers_load  # noqa: E402
+from results_file import empty_page_cache  # noqa: E402  (bench/results_file.py)
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -339,11 +341,13 @@ def run_quorumlog_load(sysm: Quorumlog, writers: int, batch: int, value_bytes: i
     return r
 
 
-def run_load(sysm, *args, **kw) -> dict:
+def run_load(sysm, writers: int, batch: int, value_bytes: int, a, **kw) -> dict:
     f = run_quorumlog_load if isinstance(sysm, Quorumlog) else run_peer_load
+    if not a.keep_page_cache:
+        empty_page_cache()  # (what ran before must not decide this figure: bench/results_file.py)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    r = f(sysm, *args, **kw)
+    r = f(sysm, writers, batch, value_bytes, a, **kw)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     # CPU the generator process(es) burned, in cores (warm-up and start-up included): near 1.0 per process
@@ -657,6 +661,8 @@ def main() -> None:
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help="a subset for quick iteration, e.g. w1 or w1,w3 (no summary, targets or chart then)")
     p.add_argument("--no-disk", action="store_true", help="skip the disk-ceiling measurement (quick iteration)")
+    p.add_argument("--keep-page-cache", action="store_true", help="do not empty the page cache before each load "
+                                                                   "(sync; drop_caches when root)")
     p.add_argument("--tls", action="store_true", help="also run quorumlog-sync with TLS and a token, and report "
                                                       "what TLS costs (tls_cost)")
     p.add_argument("--master-slave", action="store_true",
@@ -681,6 +687,8 @@ def main() -> None:
            "machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()},
            "setup": {"nodes": 3, "host": "127.0.0.1", "data_dir_parent": base,
                      "duration_s": a.duration_s, "warmup_s": a.warmup_s,
+                     "page_cache": "kept" if a.keep_page_cache else "synced and emptied (drop_caches, when root) "
+                                                                    "before each load",
                      "quorumlog": "quorumlog cluster up --nodes 3 --flush sync|async --set data_segment_size=67108864",
                      "etcd": _version([ETCD, "--version"]).split("\n")[0],
                      "nats_server": _version([NATS_SERVER, "--version"]),
