@@ -211,7 +211,10 @@ class Journal:
         removed = 0
         for seq, path in self.files():
             if seq < mark[0] and seq != self._seq:
-                os.unlink(path)
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue  # (deleted by a checkpoint before)
                 removed += 1
         return removed
 

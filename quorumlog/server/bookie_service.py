@@ -94,7 +94,9 @@ class BookieService:
         self._checkpoint_mark = mark
         await asyncio.wrap_future(self._executor.submit(durable_part))
         self._checkpoint_mark = None
-        s.checkpoint_end(mark)
+        s.checkpoint_end(mark, delete_journal=False)
+        # (off the loop too: every add in flight on this bookie would wait out the unlink of a whole journal file)
+        await asyncio.wrap_future(self._executor.submit(s.journal.delete_before, mark))
 
     def check_disk(self) -> None:
         if self.storage is not None:

@@ -63,3 +63,33 @@ def test_add_read_fence_lac_info_and_delete_through_the_node(tmp_path):
             await node.stop()
 
     asyncio.run(main())
+
+
+def test_a_checkpoint_deletes_covered_journal_files_off_the_event_loop(tmp_path):
+    """Unlinking a whole journal file took 57 ms here: the node's checkpoint does it on the bookie's thread,
+    not on the loop where every add in flight would wait for it."""
+    import threading
+
+    async def main():
+        transport = FakeTransport()
+        node = Node(_config(tmp_path), store=MemoryStore(max_entry_bytes=1000), core_factory=SoloCore,
+                    transport=transport)
+        await node.start()
+        try:
+            journal = node.bookie.storage.journal
+            journal.file_bytes = 1  # every write rolls to a new file
+            s = FakeSession()
+            for i in range(4):
+                await _ask(transport, s, BookieOpRequest(i + 1, BookieOp.ADD, 7, i, i - 1, 0,
+                                                         pack_entry(i - 1, i + 1, b"x")))
+            assert len(journal.files()) >= 4
+            deleted_on = []
+            real = journal.delete_before
+            journal.delete_before = lambda mark: deleted_on.append(threading.current_thread()) or real(mark)
+            await node.bookie.checkpoint()
+            assert deleted_on and threading.main_thread() not in deleted_on
+            assert len(journal.files()) == 1  # only the current file is left
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
