@@ -3,6 +3,7 @@ answered with its code, bad requests refused without touching storage, limbo unt
 
 import asyncio
 import json
+import threading
 
 from quorumlog.codes import ResponseCode
 from quorumlog.server.node import Node
@@ -20,12 +21,18 @@ def _ask(transport, session, *requests):
     return _until(lambda: len(session.responses) == before + len(requests))
 
 
+async def _started_node(tmp_path):
+    """A node with a stand-in core and transport, and a real bookie on disk."""
+    transport = FakeTransport()
+    node = Node(_config(tmp_path), store=MemoryStore(max_entry_bytes=1000), core_factory=SoloCore,
+                transport=transport)
+    await node.start()
+    return transport, node
+
+
 def test_add_read_fence_lac_info_and_delete_through_the_node(tmp_path):
     async def main():
-        transport = FakeTransport()
-        node = Node(_config(tmp_path), store=MemoryStore(max_entry_bytes=1000), core_factory=SoloCore,
-                    transport=transport)
-        await node.start()
+        transport, node = await _started_node(tmp_path)
         try:
             s = FakeSession()
             await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD, 7, 0, -1, 0, pack_entry(-1, 1, b"a")),
@@ -68,13 +75,8 @@ def test_add_read_fence_lac_info_and_delete_through_the_node(tmp_path):
 def test_a_checkpoint_deletes_covered_journal_files_off_the_event_loop(tmp_path):
     """Unlinking a whole journal file took 57 ms here: the node's checkpoint does it on the bookie's thread,
     not on the loop where every add in flight would wait for it."""
-    import threading
-
     async def main():
-        transport = FakeTransport()
-        node = Node(_config(tmp_path), store=MemoryStore(max_entry_bytes=1000), core_factory=SoloCore,
-                    transport=transport)
-        await node.start()
+        transport, node = await _started_node(tmp_path)
         try:
             journal = node.bookie.storage.journal
             journal.file_bytes = 1  # every write rolls to a new file
