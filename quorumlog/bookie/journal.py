@@ -200,7 +200,11 @@ class Journal:
         if self.remove_pages_from_cache:
             upto = self._offset - self._offset % _PAGE  # (the part-written last page stays: the next write fills it)
             if upto > self._dropped:
-                os.posix_fadvise(self._file.fileno(), self._dropped, upto - self._dropped, os.POSIX_FADV_DONTNEED)
+                try:
+                    os.posix_fadvise(self._file.fileno(), self._dropped, upto - self._dropped,
+                                     os.POSIX_FADV_DONTNEED)
+                except OSError as e:  # advice only: the records are durable, the adds must not fail over it
+                    log.debug("journal: page cache advice refused: %s", e)
                 self._dropped = upto
         self.fsyncs += 1
         self.records += records
