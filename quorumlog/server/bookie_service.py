@@ -104,7 +104,8 @@ class BookieService:
 
     async def gc(self) -> None:
         """The storage's gc with its checkpoint, and the first look at entry logs older than this process (a
-        walk of their headers), on the thread: only compaction's copying stays on the loop."""
+        walk of their headers), on the thread: only compaction (its copying, and the checkpoint after it, rare:
+        a log must have fallen below half live) stays on the loop."""
         async with self._maintenance:
             await self._checkpoint()
             s = self.storage
