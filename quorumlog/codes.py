@@ -49,9 +49,11 @@ class ResponseCode(IntEnum):
     CORRUPT_ENTRY = 1004
     PROTOCOL_ERROR = 1005
     DUPLICATE_SEQUENCE_TOO_OLD = 1006  # an idempotent retry older than the dedup window
-    # The metadata store (`_meta`): a compare-and-set lost; a watch from a revision no longer kept.
+    # The metadata store (`_meta`): a compare-and-set lost; a watch from a revision no longer kept; `kv get` of
+    # an absent key (the CLI's error: the client's kv_get returns None).
     METADATA_VERSION_CONFLICT = 1100
     WATCH_COMPACTED = 1101
+    NO_SUCH_KEY = 1102
     # Membership and placement (INTERFACES.md "Nodes, groups, members"): a change while another is uncommitted
     # (or before the leader committed an entry of its term: retry), an id in use or retired, a learner not yet
     # holding the committed log, removing the last voter, a change whose new majority is not live right now.

@@ -46,6 +46,7 @@ Timeout = _error("Timeout", ResponseCode.TIMEOUT, True)
 DuplicateSequenceTooOld = _error("DuplicateSequenceTooOld", ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, False)
 MetadataVersionConflict = _error("MetadataVersionConflict", ResponseCode.METADATA_VERSION_CONFLICT, False)
 WatchCompacted = _error("WatchCompacted", ResponseCode.WATCH_COMPACTED, False)
+NoSuchKey = _error("NoSuchKey", ResponseCode.NO_SUCH_KEY, False)
 ConfigChangeInProgress = _error("ConfigChangeInProgress", ResponseCode.CONFIG_CHANGE_IN_PROGRESS, True)
 MemberExists = _error("MemberExists", ResponseCode.MEMBER_EXISTS, False)
 LearnerNotCaughtUp = _error("LearnerNotCaughtUp", ResponseCode.LEARNER_NOT_CAUGHT_UP, True)
@@ -75,8 +76,8 @@ _BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
         NotLeader, UnknownGroup, UnknownMember, DiskFull, DiskError, TermChanged, WaitQuorumAckTimeout,
         LeaderPendingFull, LeaderTransferring, EmptyBatch, IndexOutOfRange, EntryTooLarge, BadRequest,
         CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
-        WatchCompacted, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter, NewQuorumNotAlive,
-        NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
+        WatchCompacted, NoSuchKey, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter,
+        NewQuorumNotAlive, NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
         NotEnoughBookies, LedgerRecoveryFailed, Unauthorized, FlushSlaveTimeout, SlaveNotAvailable,
         InSyncReplicasNotEnough, IllegalGeneration, TopicNotExist, OffsetTooSmall, OffsetTooBig,
     )

@@ -244,13 +244,14 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         except (OSError, ValueError, KeyError, TypeError):
             running = []
         if running:
-            die(f"--data-dir {data_dir!r}: a cluster is already running there ({', '.join(running)}); "
-                f"run `quorumlog cluster down --data-dir {data_dir}` first")
+            die(ResponseCode.BAD_REQUEST, f"--data-dir {data_dir!r}: a cluster is already running there "
+                f"({', '.join(running)}); run `quorumlog cluster down --data-dir {data_dir}` first")
     busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
     if http_base_port:
         busy += [f"{host}:{http_base_port + i}" for i in range(nodes) if not _port_free(host, http_base_port + i)]
     if busy:
-        die(f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
+        die(ResponseCode.BAD_REQUEST,
+            f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
 
     os.makedirs(data_dir, exist_ok=True)
     tls_ca = _make_tls(data_dir, ids, host) if tls else None
@@ -289,7 +290,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     except _StartFailed as e:
         _stop_pids(node_docs, 2.0)
         _remove(existing)  # nothing runs: a stale cluster.json would only mislead
-        die(f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
+        die(ResponseCode.INTERNAL_ERROR, f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
     except BaseException:
         _stop_pids(node_docs, 2.0)
         raise
@@ -457,7 +458,7 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     except (RuntimeError, TimeoutError) as e:
         _stop_pids([node_doc], 2.0)
         sys.stderr.write(f"--- {log_file} (tail)\n{_tail(log_file)}\n")
-        die(f"cluster add-node: {e}")
+        die(ResponseCode.INTERNAL_ERROR, f"cluster add-node: {e}")
     nodes.append(node_doc)
     doc["peers"] = peers_text
     _write_json_atomic(path, doc)
@@ -500,7 +501,7 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
 
     m = run(members())
     if m["leader"] is None:
-        die(f"{ResponseCode.NOT_LEADER.name}: group {own} has no leader: cannot tell whether {node_id} "
+        die(ResponseCode.NOT_LEADER, f"group {own} has no leader: cannot tell whether {node_id} "
             f"is still a member")
     in_use = run(_groups_using(peers, node_id))
     if node_id in m["voters"] or node_id in m["learners"]:
@@ -510,11 +511,11 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
         moved = run(_drain(peers, node_id, in_use, timeout_s))
         in_use = run(_groups_using(peers, node_id))
     if in_use:
-        die(f"{ResponseCode.NODE_IN_USE.name}: {node_id} is a member of group {', '.join(in_use)}; run `quorumlog "
+        die(ResponseCode.NODE_IN_USE, f"{node_id} is a member of group {', '.join(in_use)}; run `quorumlog "
             f"member remove --cluster {data_dir} --group G --node {node_id}` for each first")
     ledgers = run(_ledgers_on(peers, node_id, drain, timeout_s))
     if ledgers:
-        die(f"{ResponseCode.NODE_IN_USE.name}: {node_id}'s bookie holds fragments of {len(ledgers)} ledgers "
+        die(ResponseCode.NODE_IN_USE, f"{node_id}'s bookie holds fragments of {len(ledgers)} ledgers "
             f"({', '.join(map(str, ledgers[:5]))}{', ...' if len(ledgers) > 5 else ''}); run `quorumlog bookie "
             f"decommission --cluster {data_dir} --id {node_id}` first, or --drain")
     stopped, killed = _stop_pids([node], grace_s)
@@ -573,7 +574,7 @@ async def _drain(peers: dict, node_id: str, groups: list[str], timeout_s: float)
         candidates = sorted((n for n in statuses if n != node_id and n not in members),
                             key=lambda n: (len(statuses[n]["groups"]), n))
         if not candidates:
-            die(f"{ResponseCode.NODE_IN_USE.name}: no live node to move {node_id}'s replica of group {group} to "
+            die(ResponseCode.NODE_IN_USE, f"no live node to move {node_id}'s replica of group {group} to "
                 f"(add one with `cluster add-node`)")
         to = candidates[0]
         target = Target(peers, group)

@@ -1,7 +1,8 @@
 """What every command shares: finding the cluster (--peers or --cluster), JSON out, errors and exit codes.
 
 Exit codes: 0 done; 1 the cluster failed the request (error printed); 2 bad input (peers, config, flags),
-reported before anything is written or started.
+reported before anything is written or started. Either way stderr gets one line, `quorumlog: error: CODE: ...`
+(INTERFACES.md), CODE a ResponseCode name: scripts match on it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Coroutine, NoReturn
 import typer
 from rich.console import Console
 
+from ..codes import ResponseCode
 from ..errors import QuorumLogError
 from ..peers import Address, format_peers, parse_peers
 from ..transport.tls import TLS_CA_ENV
@@ -45,15 +47,20 @@ class _Out:
 out_console = _Out()
 
 
-def die(message: str, code: int = EXIT_FAILED) -> NoReturn:
+def error_line(code: ResponseCode, message: str) -> None:
     # Plain text, one line, never wrapped: scripts grep it and humans read it whole.
-    sys.stderr.write(f"quorumlog: error: {message}\n")
+    one_line = " ".join(message.split())
+    sys.stderr.write(f"quorumlog: error: {code.name}: {one_line}\n")
     sys.stderr.flush()
-    raise typer.Exit(code)
+
+
+def die(code: ResponseCode, message: str, exit_code: int = EXIT_FAILED) -> NoReturn:
+    error_line(code, message)
+    raise typer.Exit(exit_code)
 
 
 def usage(message: str) -> NoReturn:
-    die(message, EXIT_USAGE)
+    die(ResponseCode.BAD_REQUEST, message, EXIT_USAGE)
 
 
 def setup_logging(level: str = "warning") -> None:
@@ -141,7 +148,7 @@ def run(coro: Coroutine) -> Any:
         with runner:
             return runner.run(coro)
     except QuorumLogError as e:
-        die(f"{type(e).__name__} ({e.code.name}): {e}")
+        die(e.code, str(e) if str(e) != e.code.name else "refused by the cluster (no detail given)")
     except KeyboardInterrupt:
         raise typer.Exit(130)
 

@@ -58,7 +58,7 @@ def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
     if not any(n.reachable for n in nodes):
         # The one --json command that prints on failure: the rows (every node `unreachable`, with its error)
         # are the diagnosis. Exit 1 and the usual error line on stderr say it failed.
-        die(f"{ResponseCode.NETWORK_ERROR.name}: no member of group {t.group} answered")
+        die(ResponseCode.NETWORK_ERROR, f"no member of group {t.group} answered")
 
 
 def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:
@@ -88,7 +88,7 @@ def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:
                           str(r["committed_index"]))
         out_console.print(table)
     if all(r["group"] is None for r in rows):
-        die(f"{ResponseCode.NETWORK_ERROR.name}: no node answered")
+        die(ResponseCode.NETWORK_ERROR, "no node answered")
 
 
 # -- append --------------------------------------------------------------------------------------------
@@ -214,4 +214,4 @@ def transfer_leader(to: str = typer.Option(..., "--to", help="The member to hand
     else:
         out_console.print(f"leader: [bold]{leader}[/bold]")
     if leader != to:
-        die(f"leadership went to {leader}, not {to}")
+        die(ResponseCode.TAKE_LEADERSHIP_FAILED, f"leadership went to {leader}, not {to}")

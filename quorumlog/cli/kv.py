@@ -15,6 +15,7 @@ from typing import Any, Optional
 import typer
 
 from ..client import Client
+from ..codes import ResponseCode
 from ..meta.kv import Change, KeyValue
 from .common import ClusterOpt, JsonOpt, die, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
 
@@ -58,7 +59,7 @@ def get(key: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster
 
     e = run(go())
     if e is None:
-        die(f"kv get: no key {key!r}")
+        die(ResponseCode.NO_SUCH_KEY, f"kv get: no key {key!r}")
     if json_out:
         print_json(_kv_doc(e))
     else:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import Optional
 
 import typer
+
+try:  # newer typers carry their own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exceptions
 
 from .bench import bench
 from .cluster import cluster_app
 from ..transport.client_connection import TOKEN_ENV
 from ..transport.tls import TLS_CA_ENV
-from .common import EXIT_USAGE, usage
+from ..codes import ResponseCode
+from .common import EXIT_USAGE, error_line, usage
 from .data import append, read, status, transfer_leader
 from .groups import group_app
 from .kv import kv_app
@@ -80,12 +85,24 @@ def main(argv: list[str] | None = None) -> None:
     # No logging set up here: `node` configures its own from its log_level; the other commands call
     # setup_logging() (stderr, warnings) when they start.
     try:
-        app(args=argv, prog_name="quorumlog", standalone_mode=True)
+        code = app(args=argv, prog_name="quorumlog", standalone_mode=False)
+    except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # `quorumlog ledger`: its help
+        e.show()
+        code = e.exit_code
+    except click_exceptions.ClickException as e:
+        # typer's own checks (an unknown option, a missing argument, a value out of range): the one error line
+        # of every other failure, not click's box, so scripts read them all alike.
+        ctx = getattr(e, "ctx", None)
+        error_line(ResponseCode.BAD_REQUEST, (f"{ctx.command_path}: " if ctx is not None else "")
+                   + e.format_message() + (" (see --help)" if ctx is not None else ""))
+        code = EXIT_USAGE
+    except click_exceptions.Abort:  # (stdin closed under a prompt)
+        code = 1
     except SystemExit as e:
-        # click reports bad usage with exit code 2 already; keep every other code as it is.
-        raise SystemExit(e.code if e.code is not None else 0) from None
+        code = e.code
     except KeyboardInterrupt:  # pragma: no cover
-        sys.exit(130)
+        code = 130
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["EXIT_USAGE", "app", "main"]

@@ -19,7 +19,8 @@ from ..client.groups import GroupAdmin
 from ..errors import (BadRequest, GroupExists, LearnerNotCaughtUp, MemberExists, NetworkError, Timeout,
                       UnknownGroup)
 from ..peers import format_address, parse_address
-from .common import ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, die, out_console, print_json, resolve_target, run
+from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, out_console, print_json, resolve_target, run,
+                     usage)
 
 member_app = typer.Typer(help="Add or remove a member of a group", no_args_is_help=True)
 
@@ -123,7 +124,7 @@ def _address_of(t: Target, node_id: str, address: Optional[str]) -> str:
         return address
     if node_id in t.peers:
         return format_address(t.peers[node_id])
-    die(f"--node {node_id}: no address known (not in the cluster's peers): give --address HOST:PORT", 2)
+    usage(f"--node {node_id}: no address known (not in the cluster's peers): give --address HOST:PORT")
 
 
 def _show(result: dict, json_out: bool, what: str) -> None:

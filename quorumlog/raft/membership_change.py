@@ -99,7 +99,7 @@ class MembershipChanger:
         if code is not None:
             log.info("membership change refused node=%s %s %s: %s %s", core.config.node_id, e.change, e.node_id,
                      code.name, why)
-            core.complete(Completion(e.request_id, code, leader_id=core.member.leader_id))
+            core.complete(Completion(e.request_id, code, leader_id=core.member.leader_id, message=why))
             return
         new = core.membership.changed(Change(e.change), e.node_id, e.address)
         first, last = core.append_membership(new)

@@ -201,6 +201,7 @@ class Completion:
     last_index: int = -1
     term: int = -1
     leader_id: str | None = None
+    message: str = ""  # why it was refused, for the caller (a membership change's "n9 is not a member")
 
 
 @dataclass(frozen=True, slots=True)

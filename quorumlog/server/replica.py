@@ -399,7 +399,8 @@ class Replica:
             self._send(p.session, AppendResponse(p.client_request_id, c.code, c.leader_id, c.first_index,
                                                  c.last_index, c.term))
         elif p.kind == "member":
-            self._send(p.session, MemberChangeResponse(p.client_request_id, c.code, c.leader_id, c.first_index))
+            self._send(p.session, MemberChangeResponse(p.client_request_id, c.code, c.leader_id, c.first_index,
+                                                       message=c.message))
         elif p.kind in ("kv_read", "kv_write"):
             self.kv.completed(p, c)
         elif p.kind == "topic_send":

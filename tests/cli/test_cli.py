@@ -57,6 +57,38 @@ def test_bad_peers_exit_2_naming_the_value(command, peers):
     assert "peers" in r.stderr and r.stderr.count("\n") == 1
 
 
+# -- every failure is one stderr line `quorumlog: error: CODE: ...` (INTERFACES.md) ------------------------
+def test_a_refusal_by_the_cluster_is_one_line_naming_its_code(capsys):
+    import typer
+
+    from quorumlog.cli.common import run
+    from quorumlog.errors import NoSuchLedger, UnknownMember
+
+    async def refused(error):
+        raise error
+
+    for error, line in ((NoSuchLedger("ledger 7 does not exist"), "NO_SUCH_LEDGER: ledger 7 does not exist"),
+                        (UnknownMember(""), "UNKNOWN_MEMBER: refused by the cluster (no detail given)")):
+        with pytest.raises(typer.Exit) as e:
+            run(refused(error))
+        assert e.value.exit_code == 1
+        assert capsys.readouterr() == ("", f"quorumlog: error: {line}\n")
+
+
+@pytest.mark.parametrize("args", [["status", "--nope"], ["read", "--peers", "n0=127.0.0.1:1"], ["ledger", "frob"],
+                                  ["topic", "create", "t", "--queues", "0", "--peers", "n0=127.0.0.1:1"]])
+def test_the_command_lines_own_checks_give_the_same_one_line(args):
+    """typer's checks (unknown option, missing option, unknown command, a value out of range) print a box of
+    their own; the `quorumlog` command turns them into the error line every other failure prints."""
+    import re
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "quorumlog.cli", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert re.fullmatch(r"quorumlog: error: BAD_REQUEST: quorumlog [a-z -]+: \S.* \(see --help\)\n", r.stderr), r.stderr
+
+
 def test_peers_and_cluster_are_exclusive_and_one_is_required(tmp_path):
     r = invoke("status", "--peers", "n0=127.0.0.1:7001", "--cluster", str(tmp_path))
     assert r.exit_code == 2 and "exactly one" in r.stderr

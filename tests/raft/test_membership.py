@@ -170,7 +170,9 @@ def test_one_change_at_a_time_and_each_refusal_has_its_code():
     follower = next(n for n in c.ids if n != leader)
     assert _answer(c, c.change(follower, "add_learner", "n3")) is ResponseCode.NOT_LEADER
     assert _answer(c, c.change(leader, "add_learner", "n1" if leader != "n1" else "n0")) is ResponseCode.MEMBER_EXISTS
-    assert _answer(c, c.change(leader, "remove", "n9")) is ResponseCode.UNKNOWN_MEMBER
+    rid = c.change(leader, "remove", "n9")
+    assert _answer(c, rid) is ResponseCode.UNKNOWN_MEMBER
+    assert c.completions[rid].message == "n9 is not a member"  # (what the CLI's error line says)
     assert _answer(c, c.change(leader, "promote", "n9")) is ResponseCode.UNKNOWN_MEMBER
     assert _answer(c, c.change(leader, "frobnicate", "n3")) is ResponseCode.BAD_REQUEST
     # a second change while the first is uncommitted: hold the first's replication back
