@@ -80,7 +80,6 @@ class LeaderElector:
         cfg = core.config
         if not cfg.check_quorum or core.now_ms - core.leader_since_ms < cfg.election_timeout_min_ms:
             return
-        horizon = core.now_ms - cfg.election_timeout_min_ms
         active = len(core.live_voters(core.membership.voters))
         if active < core.quorum:
             log.info("check-quorum: stepping down node=%s term=%d active=%d quorum=%d",

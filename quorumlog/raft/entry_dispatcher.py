@@ -101,7 +101,6 @@ class EntryDispatcher:
             # settled on): start over from what it holds now.
             self._enter_compare(core.log_end)
         if self.state is _APPEND:
-            log_view = core.log
             end = core.log_end
             sent = False
             cfg = core.config

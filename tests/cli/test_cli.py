@@ -6,6 +6,9 @@ import asyncio
 import base64
 import json
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -80,10 +83,6 @@ def test_a_refusal_by_the_cluster_is_one_line_naming_its_code(capsys):
 def test_the_command_lines_own_checks_give_the_same_one_line(args):
     """typer's checks (unknown option, missing option, unknown command, a value out of range) print a box of
     their own; the `quorumlog` command turns them into the error line every other failure prints."""
-    import re
-    import subprocess
-    import sys
-
     r = subprocess.run([sys.executable, "-m", "quorumlog.cli", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == "", r.stderr
     assert re.fullmatch(r"quorumlog: error: BAD_REQUEST: quorumlog [a-z -]+: \S.* \(see --help\)\n", r.stderr), r.stderr
@@ -226,10 +225,6 @@ def test_status_of_a_cluster_nobody_answers_exits_1_with_json(tmp_path):
 def test_json_output_is_written_whole_to_a_slow_non_blocking_pipe():
     """Issue 12: `read --json` of ~1 MB through a pipe with PYTHONUNBUFFERED=1 stopped after one short write
     (64 KiB of a non-blocking pipe) and exited 0. print_json loops until everything is written."""
-    import os
-    import subprocess
-    import sys
-    import time
     code = ("import os, fcntl; fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK);"
             "from quorumlog.cli.common import print_json; print_json(['x' * 1000] * 1000)")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
