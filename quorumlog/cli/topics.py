@@ -126,14 +126,17 @@ def describe(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, c
 
 @topic_app.command("delete")
 def delete(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
-           timeout_ms: int = TimeoutOpt) -> None:
+           timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
     """Delete a topic's route (its messages stay in the groups' logs until retention deletes them)."""
     async def go():
         async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
             await admin.delete(name)
 
     run(go())
-    out_console.print(f"topic {name} deleted", highlight=False)
+    if json_out:
+        print_json({"topic": name, "deleted": True})
+    else:
+        out_console.print(f"topic {name} deleted", highlight=False)
 
 
 def produce(values: Optional[List[str]] = typer.Argument(None, help="Message bodies (UTF-8)"),

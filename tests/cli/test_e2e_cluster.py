@@ -385,6 +385,11 @@ def test_topic_commands_create_produce_consume_describe(cluster):
     assert doc["members"] == []  # (the consumer left when the command ended, committing what it printed)
     assert {(x["queue_id"], x["committed_offset"], x["lag"]) for x in doc["queues"] if x["queue_id"] == q} == \
         {(q, 3, 0)}
+    assert list(cli_json("topic", "list", "--cluster", d)) == ["orders"]
+    assert cli_json("topic", "delete", "orders", "--cluster", d) == {"topic": "orders", "deleted": True}
+    assert cli_json("topic", "list", "--cluster", d) == {}
+    r = cli("topic", "delete", "orders", "--cluster", d, "--json", check=False)
+    assert (r.returncode, r.stdout) == (1, "") and r.stderr.startswith("quorumlog: error: TOPIC_NOT_EXIST: ")
 
 
 def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_path):
