@@ -31,7 +31,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..codes import ResponseCode
 from ..ha.controller import HAController
@@ -52,8 +52,9 @@ LEASE_MS = 600  # a master's writes stop this long after its last answered heart
 
 class HAControllerService:
     def __init__(self, replica: "Replica", *, master_timeout_ms: int = MASTER_TIMEOUT_MS,
-                 lease_ms: int = LEASE_MS) -> None:
+                 lease_ms: int = LEASE_MS, clock: Callable[[], int] | None = None) -> None:
         self.replica = replica
+        self.clock = clock or _now_ms  # (milliseconds; tests drive their own)
         self.master_timeout_ms = master_timeout_ms
         self.lease_ms = lease_ms
         self.controllers: dict[str, HAController] = {}
@@ -83,7 +84,7 @@ class HAControllerService:
             self._writing.clear()
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.ensure_future(self._tick())
-        now = _now_ms()
+        now = self.clock()
         try:
             b = json.loads(req.body)
             group = str(b["group"])
@@ -195,7 +196,7 @@ class HAControllerService:
     async def _tick(self) -> None:
         while not self.replica.stopping:
             await asyncio.sleep(TICK_MS / 1000)
-            self.tick(_now_ms())
+            self.tick(self.clock())
 
     def tick(self, now: int) -> None:
         r = self.replica

@@ -62,7 +62,9 @@ def _heartbeat(service: HAControllerService, member: str, epoch: int, max_offset
 
 def _running_with_master_n0(now: int) -> tuple[_Replica, HAControllerService]:
     r = _Replica()
-    service = HAControllerService(r)  # type: ignore[arg-type]
+    # the service's clock stands at `now` (it read time.monotonic(): the heartbeats were timed by the machine's
+    # uptime, and the elections these tests expect happened only on a machine up for more than 2.8 hours)
+    service = HAControllerService(r, clock=lambda: now)  # type: ignore[arg-type]
     _heartbeat(service, "n0", 0, 0)  # the group's first heartbeat: epoch 1 for its configured master
     first = r.steps[-1]
     assert isinstance(first, ClientAppend)
