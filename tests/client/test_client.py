@@ -292,6 +292,20 @@ def test_retries_that_run_out_of_time_raise_the_real_error_not_a_timeout():
     run(go())
 
 
+def test_an_attempt_the_deadline_cut_short_raises_the_real_error_even_before_the_deadline_passes():
+    # CI: a sync append to SIGSTOPped slaves got FLUSH_SLAVE_TIMEOUT, then its last attempt had 1.x ms left; the
+    # connection's timer (whole milliseconds) fired before the call's deadline, and the caller saw Timeout.
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, timeout_ms=300, request_timeout_ms=5_000,
+                                                         max_retries=10_000) as c:
+            fc.group.error_codes = [ResponseCode.LEADER_PENDING_FULL] * 10_000
+            fc.group.append_delay_s = 0.2  # the first answer comes in time, the second attempt's cannot
+            for _ in range(3):
+                with pytest.raises(quorumlog.errors.LeaderPendingFull):
+                    await c.append(b"x")
+    run(go())
+
+
 def test_no_leader_gives_up_within_the_timeout_with_not_leader():
     async def go():
         async with FakeCluster(leader=None) as fc, quorumlog.Client(fc.peers_text, timeout_ms=600) as c:
