@@ -132,8 +132,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("index_segment_size", 128 * MIB, "int", "Size of one index segment file (32-byte units), in bytes.",
        "DLedger `mappedFileSizeForEntryIndex` (~160 MiB of 32-byte units); ours is a power of two.",
        minimum=128),
-    _k("preallocate", True, "bool", "Zero-fill new segments ahead of use, so fdatasync is a plain cache flush.",
-       "RocketMQ's `warmMapedFileEnable` (off by default there); measured ~1.3-2x faster fsyncs."),
+    _k("preallocate", True, "bool", "Reserve each new segment's blocks ahead of use (fallocate, on a background "
+       "thread; test-sized segments are zero-filled), so a full disk shows when a segment is made, not in the middle "
+       "of an append; false: sparse files.", "RocketMQ's `warmMapedFileEnable` zero-fills instead (off by default "
+       "there); measured and dropped here: it writes every segment twice (README, Figures, Store)."),
     _k("disk_full_ratio", 0.85, "float", "Disk usage ratio at which appends are refused with DISK_FULL "
        "(reads keep working).", "DLedger forbids writes at `diskFullRatio` 0.90 and force-cleans at 0.85; we refuse "
        "at 0.85 so the preallocated next segment and the index still fit.", minimum=0.0, maximum=1.0),
