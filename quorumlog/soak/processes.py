@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from typing import Any
 import quorumlog
 from quorumlog.client import Client, Entry
 from quorumlog.client.types import WRITABLE_ROLES
+from quorumlog.local_ports import free_ports
 
 PYTHON = sys.executable
 
@@ -30,38 +29,6 @@ NODE_ARGS = (
     "--index-segment-size", str(1024 * 1024),
     "--checkpoint-interval-ms", "200",
 )
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free TCP ports on loopback (bound together, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_base_port(n: int) -> int:
-    """A base port with n consecutive free ports, for `cluster up --base-port` (checked by binding; random so
-    parallel test workers differ; below the ephemeral ports, 32768 on, that outgoing connections take)."""
-    for _ in range(200):
-        base = random.randrange(20_000, 32_000)
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free ports")
 
 
 @dataclass

@@ -35,7 +35,8 @@ from . import checker
 from .checker import FAILED, OK, UNKNOWN, Op
 from . import faildisk, netns
 from .nemesis import LinkProxy, Net
-from .processes import Cluster, free_ports
+from ..local_ports import free_ports
+from .processes import Cluster
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..local_ports import free_base_port
 from ..transport.tls import TLS_CA_ENV
 
 # Small segments: a node reserves a whole segment ahead of use, and 1 GiB ones cost disk.
@@ -74,27 +74,6 @@ def spark_session(app_name: str = "quorumlog", master: str | None = None, conf: 
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
-
-
-def free_base_port(n: int, tries: int = 50) -> int:
-    """A port p such that p..p+n-1 are free on loopback now (cluster up takes consecutive ports)."""
-    import random
-
-    for _ in range(tries):
-        base = random.randint(20_000, 60_000)
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", base + i))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports found")
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pytest
 
 import quorumlog
 from quorumlog.cli.cluster import pid_alive
-from quorumlog.soak.processes import free_base_port
+from quorumlog.local_ports import free_base_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from quorumlog.soak.processes import free_base_port
+from quorumlog.local_ports import free_base_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from quorumlog.soak.nemesis import LinkProxy, Net
-from quorumlog.soak.processes import free_ports
+from quorumlog.local_ports import free_ports
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,31 +1,21 @@
 """Three real Nodes (real core, real transport, MemoryStore) in one process: the runtime's wiring end to end."""
 
 import asyncio
-import socket
 import time
 
 import quorumlog
 from quorumlog.codes import ResponseCode
 from quorumlog.config import load_config
 from quorumlog.errors import EntryTooLarge
+from quorumlog.local_ports import free_ports
 from quorumlog.server.node import Node
 from quorumlog.store import MemoryStore
 from quorumlog.transport import ClientConnection
 from quorumlog.wire.client import AppendRequest
 
 
-def _ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 async def _cluster(tmp_path, flush="sync"):
-    ports = _ports(3)
+    ports = free_ports(3)
     peers = ",".join(f"n{i}=127.0.0.1:{p}" for i, p in enumerate(ports))
     nodes = []
     for i in range(3):

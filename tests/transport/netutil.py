@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Callable
 
+from quorumlog.local_ports import free_ports
 from quorumlog.transport import TransportServer
 from quorumlog.transport.frames import FrameDecoder, NEED_DATA
 from quorumlog.transport.loop import run
@@ -32,9 +32,7 @@ async def wait_until(cond: Callable[[], bool], timeout_s: float = 5.0, what: str
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 async def start_server(on_peer=None, on_client=None, port: int = 0, **kw) -> TransportServer:
