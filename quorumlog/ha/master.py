@@ -46,6 +46,10 @@ class HAConnection:
         self.slave_ack_offset = -1  # its latest report (never beyond the master's end)
         self.next_transfer_from_where = -1  # -1: not decided until the first report
         self.push2slave_max_offset = -1
+        # > 0: where this slave's copy (re)starts past bytes it never got — an empty slave started at our current
+        # segment, or a Reset once retention deleted what it needed next: it holds no append written before
+        # (GroupTransferService does not count it for those; simulator seeds 3000924, 3000081)
+        self.skipped_to = 0
         self._window_from = -1  # where sending (re)started: the window's base until the slave reports beyond it
         self.last_read_ms = now_ms
         self.last_write_ms = now_ms
@@ -62,6 +66,7 @@ class HAConnection:
             # (#3388) what it would need next is gone from here: it restarts at our oldest segment
             self.next_transfer_from_where = self._window_from = start
             self.slave_request_offset = max(self.slave_request_offset, m.offset)
+            self.skipped_to = max(self.skipped_to, start)
             return [Reset(start)]
         if self.slave_request_offset < 0:
             self.slave_request_offset = m.offset
@@ -69,6 +74,8 @@ class HAConnection:
             self.next_transfer_from_where = m.offset if m.offset > 0 else (
                 max(start, self.log.segment_start(end)) if from_segment else start)
             self._window_from = self.next_transfer_from_where
+            if m.offset == 0 and self.next_transfer_from_where > start:
+                self.skipped_to = self.next_transfer_from_where
             if m.offset == 0 and self.next_transfer_from_where > 0:
                 return [Reset(self.next_transfer_from_where)]
         self.slave_ack_offset = max(self.slave_ack_offset, m.offset)
@@ -94,6 +101,7 @@ class HAConnection:
             if self.next_transfer_from_where < self.log.min_offset():
                 out.append(Reset(self.log.min_offset()))  # (retention overtook it)
                 self.next_transfer_from_where = self._window_from = self.log.min_offset()
+                self.skipped_to = max(self.skipped_to, self.next_transfer_from_where)
                 continue
             data = self.log.read(self.next_transfer_from_where,
                                  min(cfg.transfer_batch_bytes, limit - self.next_transfer_from_where))

@@ -2,7 +2,7 @@
 master's log completes once `min_in_sync_replicas` members (the master included) hold its end offset, or fails.
 
     g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=3000, not_catchup_ms=15000)
-    g.on_slave_offset("n1", offset, master_max_offset, now_ms)   # from each slave report
+    g.on_slave_offset("n1", offset, master_max_offset, now_ms, skipped_to)   # each report (HAConnection's)
     g.on_slave_gone("n1")                                         # its connection dropped
     g.request(request_id, end_offset, now_ms) -> TransferDone | None  # None: wait
     g.poll(now_ms) -> [TransferDone]     # acks and timeouts; call after reports and on a timer
@@ -24,7 +24,6 @@ from ..codes import ResponseCode
 
 _EVERYTHING = 1 << 62  # (what the master counts for when master_held is None)
 
-
 @dataclass(frozen=True, slots=True)
 class TransferDone:
     request_id: int
@@ -38,6 +37,11 @@ class _Slave:
     caught_up_ms: int | None = None  # the last time it held the master's end (or kept up with it, below)
     connected: bool = True
     target: int = -1  # the master's end at this slave's previous report
+    # Where its copy (re)began past bytes it never got (HAConnection.skipped_to), and the master's end at that
+    # moment: it counts only for appends ending beyond that end (written after, so wholly in its copy). Kept
+    # across its reconnections: the gap stays in its log.
+    skipped_to: int = 0
+    counts_above: int = -1
 
 
 class GroupTransferService:
@@ -60,11 +64,18 @@ class GroupTransferService:
         self.master_held: int | None = None
 
     # -- what the slaves hold ----------------------------------------------------------------------------
-    def on_slave_offset(self, slave: str, offset: int, master_max_offset: int, now_ms: int) -> None:
-        """A slave's report; offset ≤ master_max_offset (the HAConnection refuses more)."""
+    def on_slave_offset(self, slave: str, offset: int, master_max_offset: int, now_ms: int,
+                        skipped_to: int = 0) -> None:
+        """A slave's report; offset ≤ master_max_offset (the HAConnection refuses more). skipped_to: the
+        connection's (> 0 when the master started the slave past bytes it holds)."""
         assert offset <= master_max_offset, (offset, master_max_offset)
         s = self.slaves.setdefault(slave, _Slave())
         s.connected = True
+        if skipped_to > s.skipped_to:
+            # (simulator, seed 3000924: an empty slave started at the current segment reported past an append
+            # still waiting from before it, and that append was acknowledged while only the master held it;
+            # seed 3000081: the same after a Reset past what retention had deleted)
+            s.skipped_to, s.counts_above = skipped_to, master_max_offset
         s.offset = max(s.offset, offset)
         # Caught up: it holds the master's end, or — under a steady load, where the end always moves on before
         # a report comes back — everything the master held at its previous report (RocketMQ's
@@ -77,8 +88,11 @@ class GroupTransferService:
     def on_slave_connected(self, slave: str) -> None:
         """A new connection from `slave`: what it held before counts for nothing until it reports again (a
         slave that crashed may have lost its tail, and must not stay in sync on its old offset)."""
+        old = self.slaves.get(slave)
         s = self.slaves[slave] = _Slave()
         s.connected = True
+        if old is not None:
+            s.skipped_to, s.counts_above = old.skipped_to, old.counts_above
 
     def on_slave_gone(self, slave: str) -> None:
         s = self.slaves.get(slave)
@@ -112,16 +126,16 @@ class GroupTransferService:
         code = self.refusal(now_ms)
         if code is not None:
             return TransferDone(request_id, code, end_offset)
-        if end_offset <= self._held_offset():
+        if self._acked(end_offset, self._held_offset(), self._skips_through()):
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
         self._waiting[request_id] = (end_offset, now_ms + self.slave_timeout_ms)
         return None
 
     def poll(self, now_ms: int) -> list[TransferDone]:
         done = []
-        held = self._held_offset()
+        held, skips_through = self._held_offset(), self._skips_through()
         for rid, (end, deadline) in list(self._waiting.items()):
-            if end <= held:
+            if self._acked(end, held, skips_through):
                 done.append(TransferDone(rid, ResponseCode.SUCCESS, end))
             elif now_ms >= deadline:
                 done.append(TransferDone(rid, ResponseCode.FLUSH_SLAVE_TIMEOUT, end))
@@ -130,16 +144,33 @@ class GroupTransferService:
             del self._waiting[rid]
         return done
 
+    def _counted(self) -> list[_Slave]:
+        return [s for n, s in self.slaves.items() if self.accepted is None or n in self.accepted]
+
     def _held_offset(self) -> int:
-        """The highest offset that min_in_sync_replicas counted members hold (-1: none). A slave that reported
-        the bytes holds them, whether or not its connection is still up; only members of the accepted
-        SyncStateSet count, when there is one."""
-        holds = [s.offset for n, s in self.slaves.items() if self.accepted is None or n in self.accepted]
+        """The highest offset that min_in_sync_replicas counted members report (-1: none): found once per poll,
+        not per waiting append. A slave that reported the bytes holds them, whether or not its connection is
+        still up; only members of the accepted SyncStateSet count, when there is one."""
+        holds = [s.offset for s in self._counted()]
         holds.append(_EVERYTHING if self.master_held is None else self.master_held)
         if len(holds) < self.min_in_sync_replicas:
             return -1
         holds.sort(reverse=True)
         return holds[self.min_in_sync_replicas - 1]
+
+    def _skips_through(self) -> int:
+        """The highest end of an append that some counted slave's copy began past (-1: none, the usual case)."""
+        return max((s.counts_above for s in self._counted()), default=-1)
+
+    def _acked(self, end: int, held: int, skips_through: int) -> bool:
+        if end > held:
+            return False
+        if end > skips_through:
+            return True
+        # (rare: an append from before some slave's copy began) count its holders one by one
+        n = 1 if self.master_held is None or end <= self.master_held else 0
+        n += sum(1 for s in self._counted() if s.offset >= end and end > s.counts_above)
+        return n >= self.min_in_sync_replicas
 
     def _in_sync_count(self, now_ms: int) -> int:
         if self.accepted is not None:

@@ -418,7 +418,8 @@ class MasterSlaveReplica:
             return
         out = conn.on_report(SlaveReport(m.offset), now)
         if not conn.closed:
-            self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now)
+            self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now,
+                                           conn.skipped_to)
             self._complete(now)
         self._send_master(m.frm, out)
         self._schedule_pump()

@@ -118,7 +118,8 @@ class HASim:
             out = link.conn.on_report(m, self.now)
             if not out or isinstance(out[0], Reset):
                 if link.conn.slave_ack_offset >= 0:
-                    self.gts.on_slave_offset(s, link.conn.slave_ack_offset, self.master.max_offset(), self.now)
+                    self.gts.on_slave_offset(s, link.conn.slave_ack_offset, self.master.max_offset(), self.now,
+                                             link.conn.skipped_to)
             self._send_slave(s, out)
         while link.connected and not link.paused and link.to_slave and link.to_slave[0][0] <= self.now:
             _, m = link.to_slave.pop(0)

@@ -236,7 +236,7 @@ class HASwitchSim:
             assert isinstance(msg, SlaveReport)
             out = conn.on_report(msg, self.now)
             if conn.slave_ack_offset >= 0 and up.gts is not None:
-                up.gts.on_slave_offset(s.name, conn.slave_ack_offset, up.log.max_offset(), self.now)
+                up.gts.on_slave_offset(s.name, conn.slave_ack_offset, up.log.max_offset(), self.now, conn.skipped_to)
             self._to_slave(s, out)
         while s.upstream and s.to_slave and s.to_slave[0][0] <= self.now:
             _, msg, confirm = s.to_slave.pop(0)

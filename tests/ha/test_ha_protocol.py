@@ -177,6 +177,35 @@ def test_sync_master_acks_refusals_and_timeout():
     assert GroupTransferService(1).request(5, 10, 0).code == ResponseCode.SUCCESS  # ASYNC_MASTER
 
 
+def test_a_slave_whose_copy_begins_past_a_waiting_append_does_not_acknowledge_it():
+    """Simulator seeds 3000924 and 3000081: an append waits for its ack (one slave cut off, the other paused)
+    while the master writes on into a new segment; the paused slave comes back empty, starts at that segment
+    (RocketMQ's way), catches up and reports past the append it never received. Its report must not
+    acknowledge that append, only the ones written after it started; the other slave's report still can."""
+    master = _master(1_800, segment=1_000)  # the waiting append is bytes 1,700..1,800, in the first segment
+    g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=3_000, not_catchup_ms=15_000)
+    g.on_slave_offset("s2", 1_700, 1_700, 0)
+    g.on_slave_offset("s2", 1_700, 1_700, 1)  # (s2 in sync, then cut off)
+    assert g.request(1, 1_800, 2) is None
+    master.append(1_800, b"x" * 700)  # 2,500: the master's current segment starts at 2,000
+    conn = HAConnection("s1", master, CFG, 10)
+    assert conn.on_report(SlaveReport(0), 10) == [Reset(2_000)] and conn.skipped_to == 2_000
+    g.on_slave_connected("s1")
+    g.on_slave_offset("s1", 0, 2_500, 10, conn.skipped_to)
+    conn.on_report(SlaveReport(2_500), 20)
+    g.on_slave_offset("s1", conn.slave_ack_offset, 2_500, 20, conn.skipped_to)
+    assert g.poll(20) == []  # s1 holds 2,000..2,500: not the append ending at 1,800
+    master.append(2_500, b"y" * 100)
+    assert g.request(2, 2_600, 30) is None
+    g.on_slave_offset("s1", 2_600, 2_600, 40, conn.skipped_to)
+    assert [(d.request_id, d.code) for d in g.poll(40)] == [(2, ResponseCode.SUCCESS)]  # written after: held
+    g.on_slave_connected("s1")  # a new connection of the same slave: the gap is still in its log
+    g.on_slave_offset("s1", 2_600, 2_600, 50)
+    assert g.poll(50) == []
+    g.on_slave_offset("s2", 1_800, 2_600, 60)  # s2 back: it holds the append
+    assert [(d.request_id, d.code) for d in g.poll(60)] == [(1, ResponseCode.SUCCESS)]
+
+
 @pytest.mark.parametrize("chunk", range(2))
 def test_simulated_seeds(chunk):
     failures = [(s, str(v)) for s in range(chunk * 200, (chunk + 1) * 200) if (v := run_seed(s)) is not None]
