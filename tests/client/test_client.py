@@ -294,15 +294,27 @@ def test_retries_that_run_out_of_time_raise_the_real_error_not_a_timeout():
 
 def test_an_attempt_the_deadline_cut_short_raises_the_real_error_even_before_the_deadline_passes():
     # CI: a sync append to SIGSTOPped slaves got FLUSH_SLAVE_TIMEOUT, then its last attempt had 1.x ms left; the
-    # connection's timer (whole milliseconds) fired before the call's deadline, and the caller saw Timeout.
+    # connection's timer (whole milliseconds) fired before the call's deadline, and the caller saw Timeout. Here
+    # that timer fires at once, so the deadline is far from expired when the cut attempt times out.
     async def go():
-        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, timeout_ms=300, request_timeout_ms=5_000,
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text, timeout_ms=2_000, request_timeout_ms=5_000,
                                                          max_retries=10_000) as c:
-            fc.group.error_codes = [ResponseCode.LEADER_PENDING_FULL] * 10_000
-            fc.group.append_delay_s = 0.2  # the first answer comes in time, the second attempt's cannot
-            for _ in range(3):
-                with pytest.raises(quorumlog.errors.LeaderPendingFull):
-                    await c.append(b"x")
+            await c.append(b"first")  # (the leader is known)
+            fc.group.error_codes = [ResponseCode.LEADER_PENDING_FULL]
+            real, calls = c._pool.call, []
+
+            async def call(node_id, request, timeout_ms):
+                calls.append(timeout_ms)
+                if len(calls) == 1:
+                    return await real(node_id, request, timeout_ms)  # LEADER_PENDING_FULL
+                raise quorumlog.errors.Timeout(f"no response within {int(timeout_ms)} ms")
+
+            c._pool.call = call
+            t0 = time.monotonic()
+            with pytest.raises(quorumlog.errors.LeaderPendingFull):
+                await c.append(b"x")
+            assert len(calls) == 2 and all(t < 5_000 for t in calls)  # (every budget cut by the 2 s deadline)
+            assert time.monotonic() - t0 < 1.5  # at once, not after retrying Timeouts until the deadline
     run(go())
 
 
