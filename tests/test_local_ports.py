@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+from quorumlog import local_ports
 from quorumlog.local_ports import _ephemeral_range, free_base_port, free_ports, listen_port_range
 
 
@@ -31,3 +32,21 @@ def test_an_outgoing_connection_never_takes_a_port_we_listen_on():
         finally:
             for c in clients:
                 c.close()
+
+
+def test_parallel_workers_draw_from_disjoint_slices_and_a_port_is_not_handed_out_twice(monkeypatch):
+    """A node killed for a test leaves its ports free until it starts again: no other cluster may take them
+    meanwhile, from this worker (no port handed out twice) or from the other (disjoint slices). CI, 2026-11-27:
+    a failover test's restarted node never answered again."""
+    drawn = {}
+    for k in range(2):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{k}")
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        monkeypatch.setattr(local_ports, "_handed_out", set())
+        ports = [p for _ in range(40) for p in free_ports(10)] + [free_base_port(6) + i for _ in range(20)
+                                                                   for i in range(6)]
+        assert len(set(ports)) == len(ports)  # (400 + 120: none twice)
+        drawn[k] = set(ports)
+    assert not drawn[0] & drawn[1]
+    half = len(listen_port_range()) // 2
+    assert max(drawn[0]) < listen_port_range().start + half <= min(drawn[1])

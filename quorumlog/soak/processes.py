@@ -68,6 +68,16 @@ class NodeProc:
             assert time.monotonic() < deadline, f"{self.node_id}'s log never said {text!r}"
             time.sleep(0.2)
 
+    def state(self) -> str:
+        """"running (pid P)", "exited with code C: <its log's last line>" or "not started"."""
+        if self.proc is None:
+            return "not started"
+        code = self.proc.poll()
+        if code is None:
+            return f"running (pid {self.proc.pid})"
+        last = next((line for line in reversed(self.log_text().splitlines()) if line.strip()), "")
+        return f"exited with code {code}: {last[-300:]}"
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -197,7 +207,21 @@ class Cluster:
         self.stop()
 
     def logs(self) -> str:
-        return "\n".join(f"---- {nid} ----\n{node.log_text()[-4000:]}" for nid, node in self.nodes.items())
+        return "\n".join(f"---- {nid} ({node.state()}) ----\n{node.log_text()[-4000:]}"
+                         for nid, node in self.nodes.items())
+
+    def describe(self, statuses: dict[str, Any], members: Any = None) -> str:
+        """One line per member: its role, term and indexes, or why it did not answer and whether it runs
+        (first in a failure's message: CI keeps a failure's head, and the node logs after it may be cut)."""
+        out = []
+        for nid in members or statuses:
+            s, node = statuses[nid], self.nodes.get(nid)
+            where = f"; process {node.state()}" if node is not None else ""
+            if s.role == "unreachable":
+                out.append(f"{nid}: unreachable ({s.error}{where})")
+            else:
+                out.append(f"{nid}: {s.role} term {s.term} end {s.end_index} committed {s.committed_index}")
+        return "; ".join(out)
 
     def client(self, **kw: Any) -> Client:
         kw.setdefault("timeout_ms", 10_000)
@@ -229,8 +253,7 @@ class Cluster:
             if len(leaders) == 1:
                 return leaders[0].id
             if time.monotonic() > deadline:
-                raise AssertionError(f"no single leader within {timeout_s}s: "
-                                     f"{ {k: (v.role, v.term) for k, v in st.items()} }\n{self.logs()}")
+                raise AssertionError(f"no single leader within {timeout_s}s: {self.describe(st)}\n{self.logs()}")
             await asyncio.sleep(0.05)
 
     async def wait_converged(self, client: Client, timeout_s: float = 20.0,
@@ -247,8 +270,7 @@ class Cluster:
                     return st
             if time.monotonic() > deadline:
                 raise AssertionError(f"members did not converge within {timeout_s}s: "
-                                     f"{ {s.id: (s.role, s.term, s.end_index, s.committed_index) for s in sub} }"
-                                     f"\n{self.logs()}")
+                                     f"{self.describe(st, members)}\n{self.logs()}")
             await asyncio.sleep(0.05)
 
     async def committed_log(self, client: Client, node_id: str) -> list[Entry]:
