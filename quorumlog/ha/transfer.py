@@ -4,7 +4,7 @@ master's log completes once `min_in_sync_replicas` members (the master included)
     g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=3000, not_catchup_ms=15000)
     g.on_slave_offset("n1", offset, master_max_offset, now_ms, skipped_to)   # each report (HAConnection's)
     g.on_slave_gone("n1")                                         # its connection dropped
-    g.request(request_id, end_offset, now_ms) -> TransferDone | None  # None: wait
+    g.request(request_id, end_offset, now_ms, start_offset) -> TransferDone | None  # None: wait
     g.poll(now_ms) -> [TransferDone]     # acks and timeouts; call after reports and on a timer
 
 A slave is in sync while it caught up with the master's end — or with the end the master had at its previous
@@ -37,11 +37,9 @@ class _Slave:
     caught_up_ms: int | None = None  # the last time it held the master's end (or kept up with it, below)
     connected: bool = True
     target: int = -1  # the master's end at this slave's previous report
-    # Where its copy (re)began past bytes it never got (HAConnection.skipped_to), and the master's end at that
-    # moment: it counts only for appends ending beyond that end (written after, so wholly in its copy). Kept
-    # across its reconnections: the gap stays in its log.
+    # Where its copy (re)began past bytes it never got (HAConnection.skipped_to): it holds [skipped_to, offset),
+    # so it counts only for appends that start there or later. Kept across its reconnections: the gap stays.
     skipped_to: int = 0
-    counts_above: int = -1
 
 
 class GroupTransferService:
@@ -52,7 +50,7 @@ class GroupTransferService:
         self.slave_timeout_ms = slave_timeout_ms
         self.not_catchup_ms = not_catchup_ms
         self.slaves: dict[str, _Slave] = {}
-        self._waiting: dict[int, tuple[int, int]] = {}  # request id -> (end offset, deadline ms)
+        self._waiting: dict[int, tuple[int, int, int]] = {}  # request id -> (start, end offset, deadline ms)
         self._now_ms = 0
         # With a controller: the SyncStateSet it accepted (master included). Only these members' acks count,
         # so whichever of them is elected next holds every acknowledged byte. None: no controller.
@@ -71,11 +69,10 @@ class GroupTransferService:
         assert offset <= master_max_offset, (offset, master_max_offset)
         s = self.slaves.setdefault(slave, _Slave())
         s.connected = True
-        if skipped_to > s.skipped_to:
-            # (simulator, seed 3000924: an empty slave started at the current segment reported past an append
-            # still waiting from before it, and that append was acknowledged while only the master held it;
-            # seed 3000081: the same after a Reset past what retention had deleted)
-            s.skipped_to, s.counts_above = skipped_to, master_max_offset
+        # (simulator, seed 3000924: an empty slave started at the current segment reported past an append still
+        # waiting from before it, and that append was acknowledged while only the master held it; seed 3000081:
+        # the same after a Reset past what retention had deleted)
+        s.skipped_to = max(s.skipped_to, skipped_to)
         s.offset = max(s.offset, offset)
         # Caught up: it holds the master's end, or — under a steady load, where the end always moves on before
         # a report comes back — everything the master held at its previous report (RocketMQ's
@@ -92,7 +89,7 @@ class GroupTransferService:
         s = self.slaves[slave] = _Slave()
         s.connected = True
         if old is not None:
-            s.skipped_to, s.counts_above = old.skipped_to, old.counts_above
+            s.skipped_to = old.skipped_to
 
     def on_slave_gone(self, slave: str) -> None:
         s = self.slaves.get(slave)
@@ -122,20 +119,22 @@ class GroupTransferService:
             return ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
         return None
 
-    def request(self, request_id: int, end_offset: int, now_ms: int) -> TransferDone | None:
+    def request(self, request_id: int, end_offset: int, now_ms: int, start_offset: int = 0) -> TransferDone | None:
+        """Wait for the append whose bytes are [start_offset, end_offset) (start 0 when not known: then no slave
+        whose copy began past 0 counts for it)."""
         code = self.refusal(now_ms)
         if code is not None:
             return TransferDone(request_id, code, end_offset)
-        if self._acked(end_offset, self._held_offset(), self._skips_through()):
+        if self._acked(start_offset, end_offset, self._held_offset(), self._gaps_end()):
             return TransferDone(request_id, ResponseCode.SUCCESS, end_offset)
-        self._waiting[request_id] = (end_offset, now_ms + self.slave_timeout_ms)
+        self._waiting[request_id] = (start_offset, end_offset, now_ms + self.slave_timeout_ms)
         return None
 
     def poll(self, now_ms: int) -> list[TransferDone]:
         done = []
-        held, skips_through = self._held_offset(), self._skips_through()
-        for rid, (end, deadline) in list(self._waiting.items()):
-            if self._acked(end, held, skips_through):
+        held, gaps_end = self._held_offset(), self._gaps_end()
+        for rid, (start, end, deadline) in list(self._waiting.items()):
+            if self._acked(start, end, held, gaps_end):
                 done.append(TransferDone(rid, ResponseCode.SUCCESS, end))
             elif now_ms >= deadline:
                 done.append(TransferDone(rid, ResponseCode.FLUSH_SLAVE_TIMEOUT, end))
@@ -158,18 +157,22 @@ class GroupTransferService:
         holds.sort(reverse=True)
         return holds[self.min_in_sync_replicas - 1]
 
-    def _skips_through(self) -> int:
-        """The highest end of an append that some counted slave's copy began past (-1: none, the usual case)."""
-        return max((s.counts_above for s in self._counted()), default=-1)
+    def _gaps_end(self) -> int:
+        """Where the latest-beginning copy of a counted slave begins (0: every copy is whole, the usual case)."""
+        return max((s.skipped_to for s in self._counted()), default=0)
 
-    def _acked(self, end: int, held: int, skips_through: int) -> bool:
+    def _acked(self, start: int, end: int, held: int, gaps_end: int) -> bool:
         if end > held:
             return False
-        if end > skips_through:
+        if start >= gaps_end:
             return True
-        # (rare: an append from before some slave's copy began) count its holders one by one
+        # (rare: an append from before some slave's copy began) count its holders one by one, by where its bytes
+        # start. Counting by when it was written instead (not after the master's end at the report that told of
+        # the Reset) never counted that slave for the appends in flight then, though its copy held them: they
+        # and every retry of them waited until FLUSH_SLAVE_TIMEOUT, for ever (e2e, a slave back after
+        # retention: 2 runs in 51)
         n = 1 if self.master_held is None or end <= self.master_held else 0
-        n += sum(1 for s in self._counted() if s.offset >= end and end > s.counts_above)
+        n += sum(1 for s in self._counted() if s.offset >= end and start >= s.skipped_to)
         return n >= self.min_in_sync_replicas
 
     def _in_sync_count(self, now_ms: int) -> int:

@@ -565,7 +565,9 @@ class MasterSlaveReplica:
         self._next_id += 1
         p = self._pending[rid] = _Append(session, request.request_id, first, last,
                                          self.store.position_after(last), term, topic)
-        done = self._transfer.request(rid, p.end_offset, now)
+        # (where its bytes start: a slave whose copy began past it does not count for it; 0 if retention took it)
+        start = self.store.position_after(first - 1) if first >= self.store.begin_index else 0
+        done = self._transfer.request(rid, p.end_offset, now, start)
         if done is not None:
             self._done(done)
         self._schedule_pump()

@@ -128,9 +128,10 @@ class HASim:
     # -- the run ---------------------------------------------------------------------------------------
     def _append(self) -> None:
         data = bytes(self.rng.getrandbits(8) for _ in range(self.rng.randint(1, 300)))
-        self.master.append(self.master.max_offset(), data)
+        start = self.master.max_offset()
+        self.master.append(start, data)
         self.next_rid += 1
-        done = self.gts.request(self.next_rid, self.master.max_offset(), self.now)
+        done = self.gts.request(self.next_rid, self.master.max_offset(), self.now, start)
         if done is None:
             self.pending[self.next_rid] = self.master.max_offset()
         else:

@@ -261,7 +261,7 @@ class HASwitchSim:
         x.log.append(start, data)
         self.next_rid += 1
         self.pending[self.next_rid] = (x.name, start, data)
-        done = x.gts.request(self.next_rid, x.log.max_offset(), self.now)  # type: ignore[union-attr]
+        done = x.gts.request(self.next_rid, x.log.max_offset(), self.now, start)  # type: ignore[union-attr]
         if done is not None:
             self._done(done)
 

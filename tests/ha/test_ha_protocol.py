@@ -186,7 +186,7 @@ def test_a_slave_whose_copy_begins_past_a_waiting_append_does_not_acknowledge_it
     g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=3_000, not_catchup_ms=15_000)
     g.on_slave_offset("s2", 1_700, 1_700, 0)
     g.on_slave_offset("s2", 1_700, 1_700, 1)  # (s2 in sync, then cut off)
-    assert g.request(1, 1_800, 2) is None
+    assert g.request(1, 1_800, 2, 1_700) is None
     master.append(1_800, b"x" * 700)  # 2,500: the master's current segment starts at 2,000
     conn = HAConnection("s1", master, CFG, 10)
     assert conn.on_report(SlaveReport(0), 10) == [Reset(2_000)] and conn.skipped_to == 2_000
@@ -196,7 +196,7 @@ def test_a_slave_whose_copy_begins_past_a_waiting_append_does_not_acknowledge_it
     g.on_slave_offset("s1", conn.slave_ack_offset, 2_500, 20, conn.skipped_to)
     assert g.poll(20) == []  # s1 holds 2,000..2,500: not the append ending at 1,800
     master.append(2_500, b"y" * 100)
-    assert g.request(2, 2_600, 30) is None
+    assert g.request(2, 2_600, 30, 2_500) is None
     g.on_slave_offset("s1", 2_600, 2_600, 40, conn.skipped_to)
     assert [(d.request_id, d.code) for d in g.poll(40)] == [(2, ResponseCode.SUCCESS)]  # written after: held
     g.on_slave_connected("s1")  # a new connection of the same slave: the gap is still in its log
@@ -204,6 +204,29 @@ def test_a_slave_whose_copy_begins_past_a_waiting_append_does_not_acknowledge_it
     assert g.poll(50) == []
     g.on_slave_offset("s2", 1_800, 2_600, 60)  # s2 back: it holds the append
     assert [(d.request_id, d.code) for d in g.poll(60)] == [(1, ResponseCode.SUCCESS)]
+
+
+def test_a_slave_whose_copy_begins_before_a_waiting_append_acknowledges_it_and_its_retries():
+    """The other side of the rule above. An append waits (its bytes 1,700..1,800, in the master's current
+    segment); an empty slave starts at that segment (1,000) and reports past the append: its copy holds it, so
+    it counts — for the append and for a producer's retry of it. Counting by when the append was written (not
+    after the master's end when the slave's gap was reported) left both waiting for ever (e2e, a slave back
+    after retention: its sends timed out in 2 runs of 51)."""
+    master = _master(1_800, segment=1_000)
+    g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=3_000, not_catchup_ms=15_000)
+    g.on_slave_offset("s2", 1_700, 1_700, 0)  # (s2 in sync at 1,700, then cut off)
+    assert g.request(1, 1_800, 1, 1_700) is None
+    conn = HAConnection("s1", master, CFG, 10)
+    assert conn.on_report(SlaveReport(0), 10) == [Reset(1_000)] and conn.skipped_to == 1_000
+    g.on_slave_connected("s1")
+    g.on_slave_offset("s1", 0, 1_800, 10, conn.skipped_to)
+    assert g.poll(10) == []
+    conn.on_report(SlaveReport(1_800), 20)
+    g.on_slave_offset("s1", conn.slave_ack_offset, 1_800, 20, conn.skipped_to)
+    assert [(d.request_id, d.code) for d in g.poll(20)] == [(1, ResponseCode.SUCCESS)]
+    done = g.request(2, 1_800, 30, 1_700)  # the producer's retry waits for the same bytes
+    assert done is not None and done.code == ResponseCode.SUCCESS
+    assert g.request(3, 1_800, 30, 900) is None  # (bytes from before 1,000: s1 never got them)
 
 
 @pytest.mark.parametrize("chunk", range(2))
