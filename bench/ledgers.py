@@ -7,6 +7,8 @@ fdatasynced; every node also a bookie whose journal fdatasyncs before it acks). 
 generator process, the same for both sides:
   single   64 single 1 KiB writes in flight through one pipelining client: `quorumlog bench --writers 64` for
            the Raft group, one LedgerWriter with 64 adds in flight for a ledger (E=3 W=2 A=2, then E=W=A=3);
+           and, E=3 W=2 A=2, 64 LedgerWriters (64 ledgers: a ledger has one writer) with one add in flight
+           each, through one LedgerClient (`single_64_ledgers`);
   batched  4 writers of 1 MiB per call: `quorumlog bench --writers 4 --batch 1024` (1,024 x 1 KiB values per
            append_batch) against 4 ledgers each with 16 adds of 64 KiB in flight (an application batches
            values into entries, as Pulsar does) — bytes per second of values either way;
@@ -196,6 +198,8 @@ def main() -> None:
                               "its journal fdatasynced it",
                      "duration_s": a.duration_s, "warmup_s": a.warmup_s,
                      "single": "64 x 1 KiB writes in flight, one client process",
+                     "single_64_ledgers": "64 ledgers (64 LedgerWriters of one LedgerClient) x 1 add of 1 KiB in "
+                                          "flight each",
                      "batched": "Raft: 4 writers x append_batch of 1,024 x 1 KiB; ledgers: 4 ledgers x 16 adds of "
                                 "64 KiB in flight"},
            "command": "python bench/ledgers.py " + " ".join(sys.argv[1:])}
@@ -214,6 +218,9 @@ def main() -> None:
         for name, (e, w, acks) in QUORUMS.items():
             workloads[f"ledger_{name}_single"] = lambda e=e, w=w, acks=acks, name=name: _load(
                 a, peers, name, e, w, acks, 1, 64, 1024)
+            if name == "E3W2A2":
+                workloads[f"ledger_{name}_single_64_ledgers"] = lambda e=e, w=w, acks=acks, name=name: _load(
+                    a, peers, name, e, w, acks, 64, 1, 1024)
             workloads[f"ledger_{name}_batched"] = lambda e=e, w=w, acks=acks, name=name: _load(
                 a, peers, name, e, w, acks, 4, 16, 64 * 1024)
         # Rounds in alternating order (forward, then backward, ...): on this machine whichever runs first on a
@@ -240,14 +247,19 @@ def main() -> None:
     doc["ratios"] = {
         f"{name}_single_adds_vs_raft_appends": round(results[f"ledger_{name}_single"]["adds_per_s"] / raft_single, 2)
         for name in QUORUMS} | {
+        "E3W2A2_single_64_ledgers_adds_vs_raft_appends": round(
+            results["ledger_E3W2A2_single_64_ledgers"]["adds_per_s"] / raft_single, 2)} | {
         f"{name}_batched_mb_vs_raft_mb": round(results[f"ledger_{name}_batched"]["mb_per_s"] / raft_batched, 2)
         for name in QUORUMS}
     # (each round's own ratios too: the page cache's state moves every figure between rounds — see README)
     doc["ratios_by_round"] = {
         f"{name}_{kind}": [round(x / y, 2) for x, y in zip(results[f"ledger_{name}_{kind}"]["rounds"],
-                                                          results[f"raft_{kind}"]["rounds"])]
-        for name in QUORUMS for kind in ("single", "batched")}
+                                                          results[f"raft_{kind.split('_')[0]}"]["rounds"])]
+        for name in QUORUMS for kind in ("single", "batched", "single_64_ledgers")
+        if f"ledger_{name}_{kind}" in results}
     doc["targets"] = {"single_adds_ge_raft (E3W2A2)": doc["ratios"]["E3W2A2_single_adds_vs_raft_appends"] >= 1.0,
+                      "single_adds_64_ledgers_ge_raft (E3W2A2)":
+                          doc["ratios"]["E3W2A2_single_64_ledgers_adds_vs_raft_appends"] >= 1.0,
                       "batched_mb_ge_1.5x_raft (E3W2A2)": doc["ratios"]["E3W2A2_batched_mb_vs_raft_mb"] >= 1.5,
                       "recovery_le_1s": results["recovery"]["under_writer_ms"].get("max", 1e9) <= 1000}
     doc["machine"]["load_avg_after"] = os.getloadavg()

@@ -73,6 +73,14 @@ class BookieHandler:
             return _done(e.code)  # type: ignore[arg-type]
         return _then(fut, lambda _: ResponseCode.SUCCESS, lambda code: code)  # type: ignore[arg-type,return-value]
 
+    def add_multi(self, sections: list[tuple[int, list[tuple[int, bytes, int]]]]) -> Future:
+        """The adds of several ledgers (an ADD_MULTI request's sections): a Future of each ledger's code — its
+        refusal, or SUCCESS once the stored adds are durable (DISK_ERROR if the journal failed them)."""
+        refused, fut = self.storage.add_sections(sections)
+        codes = {lid: refused[lid].code if lid in refused else ResponseCode.SUCCESS for lid, _ in sections}
+        return _then(fut, lambda _: codes,  # type: ignore[arg-type,return-value]
+                     lambda code: {lid: c if lid in refused else code for lid, c in codes.items()})
+
     def _absent(self, ledger_id: int, code: ResponseCode) -> ResponseCode:
         return ResponseCode.UNKNOWN if self.in_limbo(ledger_id) else code
 

@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger
+from ..errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger, QuorumLogError
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
 from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal, Mark
@@ -133,6 +133,28 @@ class BookieStorage:
             self._apply_add(ledger_id, entry_id, body, lac)
             records.append((_REC.pack(_ADD, ledger_id, entry_id, lac), body))  # (the journal joins them once)
         return self.journal.submit_many(records)
+
+    def add_sections(self, sections: "list[tuple[int, list[tuple[int, bytes | memoryview, int]]]]") \
+            -> tuple[dict[int, QuorumLogError], Future]:
+        """add_entries for several ledgers (an ADD_MULTI request; never recovery writes): the ledgers refused
+        (fenced, deleted, read-only), each with its error, and one Future for the adds stored, done once all of
+        them are durable (one journal group, one completion)."""
+        refused: dict[int, QuorumLogError] = {}
+        records = []
+        for ledger_id, adds in sections:
+            try:
+                self._check_add(ledger_id, False)
+            except QuorumLogError as e:
+                refused[ledger_id] = e
+                continue
+            for entry_id, body, lac in adds:
+                self._apply_add(ledger_id, entry_id, body, lac)
+                records.append((_REC.pack(_ADD, ledger_id, entry_id, lac), body))
+        if records:
+            return refused, self.journal.submit_many(records)
+        done: Future = Future()
+        done.set_result(self.journal.durable)
+        return refused, done
 
     def _check_add(self, ledger_id: int, recovery: bool) -> None:
         st = self.index.state(ledger_id)

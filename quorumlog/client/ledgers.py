@@ -28,9 +28,10 @@ from ..ledger.metadata import State
 from ..peers import Address, parse_peers
 from .ledger_stream import (DEFAULT_ROLL_BYTES, LedgerStreamWriter, StreamEntry, open_stream_writer,
                             read_stream)
-from ..wire.ledger import (MAX_ADD_BATCH, AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
+from ..wire.ledger import (AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
                            from_op_response, pack_adds, to_op_request, unpack_add_results, unpack_entry)
 from ..ledger.driver import recover
+from .ledger_adds import AddSender
 from .ledger_registry import LedgerRegistry, new_metadata
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class LedgerClient:
             raise ValueError("peers: no nodes")
         self.registry = LedgerRegistry(nodes, timeout_ms=timeout_ms, bookie_timeout_ms=bookie_timeout_ms,
                                        client_name="ledger-client", token=token, tls_ca=tls_ca)
+        self._adds = AddSender(self.registry)  # (one per client: its writers' adds share requests)
         self.timeout_ms = timeout_ms
 
     async def __aenter__(self) -> "LedgerClient":
@@ -80,7 +82,7 @@ class LedgerClient:
         lid = await self.registry.next_ledger_id()
         md = await self.registry.put(new_metadata(lid, bookies, write_quorum, ack_quorum))
         log.info("ledger created id=%d ensemble=%s W=%d A=%d", lid, bookies, write_quorum, ack_quorum)
-        return LedgerWriter(self.registry, md, self.explicit_lac_interval_ms)
+        return LedgerWriter(self.registry, md, self.explicit_lac_interval_ms, self._adds)
 
     async def open_ledger(self, ledger_id: int, recovery: bool = True) -> "LedgerReader":
         """recovery=True: fence the ledger, recover its last entries and close it (a writer still adding gets
@@ -153,7 +155,8 @@ class LedgerWriter:
     """The handle of a ledger this client created (BookKeeper's LedgerHandle): adds, then close."""
 
     def __init__(self, registry: LedgerRegistry, md: LedgerMetadata,
-                 explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS) -> None:
+                 explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS,
+                 adds: AddSender | None = None) -> None:
         self.registry = registry
         self.core = LedgerWriterCore(md)
         self._explicit_lac_interval_ms = explicit_lac_interval_ms
@@ -162,8 +165,7 @@ class LedgerWriter:
         self._waiters: dict[int, asyncio.Future] = {}
         self._next_request = 0
         self._tasks: set[asyncio.Task] = set()
-        self._outbox: dict[str, list[AddEntry]] = {}  # adds of this loop iteration, per bookie (ADD_BATCH)
-        self._flush_scheduled = False
+        self._adds = adds or AddSender(registry)  # sends the adds of this loop iteration (client/ledger_adds.py)
 
     @property
     def ledger_id(self) -> int:
@@ -222,16 +224,9 @@ class LedgerWriter:
             fut = self._waiters.pop(d.request_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(d)
-        outbox = self._outbox
+        queue = self._adds.queue
         for m in messages:
-            queue = outbox.get(m.to)
-            if queue is None:
-                outbox[m.to] = [m]
-            else:
-                queue.append(m)
-        if messages and not self._flush_scheduled:
-            self._flush_scheduled = True  # adds made in this loop iteration go out together, one batch per bookie
-            asyncio.get_running_loop().call_soon(self._flush)
+            queue(self, m)
         for r in requests:
             self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
         if messages:
@@ -257,21 +252,26 @@ class LedgerWriter:
         except (QuorumLogError, OSError) as e:  # best effort: readers then wait for the next add
             log.debug("ledger %d: explicit LAC %d to %s failed: %s", self.ledger_id, lac, bookie, e)
 
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        outbox, self._outbox = self._outbox, {}
-        for bookie, adds in outbox.items():
-            for i in range(0, len(adds), MAX_ADD_BATCH):
-                chunk = adds[i:i + MAX_ADD_BATCH]
-                self._spawn(self._send(chunk[0]) if len(chunk) == 1 else self._send_batch(bookie, chunk))
-
-    async def _send(self, m: AddEntry) -> None:
+    # -- what the AddSender calls ----------------------------------------------------------------------------
+    async def send_adds(self, bookie: str, adds: list[AddEntry]) -> None:
+        """Send this writer's adds to a bookie (ADD for one, ADD_BATCH for more) and take the answers."""
+        if len(adds) > 1:
+            return await self._send_batch(bookie, adds)
+        m = adds[0]
         try:
             resp = await self.registry.call(m.to, to_op_request(self.registry.request_id(), m))
             self.core.on_response(from_op_response(m.to, resp))  # type: ignore[arg-type]
         except (QuorumLogError, OSError) as e:
             log.info("ledger %d: add %d to %s failed: %s", self.ledger_id, m.entry_id, m.to, e)
             self.core.bookie_failed(m.to)
+        self._pump()
+
+    def add_results(self, bookie: str, results: list[tuple[int, int]]) -> None:
+        self.core.on_add_results(bookie, results)
+        self._pump()
+
+    def bookie_failed(self, bookie: str) -> None:
+        self.core.bookie_failed(bookie)
         self._pump()
 
     async def _send_batch(self, bookie: str, adds: list[AddEntry]) -> None:

@@ -30,7 +30,7 @@ from ..errors import QuorumLogError
 from .cluster_calls import BOOKIES_PREFIX
 from .durable_file import write_json_durably
 from ..wire.ledger import (FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request,
-                           pack_add_results, to_op_response, unpack_adds)
+                           pack_add_results, pack_multi_results, to_op_response, unpack_adds, unpack_multi_adds)
 
 if TYPE_CHECKING:
     from .node import Node
@@ -150,6 +150,8 @@ class BookieService:
             return refuse(ResponseCode.LEADER_NOT_READY, "bookie not open")
         if req.op is BookieOp.INFO:
             return answer(BookieOpResponse(rid, ResponseCode.SUCCESS, req.op, data=json.dumps(self.info()).encode()))
+        if req.op is BookieOp.ADD_MULTI:
+            return self._add_multi(req, answer, refuse)
         if req.ledger_id <= 0 or (req.op in (BookieOp.ADD, BookieOp.READ) and req.entry_id < 0):
             return refuse(ResponseCode.BAD_REQUEST, f"bad ledger {req.ledger_id} / entry {req.entry_id}")
         if req.op is BookieOp.ADD_BATCH:
@@ -196,6 +198,22 @@ class BookieService:
             code = int(f.result())
             answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, req.ledger_id,
                                     data=pack_add_results([(entry_id, code) for entry_id, _, _ in adds])))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
+
+    def _add_multi(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
+        """Adds of several ledgers stored and journalled together; one answer with each add's code."""
+        assert self.handler is not None
+        try:
+            sections = unpack_multi_adds(req.data)
+            fut = self.handler.add_multi(sections)
+        except (ValueError, OverflowError) as e:
+            return refuse(ResponseCode.BAD_REQUEST, str(e))
+        loop = asyncio.get_running_loop()
+
+        def reply(f: Future) -> None:
+            codes = f.result()
+            answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, data=pack_multi_results(
+                [(lid, entry_id, int(codes[lid])) for lid, adds in sections for entry_id, _, _ in adds])))
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
     # -- limbo and registration in `_meta` -------------------------------------------------------------------

@@ -91,6 +91,7 @@ class BookieOp(IntEnum):
     DELETE = 5  # drop a deleted ledger's entries (garbage collected later)
     ADD_BATCH = 6  # data = pack_adds([...]): several adds of one ledger to one bookie; answer pack_add_results
     WRITE_LAC = 7  # lac: an idle writer's last add confirmed (BookKeeper's WriteLac, explicitLacInterval)
+    ADD_MULTI = 8  # data = pack_multi_adds([...]): adds of several ledgers to one bookie; pack_multi_results
 
 
 FLAG_FENCE, FLAG_RECOVERY = 0x01, 0x02
@@ -114,8 +115,15 @@ def pack_adds(adds: "list[AddEntry]") -> bytes:
 def unpack_adds(data: bytes) -> list[tuple[int, memoryview, int]]:
     """An ADD_BATCH's adds as (entry id, data, lac), as the bookie stores them (no object per add, no copy:
     each data is a view of `data`). Raises ValueError on a malformed batch."""
-    out, pos, view, item = [], 0, memoryview(data), _ADD_ITEM
-    while pos < len(view):
+    view = memoryview(data)
+    out, _ = _take_adds(view, 0, None)
+    return out
+
+
+def _take_adds(view: memoryview, pos: int, count: int | None) -> tuple[list[tuple[int, memoryview, int]], int]:
+    """`count` add items from pos (None: up to the end) and where they end; at most MAX_ADD_BATCH."""
+    out, item = [], _ADD_ITEM
+    while (len(out) < count) if count is not None else (pos < len(view)):
         if pos + item.size > len(view):
             raise ValueError("truncated add batch")
         entry_id, lac, size = item.unpack_from(view, pos)
@@ -126,7 +134,48 @@ def unpack_adds(data: bytes) -> list[tuple[int, memoryview, int]]:
         pos += size
         if len(out) > MAX_ADD_BATCH:
             raise ValueError(f"more than {MAX_ADD_BATCH} adds in one batch")
+    return out, pos
+
+
+# ADD_MULTI: the adds of many writers of one client (each its own ledger, a few adds in flight each) that go to
+# one bookie in one event-loop iteration, in one request: without it each writer pays a request per add on
+# both sides, and 64 writers with one add in flight each ran at a quarter of one writer with 64 in flight.
+# Sections [ledger id, count] then `count` ADD_BATCH items; the answer: (ledger id, entry id, code) per add.
+_SECTION = struct.Struct(">qI")  # ledger id, adds
+_MULTI_RESULT = struct.Struct(">qqH")  # ledger id, entry id, response code
+
+
+def pack_multi_adds(sections: "list[tuple[int, list[AddEntry]]]") -> bytes:
+    parts = []
+    for ledger_id, adds in sections:
+        parts += (_SECTION.pack(ledger_id, len(adds)), pack_adds(adds))
+    return b"".join(parts)
+
+
+def unpack_multi_adds(data: bytes) -> list[tuple[int, list[tuple[int, memoryview, int]]]]:
+    """An ADD_MULTI's sections as (ledger id, [(entry id, data, lac), ...]). Raises ValueError on a malformed
+    request (a section past the end, an empty one, more than MAX_ADD_BATCH adds in all)."""
+    out, pos, view, total = [], 0, memoryview(data), 0
+    while pos < len(view):
+        if pos + _SECTION.size > len(view):
+            raise ValueError("truncated add section")
+        ledger_id, count = _SECTION.unpack_from(view, pos)
+        total += count
+        if ledger_id <= 0 or count == 0 or total > MAX_ADD_BATCH:
+            raise ValueError(f"bad add section (ledger {ledger_id}, {count} adds, {total} in all)")
+        adds, pos = _take_adds(view, pos + _SECTION.size, count)
+        out.append((ledger_id, adds))
     return out
+
+
+def pack_multi_results(results: "list[tuple[int, int, int]]") -> bytes:
+    return b"".join(_MULTI_RESULT.pack(lid, eid, code) for lid, eid, code in results)
+
+
+def unpack_multi_results(data: bytes) -> list[tuple[int, int, int]]:
+    if len(data) % _MULTI_RESULT.size:
+        raise ValueError("truncated add section results")
+    return list(_MULTI_RESULT.iter_unpack(data))
 
 
 def pack_add_results(results: "list[tuple[int, int]]") -> bytes:

@@ -62,6 +62,34 @@ def test_fence_refuses_the_writer_lets_recovery_write_and_survives_a_restart(tmp
         s.close()
 
 
+def test_adds_of_several_ledgers_together_refuse_only_the_fenced_one_and_survive_a_restart(tmp_path):
+    """add_sections (an ADD_MULTI request): one journal group for the ledgers it may store; a fenced ledger's
+    section is refused with LEDGER_FENCED and stores nothing, the others are durable and readable."""
+    s = BookieStorage(str(tmp_path), SMALL)
+    s.add_entry(2, 0, body(2, 0)).result(5)
+    s.fence(2).result(5)
+    fsyncs = s.journal.fsyncs
+    refused, fut = s.add_sections([(1, [(e, body(1, e), e - 1) for e in range(3)]),
+                                   (2, [(1, b"refused", 0)]),
+                                   (3, [(0, body(3, 0), -1)])])
+    assert set(refused) == {2} and isinstance(refused[2], LedgerFenced)
+    fut.result(5)
+    assert s.journal.fsyncs == fsyncs + 1  # (the stored adds of both ledgers: one group)
+    refused, fut = s.add_sections([(2, [(1, b"refused again", 0)])])
+    assert set(refused) == {2} and fut.result(5)  # (nothing to store: done at once)
+    s.journal.close()  # a crash before any checkpoint: replay brings back what was acknowledged
+    s.entry_log.close()
+    s.index.close()
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert [s.read_entry(1, e) for e in range(3)] == [body(1, e) for e in range(3)]
+        assert s.read_entry(3, 0) == body(3, 0) and s.last_add_confirmed(1) == 1
+        with pytest.raises(NoSuchEntry):
+            s.read_entry(2, 1)
+    finally:
+        s.close()
+
+
 def _writer(path: str, seed: int, conn) -> None:
     try:
         s = BookieStorage(path, SMALL)

@@ -8,7 +8,8 @@ import threading
 from quorumlog.codes import ResponseCode
 from quorumlog.server.node import Node
 from quorumlog.store import MemoryStore
-from quorumlog.wire.ledger import FLAG_FENCE, FLAG_RECOVERY, BookieOp, BookieOpRequest, pack_entry
+from quorumlog.wire.ledger import (FLAG_FENCE, FLAG_RECOVERY, MAX_ADD_BATCH, AddEntry, BookieOp, BookieOpRequest,
+                                   pack_entry, pack_multi_adds, unpack_multi_results)
 
 from .fakes import FakeSession, FakeTransport, SoloCore
 from .test_node import _config, _until
@@ -66,6 +67,42 @@ def test_add_read_fence_lac_info_and_delete_through_the_node(tmp_path):
             assert s.responses[-1].code == ResponseCode.SUCCESS
             assert node.bookie.storage.ledgers() == []
             assert node.node_status()["bookie"]["ledgers"] == 0
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
+
+
+def test_adds_of_several_ledgers_in_one_request_each_get_their_ledgers_code(tmp_path):
+    """ADD_MULTI: one answer with (ledger, entry, code) per add, in the request's order; a fenced ledger's adds
+    are refused and the others stored; a malformed request is refused whole and stores nothing."""
+    def adds(ledger, first, n):
+        return [AddEntry("n0", ledger, e, pack_entry(e - 1, e + 1, b"%d/%d" % (ledger, e)), e - 1)
+                for e in range(first, first + n)]
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s = FakeSession()
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD, 8, 0, -1, 0, pack_entry(-1, 1, b"x")),
+                       BookieOpRequest(2, BookieOp.READ_LAC, 8, flags=FLAG_FENCE))
+            await _ask(transport, s, BookieOpRequest(3, BookieOp.ADD_MULTI, data=pack_multi_adds(
+                [(7, adds(7, 0, 3)), (8, adds(8, 1, 2)), (9, adds(9, 0, 1))])))
+            r = s.responses[-1]
+            assert r.code == ResponseCode.SUCCESS and r.op is BookieOp.ADD_MULTI
+            ok, fenced = ResponseCode.SUCCESS, ResponseCode.LEDGER_FENCED
+            assert unpack_multi_results(r.data) == [(7, 0, ok), (7, 1, ok), (7, 2, ok), (8, 1, fenced),
+                                                    (8, 2, fenced), (9, 0, ok)]
+            storage = node.bookie.storage
+            assert storage.read_entry(7, 2) == pack_entry(1, 3, b"7/2") and storage.read_entry(9, 0)
+            assert storage.last_entry(8) == 0 and storage.last_add_confirmed(7) == 1
+            too_many = pack_multi_adds([(10, adds(10, 0, MAX_ADD_BATCH)), (11, adds(11, 0, 1))])
+            for rid, data in ((4, pack_multi_adds([(12, adds(12, 0, 2))])[:-1]),  # truncated
+                              (5, pack_multi_adds([(0, adds(0, 0, 1))])),  # ledger 0
+                              (6, too_many)):
+                await _ask(transport, s, BookieOpRequest(rid, BookieOp.ADD_MULTI, data=data))
+                assert s.responses[-1].code == ResponseCode.BAD_REQUEST, rid
+            assert not {10, 11, 12} & set(storage.ledgers())
         finally:
             await node.stop()
 
