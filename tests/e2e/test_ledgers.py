@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -94,14 +95,21 @@ async def _wait_registered(lc: LedgerClient, n: int, timeout_s: float = 20.0) ->
         await asyncio.sleep(0.2)
 
 
+@contextlib.asynccontextmanager
+async def _writer_and_other_client(cluster: Cluster):
+    """`_meta` made and the five bookies registered: the writers' client (a bookie silent for 2 s is replaced)
+    and a second client, for recoveries."""
+    await _create_meta(cluster)
+    async with LedgerClient(cluster.peers, bookie_timeout_ms=2_000) as lc, LedgerClient(cluster.peers) as other:
+        await _wait_registered(lc, 5)
+        yield lc, other
+
+
 def test_kill_9_a_bookie_under_a_writer_then_recover_while_it_writes(tmp_path):
     cluster = Cluster(str(tmp_path), n=5)
 
     async def main() -> None:
-        await _create_meta(cluster)
-        async with LedgerClient(cluster.peers, bookie_timeout_ms=2_000) as lc, \
-                LedgerClient(cluster.peers) as other:
-            await _wait_registered(lc, 5)
+        async with _writer_and_other_client(cluster) as (lc, other):
             w = await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)
             first = w.metadata.last_ensemble
             writer = Writer(w)
@@ -154,10 +162,7 @@ def test_many_writers_share_requests_through_a_bookie_kill_and_one_ledgers_recov
     cluster = Cluster(str(tmp_path), n=5)
 
     async def main() -> None:
-        await _create_meta(cluster)
-        async with LedgerClient(cluster.peers, bookie_timeout_ms=2_000) as lc, \
-                LedgerClient(cluster.peers) as other:
-            await _wait_registered(lc, 5)
+        async with _writer_and_other_client(cluster) as (lc, other):
             ws = [await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2) for _ in range(12)]
             writers = [Writer(w, in_flight=1) for w in ws]
             tasks = [asyncio.create_task(wr.run()) for wr in writers]
