@@ -565,8 +565,10 @@ class MasterSlaveReplica:
         self._next_id += 1
         p = self._pending[rid] = _Append(session, request.request_id, first, last,
                                          self.store.position_after(last), term, topic)
-        # (where its bytes start: a slave whose copy began past it does not count for it; 0 if retention took it)
-        start = self.store.position_after(first - 1) if first >= self.store.begin_index else 0
+        # (where its bytes start: a slave whose copy began past it does not count for it; 0 if retention took it.
+        # position_of, not position_after(first - 1): an append that opens a segment starts past the blank
+        # before it, at the very offset a slave Reset to that segment starts from)
+        start = self.store.position_of(first) if first >= self.store.begin_index else 0
         done = self._transfer.request(rid, p.end_offset, now, start)
         if done is not None:
             self._done(done)

@@ -217,6 +217,12 @@ class FileStore(RecoverOnOpen):
             pos, size, _ = self._unit(index)
             return pos + size
 
+    def position_of(self, index: int) -> int:
+        """Where entry `index`'s bytes begin: past a sealed segment's blank when it opens the next segment (so
+        not always position_after(index - 1))."""
+        with self._lock:
+            return self._unit(index)[0]
+
     def index_at_position(self, pos: int) -> int:
         with self._lock:
             return self._index_at_position(pos)[0]

@@ -162,3 +162,19 @@ def test_positions_found_by_hint_or_search_agree_after_reads_truncation_and_new_
             else:
                 assert st.index_at_position(p) == want, p
     st.close()
+
+
+def test_an_entry_that_opens_a_segment_begins_at_the_segment_not_where_the_last_one_ended(tmp_path):
+    """position_of(i): where SYNC_MASTER's wait says an append starts, compared with where a slave's copy
+    begins (a segment start, after a Reset). position_after(i - 1) ends before the previous segment's blank, so
+    it would put such an append before the copy and the slave would never count for it."""
+    st = FileStore(str(tmp_path / "m"), CFG)
+    _fill(st, 60, random.Random(5))
+    openers = 0
+    for i in range(st.begin_index, st.end_index + 1):
+        assert st.index_at_position(st.position_of(i)) == i
+        if i > st.begin_index and st.position_of(i) % SEG == 0:
+            openers += 1
+            assert st.position_after(i - 1) < st.position_of(i)  # (the blank in between)
+    assert openers >= 3
+    st.close()
