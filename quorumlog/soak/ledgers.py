@@ -3,8 +3,9 @@ while bookies are faulted, one fault per cycle; then every ledger is recovered a
 
     python -m quorumlog.soak.ledgers --seed S --cycles N [--out FILE]
 
-Workload: `writers` clients, each creating a ledger (E=3 W=2 A=2), adding with 16 in flight, closing it after
-a few hundred entries and starting the next; a writer fenced or failed starts a new ledger. Each cycle, a
+Workload: `writers` writers, each creating a ledger (E=3 W=2 A=2), adding with 16 in flight, closing it after
+a few hundred entries and starting the next; a writer fenced or failed starts a new ledger. Writer 0 has a
+client of its own, the others share one (their adds go together in ADD_MULTI requests). Each cycle, a
 recovery client opens one ledger being written with recovery (the writer must get LEDGER_FENCED), and one
 fault from FAULT_KINDS is applied to a bookie for `hold_s`, then healed:
 
@@ -120,51 +121,61 @@ class LedgerSoak:
         return plan
 
     # -- workload --------------------------------------------------------------------------------------
-    async def _writer(self, i: int, stop: asyncio.Event) -> None:
+    def _client(self):
         from ..ledgers import LedgerClient
 
-        async with LedgerClient(self.cluster.peers, timeout_ms=10_000, bookie_timeout_ms=2_000) as lc:
-            n = 0
-            while not stop.is_set():
+        return LedgerClient(self.cluster.peers, timeout_ms=10_000, bookie_timeout_ms=2_000)
+
+    async def _writer(self, i: int, stop: asyncio.Event, shared=None) -> None:
+        """Writer 0 has a client of its own; the others share one, so their adds to a bookie travel together in
+        ADD_MULTI requests (a ledger fenced or failing among others' adds in one request)."""
+        if shared is not None:
+            return await self._write_ledgers(i, stop, shared)
+        async with self._client() as lc:
+            await self._write_ledgers(i, stop, lc)
+
+    async def _write_ledgers(self, i: int, stop: asyncio.Event, lc) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                w = await lc.create_ledger(3, 2, 2)
+            except QuorumLogError as e:
+                self._count(e)
+                await asyncio.sleep(0.2)
+                continue
+            lid = w.ledger_id
+            self.acked[lid] = {}
+            self.active[lid] = w
+            sem = asyncio.Semaphore(IN_FLIGHT)
+            failed = asyncio.Event()
+            tasks = set()
+
+            async def add(body: bytes) -> None:
                 try:
-                    w = await lc.create_ledger(3, 2, 2)
+                    eid = await w.add_entry(body)
+                    self.acked[lid][eid] = body
+                    self.ack_times.append(time.monotonic())
                 except QuorumLogError as e:
                     self._count(e)
-                    await asyncio.sleep(0.2)
-                    continue
-                lid = w.ledger_id
-                self.acked[lid] = {}
-                self.active[lid] = w
-                sem = asyncio.Semaphore(IN_FLIGHT)
-                failed = asyncio.Event()
-                tasks = set()
-
-                async def add(body: bytes) -> None:
-                    try:
-                        eid = await w.add_entry(body)
-                        self.acked[lid][eid] = body
-                        self.ack_times.append(time.monotonic())
-                    except QuorumLogError as e:
-                        self._count(e)
-                        failed.set()
-                    finally:
-                        sem.release()
-                for k in range(ENTRIES_PER_LEDGER):
-                    await sem.acquire()
-                    if failed.is_set() or stop.is_set():
-                        sem.release()
-                        break
-                    t = asyncio.create_task(add(b"w%d-L%d-%d-" % (i, lid, k) + os.urandom(self.rng.randrange(0, 200))))
-                    tasks.add(t)
-                    t.add_done_callback(tasks.discard)
-                await asyncio.gather(*tasks)
-                self.active.pop(lid, None)
-                if not failed.is_set():
-                    try:
-                        await w.close()
-                    except QuorumLogError as e:
-                        self._count(e)
-                n += 1
+                    failed.set()
+                finally:
+                    sem.release()
+            for k in range(ENTRIES_PER_LEDGER):
+                await sem.acquire()
+                if failed.is_set() or stop.is_set():
+                    sem.release()
+                    break
+                t = asyncio.create_task(add(b"w%d-L%d-%d-" % (i, lid, k) + os.urandom(self.rng.randrange(0, 200))))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            await asyncio.gather(*tasks)
+            self.active.pop(lid, None)
+            if not failed.is_set():
+                try:
+                    await w.close()
+                except QuorumLogError as e:
+                    self._count(e)
+            n += 1
 
     def _count(self, e: QuorumLogError) -> None:
         self.errors[e.code.name] = self.errors.get(e.code.name, 0) + 1
@@ -260,15 +271,16 @@ class LedgerSoak:
                     raise RuntimeError("bookies never registered")
                 await asyncio.sleep(0.2)
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(self._writer(i, stop)) for i in range(self.writers)]
-        try:
-            await asyncio.sleep(1.0)
-            for c in self.plan:
-                await self._cycle(c)
-        finally:
-            stop.set()
-            done = await asyncio.gather(*tasks, return_exceptions=True)
-            self.writer_errors = [repr(d) for d in done if isinstance(d, BaseException)]
+        async with self._client() as shared:
+            tasks = [asyncio.create_task(self._writer(i, stop, shared if i else None)) for i in range(self.writers)]
+            try:
+                await asyncio.sleep(1.0)
+                for c in self.plan:
+                    await self._cycle(c)
+            finally:
+                stop.set()
+                done = await asyncio.gather(*tasks, return_exceptions=True)
+                self.writer_errors = [repr(d) for d in done if isinstance(d, BaseException)]
         return await self._check()
 
     async def _check(self) -> list[str]:
