@@ -47,8 +47,8 @@ class HAConnection:
         self.next_transfer_from_where = -1  # -1: not decided until the first report
         self.push2slave_max_offset = -1
         # > 0: where this slave's copy (re)starts past bytes it never got — an empty slave started at our current
-        # segment, or a Reset once retention deleted what it needed next: it holds no append written before
-        # (GroupTransferService does not count it for those; simulator seeds 3000924, 3000081)
+        # segment, or a Reset once retention deleted what it needed next: it holds no byte before it
+        # (GroupTransferService counts it only for appends starting at or past it; simulator seeds 3000924, 3000081)
         self.skipped_to = 0
         self._window_from = -1  # where sending (re)started: the window's base until the slave reports beyond it
         self.last_read_ms = now_ms

@@ -135,7 +135,6 @@ class LedgerSoak:
             await self._write_ledgers(i, stop, lc)
 
     async def _write_ledgers(self, i: int, stop: asyncio.Event, lc) -> None:
-        n = 0
         while not stop.is_set():
             try:
                 w = await lc.create_ledger(3, 2, 2)
@@ -175,7 +174,6 @@ class LedgerSoak:
                     await w.close()
                 except QuorumLogError as e:
                     self._count(e)
-            n += 1
 
     def _count(self, e: QuorumLogError) -> None:
         self.errors[e.code.name] = self.errors.get(e.code.name, 0) + 1
