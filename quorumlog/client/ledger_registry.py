@@ -157,15 +157,18 @@ class LedgerRegistry:
         raise MetadataVersionConflict(f"{key}: {MAX_CAS_ATTEMPTS} conflicting attempts")
 
     async def place(self, count: int, exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
-        """`count` writable bookies not in `exclude`, the least loaded first (ties at random): BookKeeper's
-        default placement, with read-only and down bookies left out."""
+        """`count` writable bookies not in `exclude`, at random: BookKeeper's default placement
+        (DefaultEnsemblePlacementPolicy), read-only, down and decommissioned bookies left out.
+
+        Not the least loaded: a bookie's ledger count moves only once a ledger's first add reaches it, so every
+        ledger created meanwhile picked the same bookies (64 ledgers created together took 3 of 5 bookies)."""
         infos = await self.bookies()
-        usable = [(info.get("ledgers", 0), self._rng.random(), b) for b, info in infos.items()
+        usable = [b for b, info in infos.items()
                   if b not in exclude and info.get("state") == "read_write" and not info.get("decommissioned")]
         if len(usable) < count:
             states = ", ".join(f"{b}: {i.get('state')}" for b, i in infos.items())
             raise NotEnoughBookies(f"need {count} writable bookies, have {len(usable)} ({states})")
-        return [b for _, _, b in sorted(usable)[:count]]
+        return self._rng.sample(sorted(usable), count)
 
     async def replace_bookies(self, md: LedgerMetadata, first_entry_id: int, failed: set[str]) -> LedgerMetadata:
         """md with a new segment from first_entry_id in which each failed bookie is replaced by a writable one

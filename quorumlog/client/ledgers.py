@@ -253,18 +253,22 @@ class LedgerWriter:
             log.debug("ledger %d: explicit LAC %d to %s failed: %s", self.ledger_id, lac, bookie, e)
 
     # -- what the AddSender calls ----------------------------------------------------------------------------
-    async def send_adds(self, bookie: str, adds: list[AddEntry]) -> None:
-        """Send this writer's adds to a bookie (ADD for one, ADD_BATCH for more) and take the answers."""
+    async def send_adds(self, bookie: str, adds: list[AddEntry]) -> bool:
+        """Send this writer's adds to a bookie (ADD for one, ADD_BATCH for more) and take the answers; whether
+        the bookie answered."""
         if len(adds) > 1:
             return await self._send_batch(bookie, adds)
         m = adds[0]
+        answered = True
         try:
             resp = await self.registry.call(m.to, to_op_request(self.registry.request_id(), m))
             self.core.on_response(from_op_response(m.to, resp))  # type: ignore[arg-type]
         except (QuorumLogError, OSError) as e:
             log.info("ledger %d: add %d to %s failed: %s", self.ledger_id, m.entry_id, m.to, e)
             self.core.bookie_failed(m.to)
+            answered = False
         self._pump()
+        return answered
 
     def add_results(self, bookie: str, results: list[tuple[int, int]]) -> None:
         self.core.on_add_results(bookie, results)
@@ -274,7 +278,8 @@ class LedgerWriter:
         self.core.bookie_failed(bookie)
         self._pump()
 
-    async def _send_batch(self, bookie: str, adds: list[AddEntry]) -> None:
+    async def _send_batch(self, bookie: str, adds: list[AddEntry]) -> bool:
+        answered = True
         try:
             resp = await self.registry.call(bookie, BookieOpRequest(
                 self.registry.request_id(), BookieOp.ADD_BATCH, self.ledger_id, data=pack_adds(adds)))
@@ -285,7 +290,9 @@ class LedgerWriter:
             log.info("ledger %d: %d adds from %d to %s failed: %s", self.ledger_id, len(adds), adds[0].entry_id,
                      bookie, e)
             self.core.bookie_failed(bookie)
+            answered = False
         self._pump()
+        return answered
 
     async def _change_ensemble(self, r: NeedEnsembleChange) -> None:
         md = self.core.md

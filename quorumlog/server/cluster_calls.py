@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -188,12 +189,13 @@ class ClusterCalls:
                     "limbo_ledgers": i.get("limbo_ledgers", [])} for (b, rec), i in zip(records.items(), infos)}
 
     async def place(self, count: int, exclude: set[str]) -> list[str]:
-        """`count` writable bookies outside `exclude`, not decommissioned, the least loaded first."""
-        usable = sorted((rec["ledgers"], b) for b, rec in (await self.bookie_states()).items()
+        """`count` writable bookies outside `exclude`, not decommissioned, at random (as the client places:
+        LedgerRegistry.place; auto-recovery's workers on several nodes would otherwise all pick the same one)."""
+        usable = sorted(b for b, rec in (await self.bookie_states()).items()
                         if b not in exclude and rec["state"] == "read_write" and not rec.get("decommissioned"))
         if len(usable) < count:
             raise NotEnoughBookies(f"need {count} writable bookies outside {sorted(exclude)}, have {len(usable)}")
-        return [b for _, b in usable[:count]]
+        return random.sample(usable, count)
 
     async def replace_bookies(self, md: LedgerMetadata, first_entry_id: int, failed: set[str]) -> LedgerMetadata:
         ensemble = md.last_ensemble
