@@ -1,12 +1,12 @@
-"""The ledger client's AddSender: one add request in flight per bookie, what queues behind it leaves with its
-answer, and a bookie that does not answer fails the adds queued for it at once. Driven with a registry whose
+"""The ledger client's AddSender: one add request out per bookie, what queues behind it leaves when the round
+ends (or ROUND_WAIT_S), and a bookie that does not answer fails the adds queued for it at once. Driven with a registry whose
 calls the test answers, and writers that only record what the sender tells them."""
 
 from __future__ import annotations
 
 import asyncio
 
-from quorumlog.client.ledger_adds import MAX_ADD_REQUEST_BYTES, AddSender
+from quorumlog.client.ledger_adds import MAX_ADD_REQUEST_BYTES, ROUND_BYTES, ROUND_WAIT_S, AddSender
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import Timeout
 from quorumlog.wire.ledger import (MAX_ADD_BATCH, AddEntry, BookieOp, BookieOpResponse, pack_multi_results,
@@ -68,7 +68,7 @@ def ids(bookie_call) -> list[tuple[int, list[int]]]:
     return [(lid, [e for e, _, _ in adds]) for lid, adds in unpack_multi_adds(bookie_call[1].data)]
 
 
-def test_adds_queued_behind_a_bookies_request_leave_together_with_its_answer():
+def test_adds_queued_behind_a_bookies_request_leave_together_when_the_round_ends():
     async def main():
         reg = Registry()
         sender = AddSender(reg)  # type: ignore[arg-type]
@@ -79,7 +79,7 @@ def test_adds_queued_behind_a_bookies_request_leave_together_with_its_answer():
         await turn()
         assert [(c[0], ids(c)) for c in reg.calls] == [("b0", [(1, [0]), (2, [0])])]
         assert [(b, e) for b, e, _ in w3.sent] == [("b1", [0])]  # (a lone writer's adds: its own request)
-        for w in (w1, w2, w3):  # b0 is busy: these wait; b1's lone request too
+        for w in (w1, w2, w3):  # b0 is busy: these wait
             sender.queue(w, add(w, "b0", 1))
         sender.queue(w3, add(w3, "b1", 1))
         await turn()
@@ -87,12 +87,31 @@ def test_adds_queued_behind_a_bookies_request_leave_together_with_its_answer():
         answer_all(reg.calls[0])
         await turn()
         assert w1.results == [("b0", [(0, 0)])] and w2.results == [("b0", [(0, 0)])]
-        assert len(reg.calls) == 2 and ids(reg.calls[1]) == [(1, [1]), (2, [1]), (3, [1])]
-        assert len(w3.sent) == 1  # b1 still has its first request out
+        assert len(reg.calls) == 1  # b0 is free, but b1's request is out: the round goes on
         w3.sent[0][2].set_result(True)
-        await turn()
+        await turn()  # the round is over: both leave
+        assert len(reg.calls) == 2 and ids(reg.calls[1]) == [(1, [1]), (2, [1]), (3, [1])]
         assert [(b, e) for b, e, _ in w3.sent] == [("b1", [0]), ("b1", [1])]
         assert w1.failed == w2.failed == w3.failed == []
+    asyncio.run(main())
+
+
+def test_a_free_bookie_waits_for_the_round_at_most_round_wait_unless_round_bytes_are_queued():
+    async def main():
+        reg = Registry()
+        sender = AddSender(reg)  # type: ignore[arg-type]
+        w1, w2, w3 = Writer(1), Writer(2), Writer(3)
+        sender.queue(w1, add(w1, "hung", 0))
+        await turn()
+        assert [b for b, _, _ in w1.sent] == ["hung"]  # never answered
+        sender.queue(w2, add(w2, "b0", 0))
+        await turn()
+        assert w2.sent == []  # waits for the round...
+        await asyncio.sleep(ROUND_WAIT_S * 3)
+        assert [e for _, e, _ in w2.sent] == [[0]]  # ... but not past ROUND_WAIT_S
+        sender.queue(w3, add(w3, "b1", 0, size=ROUND_BYTES))
+        await turn()
+        assert [e for _, e, _ in w3.sent] == [[0]]  # full enough: no wait
     asyncio.run(main())
 
 
@@ -113,6 +132,8 @@ def test_a_bookie_that_does_not_answer_fails_the_adds_queued_behind_it_at_once()
         assert w3.failed == ["b0"]  # queued: failed with it, never sent to b0
         assert [c[0] for c in reg.calls] == ["b0"]
         assert [(b, e) for b, e, _ in w3.sent] == [("b1", [0])]  # other bookies go on
+        w3.sent[0][2].set_result(True)
+        await turn()
         sender.queue(w3, add(w3, "b0", 1))  # b0 is free again: a later add is sent
         await turn()
         assert [c[0] for c in reg.calls] == ["b0"] and [b for b, _, _ in w3.sent] == ["b1", "b0"]
