@@ -8,6 +8,10 @@ batches, 2 cores): page faults, clear_page and memset were about 8% of the nodes
 both thresholds moved the medians from 69 to 78 MB/s with TLS and from 101 to 107 without. On a VM that hands
 freed pages back to its host (free page reporting, as here) a refault costs more again.
 
+Nodes and `quorumlog bench` set them; the client library does not (a library leaves its host process's malloc
+alone). In the generator of 1 MiB batches under TLS they took its kernel CPU from 0.88-0.93 to 0.32-0.40 s/GB
+(2026-11-27, 4 runs).
+
 The cost is memory that stays mapped after a burst: at most TRIM_THRESHOLD of free heap top is kept (freed
 buffers inside the heap are reused whatever their place). Buffers larger than MMAP_THRESHOLD are still mmapped.
 """

@@ -18,6 +18,7 @@ from rich.table import Table
 from ..client import Client
 from ..client.types import WRITABLE_ROLES
 from ..errors import QuorumLogError
+from ..heap import keep_freed_buffers
 from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, err_console, out_console, print_json, resolve_target,
                      run, usage)
 
@@ -125,6 +126,7 @@ def bench(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, 
         return
     err_console.print(f"bench: {writers} writers × batch {batch} × {value_bytes} B, "
                       f"{warmup_s:g} s warmup + {duration_s:g} s", highlight=False)
+    keep_freed_buffers()  # (a generator of 1 MiB batches moves bulk data as a node does: quorumlog/heap.py)
     r = run(_bench(t, writers, duration_s, warmup_s, value_bytes, batch, linger_ms, max_in_flight, timeout_ms))
     if json_out:
         print_json(r)
