@@ -68,11 +68,16 @@ def ids(bookie_call) -> list[tuple[int, list[int]]]:
     return [(lid, [e for e, _, _ in adds]) for lid, adds in unpack_multi_adds(bookie_call[1].data)]
 
 
-def test_adds_queued_behind_a_bookies_request_leave_together_when_the_round_ends():
+def drive(body) -> None:
+    """Run body(registry, sender, three writers of ledgers 1, 2, 3) on a fresh loop."""
     async def main():
         reg = Registry()
-        sender = AddSender(reg)  # type: ignore[arg-type]
-        w1, w2, w3 = Writer(1), Writer(2), Writer(3)
+        await body(reg, AddSender(reg), Writer(1), Writer(2), Writer(3))  # type: ignore[arg-type]
+    asyncio.run(main())
+
+
+def test_adds_queued_behind_a_bookies_request_leave_together_when_the_round_ends():
+    async def body(reg, sender, w1, w2, w3):
         sender.queue(w1, add(w1, "b0", 0))
         sender.queue(w2, add(w2, "b0", 0))
         sender.queue(w3, add(w3, "b1", 0))
@@ -93,14 +98,11 @@ def test_adds_queued_behind_a_bookies_request_leave_together_when_the_round_ends
         assert len(reg.calls) == 2 and ids(reg.calls[1]) == [(1, [1]), (2, [1]), (3, [1])]
         assert [(b, e) for b, e, _ in w3.sent] == [("b1", [0]), ("b1", [1])]
         assert w1.failed == w2.failed == w3.failed == []
-    asyncio.run(main())
+    drive(body)
 
 
 def test_a_free_bookie_waits_for_the_round_at_most_round_wait_unless_round_bytes_are_queued():
-    async def main():
-        reg = Registry()
-        sender = AddSender(reg)  # type: ignore[arg-type]
-        w1, w2, w3 = Writer(1), Writer(2), Writer(3)
+    async def body(reg, sender, w1, w2, w3):
         sender.queue(w1, add(w1, "hung", 0))
         await turn()
         assert [b for b, _, _ in w1.sent] == ["hung"]  # never answered
@@ -112,14 +114,11 @@ def test_a_free_bookie_waits_for_the_round_at_most_round_wait_unless_round_bytes
         sender.queue(w3, add(w3, "b1", 0, size=ROUND_BYTES))
         await turn()
         assert [e for _, e, _ in w3.sent] == [[0]]  # full enough: no wait
-    asyncio.run(main())
+    drive(body)
 
 
 def test_a_bookie_that_does_not_answer_fails_the_adds_queued_behind_it_at_once():
-    async def main():
-        reg = Registry()
-        sender = AddSender(reg)  # type: ignore[arg-type]
-        w1, w2, w3 = Writer(1), Writer(2), Writer(3)
+    async def body(reg, sender, w1, w2, w3):
         sender.queue(w1, add(w1, "b0", 0))
         sender.queue(w2, add(w2, "b0", 0))
         await turn()
@@ -137,14 +136,11 @@ def test_a_bookie_that_does_not_answer_fails_the_adds_queued_behind_it_at_once()
         sender.queue(w3, add(w3, "b0", 1))  # b0 is free again: a later add is sent
         await turn()
         assert [c[0] for c in reg.calls] == ["b0"] and [b for b, _, _ in w3.sent] == ["b1", "b0"]
-    asyncio.run(main())
+    drive(body)
 
 
 def test_a_request_carries_at_most_max_add_batch_adds_and_the_rest_follows_in_order():
-    async def main():
-        reg = Registry()
-        sender = AddSender(reg)  # type: ignore[arg-type]
-        w1, w2 = Writer(1), Writer(2)
+    async def body(reg, sender, w1, w2, w3):
         for e in range(MAX_ADD_BATCH):
             sender.queue(w1, add(w1, "b0", e))
         for e in range(5):
@@ -155,14 +151,11 @@ def test_a_request_carries_at_most_max_add_batch_adds_and_the_rest_follows_in_or
         w1.sent[0][2].set_result(True)
         await turn()
         assert w2.sent[0][1] == [0, 1, 2, 3, 4]
-    asyncio.run(main())
+    drive(body)
 
 
 def test_a_request_stops_at_max_add_request_bytes_but_carries_at_least_one_add():
-    async def main():
-        reg = Registry()
-        sender = AddSender(reg)  # type: ignore[arg-type]
-        w1, w2 = Writer(1), Writer(2)
+    async def body(reg, sender, w1, w2, w3):
         big = MAX_ADD_REQUEST_BYTES // 2 + 1
         sender.queue(w1, add(w1, "b0", 0, size=big))
         sender.queue(w2, add(w2, "b0", 0, size=big))
@@ -172,8 +165,7 @@ def test_a_request_stops_at_max_add_request_bytes_but_carries_at_least_one_add()
         w1.sent[0][2].set_result(True)
         await turn()
         assert [e for _, e, _ in w2.sent] == [[0, 1]]
-        huge = Writer(3)  # one add above the bound still goes, alone
-        sender.queue(huge, add(huge, "b1", 0, size=MAX_ADD_REQUEST_BYTES + 1))
+        sender.queue(w3, add(w3, "b1", 0, size=MAX_ADD_REQUEST_BYTES + 1))  # above the bound: still goes, alone
         await turn()
-        assert [e for _, e, _ in huge.sent] == [[0]]
-    asyncio.run(main())
+        assert [e for _, e, _ in w3.sent] == [[0]]
+    drive(body)
