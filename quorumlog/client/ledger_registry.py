@@ -161,7 +161,7 @@ class LedgerRegistry:
         (DefaultEnsemblePlacementPolicy), read-only, down and decommissioned bookies left out.
 
         Not the least loaded: a bookie's ledger count moves only once a ledger's first add reaches it, so every
-        ledger created meanwhile picked the same bookies (64 ledgers created together took 3 of 5 bookies)."""
+        ledger created meanwhile picked the same ones (64 ledgers created together all went to the same 3 of 5)."""
         infos = await self.bookies()
         usable = [b for b, info in infos.items()
                   if b not in exclude and info.get("state") == "read_write" and not info.get("decommissioned")]
