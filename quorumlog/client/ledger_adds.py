@@ -14,7 +14,7 @@ once ROUND_BYTES are queued for it or nothing is out.
   add goes to another pair. Sent as they came, 64 ledgers over 5 bookies made requests of ~7 adds, each with
   an fdatasync of its own (1.1-1.3 requests per journal group), at 12,300 adds/s. One out per bookie: 15,600;
   in rounds (waiting up to 3 ms): 18,000-21,000, and one writer with 64 in flight 30,000-32,000 against
-  26,700 (measured 2026-11-27, 5 nodes on 2 cores). The bound keeps a hung bookie from holding the other
+  26,700 with one out per bookie (measured 2026-11-27, 5 nodes on 2 cores). The bound keeps a hung bookie from holding the other
   bookies' adds for longer than that until its request times out.
 - A bookie that does not answer (connection lost, timeout) fails the adds queued behind its request too: their
   writers change ensembles at once instead of sending them to it and waiting out another timeout.
