@@ -157,6 +157,30 @@ async def _bookie_requests(lc: LedgerClient) -> int:
     return sum(i.get("requests", 0) for i in (await lc.bookies()).values())
 
 
+async def _one_add_writers(lc: LedgerClient, n: int = 12) -> tuple[list[Writer], list[asyncio.Task]]:
+    """n ledgers (E=3 W=2 A=2) of one client, a writer with one add in flight on each, running."""
+    ws = [await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2) for _ in range(n)]
+    writers = [Writer(w, in_flight=1) for w in ws]
+    return writers, [asyncio.create_task(wr.run()) for wr in writers]
+
+
+async def _stop_and_check_nothing_lost(writers: list[Writer], tasks: list[asyncio.Task], other: LedgerClient,
+                                       readers: dict | None = None) -> None:
+    """Stop the writers, recover each ledger from `other` (or take its reader from `readers`): every entry
+    acknowledged to a writer is there, with its body, and within last_entry_id."""
+    for wr in writers:
+        wr.stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    assert not any(wr.errors for wr in writers), [wr.errors for wr in writers]
+    for wr in writers:
+        reader = (readers or {}).get(wr.w.ledger_id) or await other.open_ledger(wr.w.ledger_id, recovery=True)
+        last = reader.metadata.last_entry_id
+        assert max(wr.acked) <= last, (wr.w.ledger_id, max(wr.acked), last)
+        entries = {e.entry_id: e.body async for e in reader.read(0, last)}
+        lost = [eid for eid, body in wr.acked.items() if entries.get(eid) != body]
+        assert not lost, f"ledger {wr.w.ledger_id}: acknowledged entries lost or changed: {lost[:10]}"
+
+
 def test_many_writers_share_requests_through_a_bookie_kill_and_one_ledgers_recovery(tmp_path):
     """12 writers of one client, one add in flight each: the adds that go to a bookie in one event-loop
     iteration go in one request (ADD_MULTI), whose answer carries each ledger's own outcome. Then kill -9 a
@@ -166,9 +190,7 @@ def test_many_writers_share_requests_through_a_bookie_kill_and_one_ledgers_recov
 
     async def main() -> None:
         async with _writer_and_other_client(cluster) as (lc, other):
-            ws = [await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2) for _ in range(12)]
-            writers = [Writer(w, in_flight=1) for w in ws]
-            tasks = [asyncio.create_task(wr.run()) for wr in writers]
+            writers, tasks = await _one_add_writers(lc)
             before_requests, before_acks = await _bookie_requests(lc), sum(len(wr.acked) for wr in writers)
             await asyncio.gather(*(wr.acks_grow(100) for wr in writers))
             requests = await _bookie_requests(lc) - before_requests
@@ -176,7 +198,7 @@ def test_many_writers_share_requests_through_a_bookie_kill_and_one_ledgers_recov
             # one request per add would make requests >= adds; shared, a request carries several writers' adds
             # (about 3 here: each writer's next add waits for both its bookies, and rounds gather those answers)
             assert requests * 2 < adds, (requests, adds)
-            victim = ws[0].metadata.last_ensemble[0]
+            victim = writers[0].w.metadata.last_ensemble[0]
             holders = [wr for wr in writers if victim in wr.w.metadata.last_ensemble]
             cluster.nodes[victim].kill9()
             await asyncio.gather(*(wr.acks_grow(100) for wr in writers))
@@ -187,18 +209,8 @@ def test_many_writers_share_requests_through_a_bookie_kill_and_one_ledgers_recov
             await asyncio.wait_for(tasks[-1], 30)
             assert fenced_one.fenced and not fenced_one.errors, fenced_one.errors
             await asyncio.gather(*(wr.acks_grow(50) for wr in writers[:-1]))
-            for wr in writers:
-                wr.stop.set()
-            await asyncio.wait_for(asyncio.gather(*tasks), 30)
-            assert not any(wr.errors for wr in writers), [wr.errors for wr in writers]
+            await _stop_and_check_nothing_lost(writers, tasks, other, {fenced_one.w.ledger_id: r})
             assert not any(wr.fenced for wr in writers[:-1])
-            for wr in writers:
-                reader = r if wr is fenced_one else await other.open_ledger(wr.w.ledger_id, recovery=True)
-                last = reader.metadata.last_entry_id
-                assert max(wr.acked) <= last, (wr.w.ledger_id, max(wr.acked), last)
-                entries = {e.entry_id: e.body async for e in reader.read(0, last)}
-                lost = [eid for eid, body in wr.acked.items() if entries.get(eid) != body]
-                assert not lost, f"ledger {wr.w.ledger_id}: acknowledged entries lost or changed: {lost[:10]}"
             print("\nE2E ledgers shared " + json.dumps({"adds_to_bookies": adds, "requests": requests,
                                                         "holders_of_victim": len(holders)}))
 
@@ -218,9 +230,7 @@ def test_a_hung_bookie_holds_the_other_bookies_adds_of_its_client_a_round_at_a_t
 
     async def main() -> None:
         async with _writer_and_other_client(cluster) as (lc, other):
-            ws = [await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2) for _ in range(12)]
-            writers = [Writer(w, in_flight=1) for w in ws]
-            tasks = [asyncio.create_task(wr.run()) for wr in writers]
+            writers, tasks = await _one_add_writers(lc)
             await asyncio.gather(*(wr.acks_grow(50) for wr in writers))
 
             def split(b: str) -> tuple[list[Writer], list[Writer]]:
@@ -243,17 +253,8 @@ def test_a_hung_bookie_holds_the_other_bookies_adds_of_its_client_a_round_at_a_t
             finally:
                 cluster.nodes[victim].signal(signal.SIGCONT)
             await asyncio.gather(*(wr.acks_grow(20) for wr in writers))
-            for wr in writers:
-                wr.stop.set()
-            await asyncio.wait_for(asyncio.gather(*tasks), 30)
-            assert not any(wr.errors or wr.fenced for wr in writers), [wr.errors for wr in writers]
-            for wr in writers:
-                reader = await other.open_ledger(wr.w.ledger_id, recovery=True)
-                last = reader.metadata.last_entry_id
-                assert max(wr.acked) <= last, (wr.w.ledger_id, max(wr.acked), last)
-                entries = {e.entry_id: e.body async for e in reader.read(0, last)}
-                lost = [eid for eid, body in wr.acked.items() if entries.get(eid) != body]
-                assert not lost, f"ledger {wr.w.ledger_id}: acknowledged entries lost or changed: {lost[:10]}"
+            await _stop_and_check_nothing_lost(writers, tasks, other)
+            assert not any(wr.fenced for wr in writers)
             print("\nE2E hung bookie " + json.dumps({"others": len(others), "holders": len(holders),
                                                     "others_20_acks_s": round(waited, 3), "min_gained": gained}))
 
