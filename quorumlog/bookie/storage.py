@@ -128,11 +128,15 @@ class BookieStorage:
         if ledger_id < 0 or any(entry_id < 0 for entry_id, _, _ in adds):
             raise ValueError(f"ledger {ledger_id} / entries must be >= 0")
         self._check_add(ledger_id, recovery)
-        records = []
+        records: list = []
+        self._stage_adds(ledger_id, adds, records)
+        return self.journal.submit_many(records)
+
+    def _stage_adds(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", records: list) -> None:
+        """Apply the adds (entry log, index) and append their journal records to `records`."""
         for entry_id, body, lac in adds:  # (bodies may be views of a request: written, never kept)
             self._apply_add(ledger_id, entry_id, body, lac)
             records.append((_REC.pack(_ADD, ledger_id, entry_id, lac), body))  # (the journal joins them once)
-        return self.journal.submit_many(records)
 
     def add_sections(self, sections: "list[tuple[int, list[tuple[int, bytes | memoryview, int]]]]") \
             -> tuple[dict[int, QuorumLogError], Future]:
@@ -140,16 +144,14 @@ class BookieStorage:
         (fenced, deleted, read-only), each with its error, and one Future for the adds stored, done once all of
         them are durable (one journal group, one completion)."""
         refused: dict[int, QuorumLogError] = {}
-        records = []
+        records: list = []
         for ledger_id, adds in sections:
             try:
                 self._check_add(ledger_id, False)
             except QuorumLogError as e:
                 refused[ledger_id] = e
                 continue
-            for entry_id, body, lac in adds:
-                self._apply_add(ledger_id, entry_id, body, lac)
-                records.append((_REC.pack(_ADD, ledger_id, entry_id, lac), body))
+            self._stage_adds(ledger_id, adds, records)
         if records:
             return refused, self.journal.submit_many(records)
         done: Future = Future()

@@ -165,7 +165,7 @@ class LedgerWriter:
         self._waiters: dict[int, asyncio.Future] = {}
         self._next_request = 0
         self._tasks: set[asyncio.Task] = set()
-        self._adds = adds or AddSender(registry)  # sends the adds of this loop iteration (client/ledger_adds.py)
+        self._adds = adds or AddSender(registry)  # sends its adds to each bookie, in rounds (client/ledger_adds.py)
 
     @property
     def ledger_id(self) -> int:

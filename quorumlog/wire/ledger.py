@@ -138,7 +138,7 @@ def _take_adds(view: memoryview, pos: int, count: int | None) -> tuple[list[tupl
 
 
 # ADD_MULTI: the adds of many writers of one client (each its own ledger, a few adds in flight each) that go to
-# one bookie in one event-loop iteration, in one request: without it each writer pays a request per add on
+# one bookie together (client/ledger_adds.py), in one request: without it each writer pays a request per add on
 # both sides, and 64 writers with one add in flight each ran at a quarter of one writer with 64 in flight.
 # Sections [ledger id, count] then `count` ADD_BATCH items; the answer: (ledger id, entry id, code) per add.
 _SECTION = struct.Struct(">qI")  # ledger id, adds
