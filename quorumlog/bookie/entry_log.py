@@ -5,6 +5,10 @@ checkpoints (the journal holds the durable copy until then).
 Record: `[u32 size][u32 crc32c(body)][u64 ledger][i64 entry][body]`; a location is (log id, offset of the
 record). Compaction copies the live records of a log into the current one and deletes it (storage.py).
 
+A write that fails (a full disk) may leave part of a record in the file: the logger is then `broken`, and the
+next append first hands over what the buffer still holds and starts a new log, so no record is ever written
+after a partial one (a location is the offset the logger counted, which a stray partial record would shift).
+
 Each log's bytes per ledger (BookKeeper's EntryLogMetadata) are counted as it is written, and found once by a
 walk of the record headers for a log written before this process started: garbage collection judges a log
 by them instead of reading it whole on the node's loop (a full pass over GBs of logs stalled every node for
@@ -44,6 +48,7 @@ class EntryLogger:
         # log id -> {ledger id: bytes of its records}; the current log's is counted by append, older ones' are
         # filled in by ledger_bytes / set_ledger_bytes
         self._ledger_bytes: dict[int, dict[int, int]] = {self.current_id: {}}
+        self.broken: OSError | None = None  # a write failed: the next append starts a new log first
 
     def _path(self, log_id: int) -> str:
         return os.path.join(self.dir, f"entrylog-{log_id:020d}.log")
@@ -52,25 +57,37 @@ class EntryLogger:
         return sorted(int(m.group(1)) for m in map(_FILE.match, os.listdir(self.dir)) if m)
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        if self._offset >= self.file_bytes:
-            self._roll()
+        if self._offset >= self.file_bytes or self.broken is not None:
+            self.roll()
         location = (self.current_id, self._offset)
-        self._file.write(_HEAD.pack(len(body), crc32c(body), ledger_id, entry_id))
-        self._file.write(body)
+        try:
+            self._file.write(_HEAD.pack(len(body), crc32c(body), ledger_id, entry_id))
+            self._file.write(body)
+        except OSError as e:
+            self.broken = e
+            raise
         size = _HEAD.size + len(body)
         self._offset += size
         counts = self._ledger_bytes[self.current_id]
         counts[ledger_id] = counts.get(ledger_id, 0) + size
         return location
 
-    def _roll(self) -> None:
-        self._file.flush()
+    def roll(self) -> None:
+        """The next log. Raises OSError (nothing changed, but what the buffer held may be partly written) if the
+        current log's buffer cannot be handed over or the new log cannot be made."""
+        try:
+            self._file.flush()  # (records already indexed: they must reach the file before it is left)
+            new = open(self._path(self.current_id + 1), "ab", buffering=_BUFFER_BYTES)
+        except OSError as e:
+            self.broken = self.broken or e
+            raise
         self._file.close()
         self.current_id += 1
-        self._file = open(self._path(self.current_id), "ab", buffering=_BUFFER_BYTES)
+        self._file = new
         self._offset = 0
         self._unsynced.add(self.current_id)
         self._ledger_bytes[self.current_id] = {}
+        self.broken = None
 
     def flush_begin(self) -> list[str]:
         """Hand every appended record to the OS; the paths whose data sync_paths must make durable."""
@@ -113,15 +130,23 @@ class EntryLogger:
 
     def read(self, location: Location, ledger_id: int, entry_id: int) -> bytes:
         log_id, offset = location
+        unwritten: OSError | None = None
         if log_id == self.current_id:
-            self._file.flush()
+            try:
+                self._file.flush()
+            except OSError as e:  # a full disk: the records still in the buffer cannot be read; the others can
+                unwritten = e
         with open(self._path(log_id), "rb") as f:
             f.seek(offset)
             head = f.read(_HEAD.size)
             if len(head) != _HEAD.size:
+                if unwritten is not None:
+                    raise unwritten
                 raise CorruptEntry(f"entry log {log_id} offset {offset}: truncated header")
             size, crc, ledger, entry = _HEAD.unpack(head)
             body = f.read(size)
+            if len(body) != size and unwritten is not None:
+                raise unwritten
         if (ledger, entry) != (ledger_id, entry_id) or len(body) != size or crc32c(body) != crc:
             raise CorruptEntry(f"entry log {log_id} offset {offset}: expected {ledger_id}/{entry_id}, found "
                                f"{ledger}/{entry} ({len(body)} of {size} bytes)")

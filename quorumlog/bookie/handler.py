@@ -10,6 +10,8 @@ for a ledger it held: recovery would take that for absence and truncate acknowle
 
 from __future__ import annotations
 
+import errno
+
 from concurrent.futures import Future
 from typing import Callable
 
@@ -35,7 +37,9 @@ def _then(inner: Future, make: Callable[[object], BookieResponse], fail: Callabl
         if e is None:
             out.set_result(make(f.result()))
         else:
-            out.set_result(fail(e.code if isinstance(e, QuorumLogError) else ResponseCode.DISK_ERROR))
+            out.set_result(fail(e.code if isinstance(e, QuorumLogError) else
+                                ResponseCode.DISK_FULL if getattr(e, "errno", None) == errno.ENOSPC else
+                                ResponseCode.DISK_ERROR))
     inner.add_done_callback(finish)
     return out
 

@@ -182,5 +182,17 @@ class LedgerIndex:
     def end_commit(self) -> None:
         self._c_entries, self._c_last, self._c_states = {}, {}, {}
 
+    def abort_commit(self) -> None:
+        """The write of what begin_commit set aside failed (a full disk): it goes back, the changes made since on
+        top, for the next checkpoint to write."""
+        self._c_entries.update(self._entries)
+        self._entries, self._c_entries = self._c_entries, {}
+        for ledger, entry in self._last.items():
+            if entry > self._c_last.get(ledger, -1):
+                self._c_last[ledger] = entry
+        self._last, self._c_last = self._c_last, {}
+        self._c_states.update(self._states)
+        self._states, self._c_states = self._c_states, {}
+
     def close(self) -> None:
         self.db.close()

@@ -8,6 +8,13 @@ deleted. A torn or corrupt record ends replay (it was never acknowledged: acks f
 
 One writer thread owns the files: `submit(payload)` returns a concurrent.futures.Future resolved once the
 record is durable (or failed with the OSError that kept it from being so: the storage then fails its adds).
+
+A write or fdatasync that fails (a full disk, an I/O error) fails its group, and the journal is `error` from then
+on: every later group fails at once, without touching the disk, until `repair()` succeeds. Repair abandons the
+file the failure happened in (after a failed fdatasync its pages may be gone while a retry reports success: no
+byte is written there again) and starts a new one; replay reads past the torn tail of an abandoned file into
+the files after it. BookKeeper's bookie shuts down on a journal IOException; here the bookie turns read-only
+and comes back by itself once the disk takes writes again (storage.py).
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ class Journal:
         self._queue: deque[tuple[bytes, Future]] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._failed: OSError | None = None
+        self.error: OSError | None = None  # the failure that broke the journal, until repair() succeeds
         self._file = None
         self._seq = -1
         self._offset = 0
@@ -91,21 +98,35 @@ class Journal:
     def _path(self, seq: int) -> str:
         return os.path.join(self.dir, f"journal-{seq:020d}.log")
 
-    def _roll(self) -> None:
-        if self._file is not None:
+    def _roll(self, *, abandon: bool = False) -> None:
+        """Start the next file; the current one is fsynced first, or, after a failure, abandoned as it is."""
+        if self._file is not None and not abandon:
             os.fsync(self._file.fileno())
-            self._file.close()
+        new = open(self._path(self._seq + 1), "ab")
+        try:
+            _fsync_dir(self.dir)
+        except OSError:
+            new.close()
+            raise
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:  # an abandoned file's unwritten buffer: never acknowledged
+                pass
         self._seq += 1
-        self._file = open(self._path(self._seq), "ab")
+        self._file = new
         self._offset = self._dropped = 0
-        _fsync_dir(self.dir)
 
     # -- replay -------------------------------------------------------------------------------------------
     def replay(self, mark: Mark) -> Iterator[bytes]:
-        """Payloads of the records from `mark` on, in order, up to the first torn or corrupt one."""
-        for seq, path in self.files():
+        """Payloads of the records from `mark` on, in order, up to the first torn or corrupt one of the last file.
+        A torn record in an earlier file ends that file only: a file is complete (fsynced) before the next one
+        starts, unless a write failed in it and it was abandoned (repair()), its tail never acknowledged."""
+        files = self.files()
+        for i, (seq, path) in enumerate(files):
             if seq < mark[0]:
                 continue
+            last = i == len(files) - 1
             with open(path, "rb") as f:
                 data = f.read()
             pos = mark[1] if seq == mark[0] else 0
@@ -113,13 +134,14 @@ class Journal:
                 size, crc = _HEAD.unpack_from(data, pos)
                 payload = data[pos + _HEAD.size:pos + _HEAD.size + size]
                 if size > MAX_RECORD_BYTES or len(payload) != size or crc32c(payload) != crc:
-                    log.warning("journal replay stops at a torn record file=%s offset=%d", path, pos)
-                    return
+                    break
                 yield payload
                 pos += _HEAD.size + size
             if pos != len(data):
-                log.warning("journal replay stops at a torn tail file=%s offset=%d", path, pos)
-                return
+                if last:
+                    log.warning("journal replay stops at a torn tail file=%s offset=%d", path, pos)
+                    return
+                log.warning("journal replay leaves the torn tail of an abandoned file=%s offset=%d", path, pos)
 
     # -- writing ------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -138,10 +160,17 @@ class Journal:
         """Records that become durable together (one Future: a batch of adds costs one completion). A record
         may come as (head, body), its payload their concatenation: the writer joins it into its write as it
         is, rather than the caller copying each body once more to make one."""
+        return self._enqueue(payloads)
+
+    def repair(self) -> Future:
+        """After a failure: a new file, if the disk takes one (done with None; failed with the OSError)."""
+        return self._enqueue(None)
+
+    def _enqueue(self, payloads: "list | None") -> Future:
         fut: Future = Future()
         with self._cond:
-            if self._failed is not None or self._closed:
-                fut.set_exception(self._failed or OSError("journal closed"))
+            if self._closed:
+                fut.set_exception(OSError("journal closed"))
                 return fut
             self._queue.append((payloads, fut))
             self._cond.notify()
@@ -164,20 +193,41 @@ class Journal:
             with self._cond:
                 batch = list(self._queue)
                 self._queue.clear()
+            repairs = [fut for payloads, fut in batch if payloads is None]
+            if repairs:
+                batch = [item for item in batch if item[0] is not None]
+                self._repair(repairs)
+            if not batch:
+                continue
+            if self.error is not None:  # broken: fail at once, until a repair
+                for _, fut in batch:
+                    fut.set_exception(self.error)
+                continue
             try:
                 self._write(batch)
-            except OSError as e:  # the disk failed: nothing after this is durable; adds get the error
-                log.error("journal write failed: %s", e)
-                with self._cond:
-                    self._failed = e
-                    pending = list(self._queue)
-                    self._queue.clear()
-                for _, fut in batch + pending:
-                    if not fut.done():
-                        fut.set_exception(e)
-                return
+            except OSError as e:  # nothing of this group is acknowledged; the file is never written again
+                log.error("journal write failed, the bookie's adds fail until it is repaired: %s", e)
+                self.error = e
+                for _, fut in batch:
+                    fut.set_exception(e)
+                continue
             for _, fut in batch:
                 fut.set_result(self.durable)
+
+    def _repair(self, waiting: list[Future]) -> None:
+        if self.error is not None:
+            try:
+                self._roll(abandon=True)
+            except OSError as e:
+                for fut in waiting:
+                    fut.set_exception(e)
+                return
+            log.warning("journal repaired: file %d abandoned after %s, writing to file %d", self._seq - 1,
+                        self.error, self._seq)
+            self.error = None
+            self.durable = (self._seq, 0)
+        for fut in waiting:
+            fut.set_result(None)
 
     def _write(self, batch: list[tuple[list[bytes], Future]]) -> None:
         if self._offset >= self.file_bytes:

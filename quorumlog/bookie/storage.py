@@ -11,9 +11,13 @@
   back what recovery found, through the fence). Fence and explicit LAC are journaled like adds.
 - `checkpoint()` fsyncs the entry logs, writes the index changes and the journal mark in one synced RocksDB
   batch, and deletes journal files below the mark. On open, the journal is replayed from the mark.
-- Read-only mode (`is_read_only`): past `disk_usage_threshold` (0.95) of the disk, new adds are refused with
+- Read-only mode (`check_disk`): past `disk_usage_threshold` (0.95) of the disk, new adds are refused with
   BOOKIE_READ_ONLY; reads, fencing and recovery writes go on; below `disk_usage_lwm` (0.90) it is writable
   again (BookKeeper's diskUsageThreshold / diskUsageLwmThreshold).
+- A write that fails (ENOSPC before the threshold was seen, an I/O error) fails its adds with DISK_FULL /
+  DISK_ERROR, nothing of them acknowledged, and makes the bookie read-only (`disk_error`) until the disk is
+  below `disk_usage_lwm` and takes writes again: the journal starts a new file, the entry logger a new log
+  (journal.py, entry_log.py). A checkpoint that fails leaves the journal as it was and is tried again.
 - Deleting a ledger marks it; `gc()` drops deleted ledgers from the index, deletes entry logs with nothing
   live, and compacts those whose live fraction fell below `compaction_threshold` (0.5) by copying the live
   records into the current log (BookKeeper's GarbageCollectorThread, major compaction).
@@ -23,6 +27,7 @@ Synchronous and single-threaded apart from the journal's writer: the node runtim
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -31,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import BookieReadOnly, LedgerFenced, NoSuchEntry, NoSuchLedger, QuorumLogError
+from ..errors import BookieReadOnly, DiskError, DiskFull, LedgerFenced, NoSuchEntry, NoSuchLedger, QuorumLogError
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
 from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal, Mark
@@ -39,6 +44,7 @@ from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL
 log = logging.getLogger(__name__)
 
 _ADD, _FENCE, _LAC, _DELETE = 1, 2, 3, 4
+REPAIR_TIMEOUT_S = 5  # the journal's new file: a create and a directory fsync
 _REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC); the body follows an ADD
 
 
@@ -64,6 +70,7 @@ class BookieStorage:
                                file_bytes=config.journal_file_bytes,
                                flush_when_queue_empty=config.journal_flush_when_queue_empty)
         self.read_only = False
+        self.disk_error: OSError | None = None  # a failed write: read-only until repaired (check_disk)
         self.replayed = self._replay()
         self.journal.start()
         self.checkpoint()
@@ -119,7 +126,10 @@ class BookieStorage:
             raise ValueError(f"ledger {ledger_id} / entry {entry_id} must be >= 0")
         self._check_add(ledger_id, recovery)
         body = bytes(body)
-        self._apply_add(ledger_id, entry_id, body, lac)
+        try:
+            self._apply_add(ledger_id, entry_id, body, lac)
+        except OSError as e:
+            raise self._disk_failed(e) from None
         return self.journal.submit(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
 
     def add_entries(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", *,
@@ -129,7 +139,10 @@ class BookieStorage:
             raise ValueError(f"ledger {ledger_id} / entries must be >= 0")
         self._check_add(ledger_id, recovery)
         records: list = []
-        self._stage_adds(ledger_id, adds, records)
+        try:
+            self._stage_adds(ledger_id, adds, records)
+        except OSError as e:  # (adds staged before it are never acknowledged: unacknowledged entries may exist)
+            raise self._disk_failed(e) from None
         return self.journal.submit_many(records)
 
     def _stage_adds(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", records: list) -> None:
@@ -148,10 +161,11 @@ class BookieStorage:
         for ledger_id, adds in sections:
             try:
                 self._check_add(ledger_id, False)
+                self._stage_adds(ledger_id, adds, records)
             except QuorumLogError as e:
                 refused[ledger_id] = e
-                continue
-            self._stage_adds(ledger_id, adds, records)
+            except OSError as e:
+                refused[ledger_id] = self._disk_failed(e)
         if records:
             return refused, self.journal.submit_many(records)
         done: Future = Future()
@@ -159,6 +173,8 @@ class BookieStorage:
         return refused, done
 
     def _check_add(self, ledger_id: int, recovery: bool) -> None:
+        if self.journal.error is not None and self.disk_error is None:  # it failed a group since
+            self._disk_failed(self.journal.error)
         st = self.index.state(ledger_id)
         if st is not None and st.deleted:
             raise NoSuchLedger(f"ledger {ledger_id} was deleted")
@@ -194,7 +210,10 @@ class BookieStorage:
         loc = self.index.get(ledger_id, entry_id)
         if loc is None:
             raise NoSuchEntry(f"no entry {entry_id} of ledger {ledger_id} on this bookie")
-        return self.entry_log.read(loc, ledger_id, entry_id)
+        try:
+            return self.entry_log.read(loc, ledger_id, entry_id)
+        except OSError as e:  # (the current log's buffer could not be handed over to be read)
+            raise DiskError(f"entry {entry_id} of ledger {ledger_id}: {e}") from None
 
     def last_entry(self, ledger_id: int) -> int:
         return self.index.last_entry(ledger_id)
@@ -212,7 +231,11 @@ class BookieStorage:
     # -- checkpoints, disk, garbage -------------------------------------------------------------------------
     def checkpoint(self) -> None:
         mark, durable_part = self.checkpoint_begin()
-        durable_part()
+        try:
+            durable_part()
+        except OSError:
+            self.checkpoint_abort()
+            raise
         self.checkpoint_end(mark)
 
     def checkpoint_begin(self) -> tuple[Mark, Callable[[], None]]:
@@ -235,18 +258,46 @@ class BookieStorage:
         if delete_journal:
             self.journal.delete_before(mark)
 
+    def checkpoint_abort(self) -> None:
+        """The durable part failed: the index keeps what it set aside for the next checkpoint; the journal is
+        not trimmed (it still holds what the failed checkpoint was to cover)."""
+        self.index.abort_commit()
+
     def check_disk(self) -> bool:
-        """Enter or leave read-only mode from the disk's usage; returns whether read-only."""
+        """Enter or leave read-only mode from the disk's usage and write errors; returns whether read-only."""
+        if self.journal.error is not None and self.disk_error is None:
+            self._disk_failed(self.journal.error)
         usage = shutil.disk_usage(self.dir)
         ratio = usage.used / usage.total if usage.total else 0.0
         if not self.read_only and ratio >= self.config.disk_usage_threshold:
             self.read_only = True
             log.warning("bookie read-only: disk %.1f%% used >= %.0f%% dir=%s", ratio * 100,
                         self.config.disk_usage_threshold * 100, self.dir)
-        elif self.read_only and ratio < self.config.disk_usage_lwm:
+        elif self.read_only and ratio < self.config.disk_usage_lwm and (self.disk_error is None or self._repair()):
             self.read_only = False
             log.warning("bookie writable again: disk %.1f%% used dir=%s", ratio * 100, self.dir)
         return self.read_only
+
+    def _disk_failed(self, e: OSError) -> QuorumLogError:
+        """A write failed: read-only until _repair; the error to answer the adds it failed with."""
+        if self.disk_error is None:
+            log.error("bookie read-only after a failed write: %s dir=%s", e, self.dir)
+        self.disk_error = e
+        self.read_only = True
+        return (DiskFull if e.errno == errno.ENOSPC else DiskError)(f"bookie {self.dir}: {e}")
+
+    def _repair(self) -> bool:
+        """Whether the disk takes writes again: the journal and the entry logger each start a new file."""
+        try:
+            self.journal.repair().result(REPAIR_TIMEOUT_S)
+            if self.entry_log.broken is not None:
+                self.entry_log.roll()
+        except (OSError, TimeoutError) as e:
+            log.info("bookie still read-only, the disk does not take writes yet: %s dir=%s", e, self.dir)
+            return False
+        log.warning("bookie repaired after %s dir=%s", self.disk_error, self.dir)
+        self.disk_error = None
+        return True
 
     def gc(self) -> dict[str, int]:
         """Drop deleted ledgers, delete dead entry logs, compact sparse ones. Returns what it did."""

@@ -86,17 +86,28 @@ class BookieService:
         async with self._maintenance:
             await self._checkpoint()
 
-    async def _checkpoint(self) -> None:
+    async def _checkpoint(self) -> bool:
+        """Whether it was done: one that fails (a full disk) leaves the journal whole and is tried again."""
         s = self.storage
         if s is None:
-            return
-        mark, durable_part = s.checkpoint_begin()
-        self._checkpoint_mark = mark
-        await asyncio.wrap_future(self._executor.submit(durable_part))
+            return False
+        try:
+            mark, durable_part = s.checkpoint_begin()
+            self._checkpoint_mark = mark
+            try:
+                await asyncio.wrap_future(self._executor.submit(durable_part))
+            except OSError:
+                self._checkpoint_mark = None
+                s.checkpoint_abort()
+                raise
+        except OSError as e:
+            log.warning("bookie checkpoint failed node=%s, tried again at the next one: %s", self.id, e)
+            return False
         self._checkpoint_mark = None
         s.checkpoint_end(mark, delete_journal=False)
         # (off the loop too: every add in flight on this bookie would wait out the unlink of a whole journal file)
         await asyncio.wrap_future(self._executor.submit(s.journal.delete_before, mark))
+        return True
 
     def check_disk(self) -> None:
         if self.storage is not None:
@@ -107,10 +118,9 @@ class BookieService:
         walk of their headers), on the thread: only compaction (its copying, and the checkpoint after it, rare:
         a log must have fallen below half live) stays on the loop."""
         async with self._maintenance:
-            await self._checkpoint()
             s = self.storage
-            if s is None:
-                return
+            if not await self._checkpoint() or s is None:
+                return  # (liveness is judged on a complete index on disk)
             for log_id in s.entry_log.unmapped():
                 counts = await asyncio.wrap_future(self._executor.submit(s.entry_log.map_ledgers, log_id))
                 s.entry_log.set_ledger_bytes(log_id, counts)

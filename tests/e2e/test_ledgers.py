@@ -29,6 +29,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.errors import LedgerFenced
 from quorumlog.ledger.metadata import State
 from quorumlog.ledgers import LedgerClient
+from quorumlog.server.bookie_service import BOOKIE_DIR
 from quorumlog.soak.processes import Cluster
 from quorumlog.wire.ledger import BookieOp, BookieOpRequest, ReadEntry, to_op_request
 
@@ -367,6 +368,68 @@ def test_a_full_disk_makes_a_bookie_read_only_and_placement_avoids_it_until_spac
         cluster.stop()
 
 
+def test_a_bookie_whose_disk_runs_out_under_a_writer_loses_nothing_and_takes_adds_again_once_space_returns(
+        tmp_path, tmpfs):
+    """ENOSPC before the bookie's 95% check sees it (the check runs every 250 ms): the adds that hit it fail, the
+    writer replaces the bookie and goes on, the bookie turns read-only; once space returns it starts a new
+    journal file and entry log and takes adds again. Every acknowledged entry reads back. Only n4's bookie
+    directory is on the small disk: a Raft member whose disk is full fail-stops at its next term change (it
+    cannot persist the term), which is the Raft group's matter, not this test's."""
+    disk = tmpfs("64M")
+    os.makedirs(tmp_path / "n4")
+    os.symlink(disk, tmp_path / "n4" / BOOKIE_DIR)
+    cluster = Cluster(str(tmp_path), n=5)
+
+    async def main() -> None:
+        await _create_meta(cluster)
+        async with LedgerClient(cluster.peers) as lc:
+            await _wait_registered(lc, 5)
+            w = await lc.create_ledger(ensemble=4, write_quorum=4, ack_quorum=3)
+            while "n4" not in w.metadata.last_ensemble:  # (random placement: 4 of 5 hold it)
+                await w.close()
+                w = await lc.create_ledger(ensemble=4, write_quorum=4, ack_quorum=3)
+            acked: list[int] = []
+            stop = asyncio.Event()
+
+            async def writer() -> None:
+                while not stop.is_set():
+                    acked.append(await w.add_entry(b"%06d" % len(acked) * 1024))
+
+            task = asyncio.create_task(writer())
+            await _until(lambda: len(acked) >= 50, 10, "the writer never got going")
+            filler = os.path.join(disk, "filler")
+            with open(filler, "wb") as f:  # every byte left, while the writer writes
+                with contextlib.suppress(OSError):
+                    while True:
+                        f.write(b"\0" * (1 << 20))
+                        f.flush()
+            await _until(lambda: "n4" not in w.metadata.last_ensemble, 15,
+                         "the writer never replaced the full bookie")
+            at_change = len(acked)
+            await _until(lambda: len(acked) >= at_change + 50, 15, "the writer stopped")
+            assert (await lc.registry.info("n4"))["state"] == "read_only"
+            os.remove(filler)
+
+            async def writable() -> bool:
+                return (await lc.registry.info("n4"))["state"] == "read_write"
+            await _until(writable, 15, "n4 never took writes again")
+            w5 = await lc.create_ledger(ensemble=5, write_quorum=5, ack_quorum=5)  # needs n4's journal again
+            assert await w5.add_entry(b"after") == 0
+            await w5.close()
+            stop.set()
+            await task
+            last = await w.close()
+            assert last == acked[-1] and acked == list(range(len(acked)))
+            r = await lc.open_ledger(w.ledger_id)
+            assert [e.body async for e in r.read()] == [b"%06d" % i * 1024 for i in acked]
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
 AUTO_RECOVERY_ARGS = ("--auditor-period-ms", "300", "--lost-bookie-recovery-delay-ms", "1500",
                       "--open-ledger-rereplication-grace-period-ms", "3000")
 
@@ -374,7 +437,9 @@ AUTO_RECOVERY_ARGS = ("--auditor-period-ms", "300", "--lost-bookie-recovery-dela
 async def _until(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while True:
-        result = await predicate()
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
         if result:
             return result
         assert time.monotonic() < deadline, what

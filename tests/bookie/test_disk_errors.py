@@ -1,0 +1,157 @@
+"""A bookie whose writes fail (quorumlog/bookie: journal.py, entry_log.py, storage.py): a full disk seen before the
+95% check, or an I/O error, fails the adds it hit and acknowledges none of them, turns the bookie read-only, and
+the bookie repairs itself once the disk takes writes again; no acknowledged add is lost, before or after a
+restart. BookKeeper's bookie shuts down on a journal IOException instead (a supervisor restarts it)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from quorumlog.bookie import BookieConfig, BookieStorage
+from quorumlog.bookie.entry_log import EntryLogger
+from quorumlog.bookie.index import LedgerIndex
+from quorumlog.bookie.journal import Journal
+from quorumlog.errors import BookieReadOnly, DiskError, DiskFull
+
+SMALL = BookieConfig(entry_log_file_bytes=1 << 20, journal_file_bytes=1 << 20)
+
+
+def body(entry: int) -> bytes:
+    return b"%08d" % entry * 2048  # 16 KiB
+
+
+def _add_until_refused(s: BookieStorage, ledger: int, first: int, n: int) -> tuple[list[int], list[type]]:
+    acked, refused = [], []
+    for e in range(first, first + n):
+        try:
+            s.add_entry(ledger, e, body(e), lac=e - 1).result(10)
+            acked.append(e)
+        except (DiskFull, DiskError, BookieReadOnly, OSError) as err:
+            refused.append(type(err))
+    return acked, refused
+
+
+def test_a_disk_that_fills_up_fails_the_adds_it_hit_and_the_bookie_comes_back_once_space_returns(tmpfs):
+    disk = tmpfs("8M")
+    s = BookieStorage(os.path.join(disk, "b"), SMALL)
+    filler = os.path.join(disk, "filler")
+    with open(filler, "wb") as f:  # leave ~0.6 MB: it runs out under the adds, before any disk check
+        f.write(b"\0" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize - 600_000))
+    acked, refused = _add_until_refused(s, 1, 0, 100)
+    assert acked == list(range(len(acked))) and 0 < len(acked) < 100
+    assert OSError in refused or DiskFull in refused  # the add(s) that hit ENOSPC, then read-only refusals
+    assert set(refused[1:]) == {BookieReadOnly}
+    assert s.read_only and s.disk_error is not None and s.disk_error.errno == errno.ENOSPC
+    with pytest.raises(OSError):  # a checkpoint cannot write either: the journal stays whole
+        s.checkpoint()
+    assert s.check_disk()  # still full: still read-only
+    for e in acked:  # those the entry log could not hand over yet (here: all, within its 1 MiB buffer) are
+        try:         # refused, never answered wrong; the writer's other bookies serve them meanwhile
+            assert s.read_entry(1, e) == body(e)
+        except DiskError:
+            pass
+
+    os.remove(filler)
+    assert not s.check_disk() and s.disk_error is None  # repaired: a new journal file and entry log
+    assert [s.read_entry(1, e) for e in acked] == [body(e) for e in acked]
+    more, refused = _add_until_refused(s, 1, 100, 20)
+    assert more == list(range(100, 120)) and not refused
+    s.checkpoint()
+    s.close()
+    s = BookieStorage(os.path.join(disk, "b"), SMALL)
+    try:
+        assert [s.read_entry(1, e) for e in acked + more] == [body(e) for e in acked + more]
+    finally:
+        s.close()
+
+
+class _FailingFile:
+    """A file whose write number `fail_at` writes `keep` bytes of its data, then fails with ENOSPC."""
+
+    def __init__(self, inner, fail_at: int, keep: int = 0) -> None:
+        self.inner, self.fail_at, self.keep, self.writes = inner, fail_at, keep, 0
+
+    def write(self, data) -> int:
+        self.writes += 1
+        if self.writes == self.fail_at:
+            self.inner.write(bytes(data)[:self.keep])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.inner.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_an_entry_log_write_failing_after_a_records_header_leaves_no_record_misplaced(tmp_path):
+    """The header went into the log, the body did not: a location counted on from there would point one stray
+    header early for every later record. The next append starts a new log instead."""
+    log = EntryLogger(str(tmp_path))
+    before = [log.append(1, e, body(e)) for e in range(3)]
+    log._file = _FailingFile(log._file, fail_at=2)  # the next append's header is written, its body fails
+    with pytest.raises(OSError):
+        log.append(1, 3, body(3))
+    assert log.broken is not None
+    after = [log.append(1, e, body(e)) for e in range(4, 8)]
+    assert after[0][0] == before[0][0] + 1 and log.broken is None
+    for e, loc in zip([0, 1, 2, 4, 5, 6, 7], before + after):
+        assert log.read(loc, 1, e) == body(e)
+    log.flush()
+    assert [entry for _, _, entry, _ in log.scan(before[0][0])] == [0, 1, 2]  # the stray header ends the old log
+
+
+def test_a_failed_journal_write_fails_its_group_and_every_later_one_until_repaired(tmp_path):
+    j = Journal(str(tmp_path))
+    j.start()
+    try:
+        assert j.submit(b"one").result(5)
+        j._file = _FailingFile(j._file, fail_at=1, keep=10)  # a torn record: 10 bytes of it reach the file
+        with pytest.raises(OSError):
+            j.submit(b"two").result(5)
+        assert j.error is not None
+        with pytest.raises(OSError):  # at once, nothing written: the file a write failed in is left as it is
+            j.submit(b"three").result(5)
+        assert j._file.writes == 1
+        assert j.repair().result(5) is None and j.error is None
+        assert j.submit(b"four").result(5) == j.durable
+    finally:
+        j.close()
+    # replay reads past the abandoned file's torn tail into the next file
+    assert list(Journal(str(tmp_path)).replay((0, 0))) == [b"one", b"four"]
+
+
+def test_a_torn_tail_in_the_last_journal_file_still_ends_replay(tmp_path):
+    j = Journal(str(tmp_path))
+    j.start()
+    j.submit(b"one").result(5)
+    j.close()
+    seq, path = j.files()[-1]
+    with open(path, "ab") as f:
+        f.write(b"\x00\x00\x00\x10torn")
+    assert list(Journal(str(tmp_path)).replay((0, 0))) == [b"one"]
+
+
+def test_a_checkpoint_whose_durable_part_fails_is_done_by_the_next_one(tmp_path, monkeypatch):
+    """The index set its changes aside for the failed write; they go back (the changes made since on top), so
+    the next checkpoint writes them, instead of every later checkpoint failing "one checkpoint at a time"."""
+    s = BookieStorage(str(tmp_path), SMALL)
+    for e in range(5):
+        s.add_entry(1, e, body(e), lac=e - 1).result(5)
+    real = s.entry_log.sync_paths
+    monkeypatch.setattr(s.entry_log, "sync_paths", lambda paths: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    with pytest.raises(OSError):
+        s.checkpoint()
+    monkeypatch.setattr(s.entry_log, "sync_paths", real)
+    for e in range(5, 8):
+        s.add_entry(1, e, body(e), lac=e - 1).result(5)
+    s.checkpoint()
+    mark = s.index.mark()
+    assert mark == s.journal.durable
+    s.close()
+    index = LedgerIndex(os.path.join(str(tmp_path), "index"))  # what the checkpoint wrote, without replay
+    try:
+        assert all(index.get(1, e) is not None for e in range(8)) and index.last_entry(1) == 7
+    finally:
+        index.close()
