@@ -15,8 +15,12 @@ fault from FAULT_KINDS is applied to a bookie for `hold_s`, then healed:
                     for the ledgers it held (at most one wiped per run: two wiped copies of an entry with
                     W=2 is data loss that no protocol can prevent)
   kill9_meta_leader kill -9 the `_meta` group's leader (metadata changes wait for a new one)
+  fill_bookie_disk  fill the bookie's disk to the last byte (each bookie directory is a tmpfs of its own,
+                    BOOKIE_DISK): adds hit ENOSPC before the bookie's 250 ms check sees it, the bookie turns
+                    read-only; the filler is deleted at the heal and the bookie repairs itself. Without root
+                    (no tmpfs) the cycle is a kill9_bookie, noted as such
 
-Checked at the end: every bookie answers and auto-recovery has nothing left to do (no ledger marked
+Checked at the end: every bookie answers, read-write, and auto-recovery has nothing left to do (no ledger marked
 under-replicated: a wiped bookie's lost copies were re-made elsewhere); every ledger is closed (open ones
 recovered); every entry acknowledged to a
 writer is within its ledger's last_entry_id and reads back with its body; every entry up to last_entry_id
@@ -33,6 +37,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +50,8 @@ from .processes import Cluster
 
 log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("kill9_bookie", "pause_bookie", "wipe_bookie", "kill9_meta_leader")
+FAULT_KINDS = ("kill9_bookie", "pause_bookie", "wipe_bookie", "kill9_meta_leader", "fill_bookie_disk")
+BOOKIE_DISK = "512M"  # a tmpfs per bookie directory (a 110-cycle run stores ~100 MB on each)
 ENTRIES_PER_LEDGER = 300
 IN_FLIGHT = 16
 # auto-recovery quicker than its defaults, so a run ends with it done: a bookie down for a cycle's hold (≤ 3 s)
@@ -105,6 +111,7 @@ class LedgerSoak:
         self.errors: dict[str, int] = {}
         self.ack_times: list[float] = []
         self.writer_errors: list[str] = []
+        self.disks: dict[str, str] = {}  # node -> its bookie directory, a tmpfs mount (fill_bookie_disk)
 
     def _schedule(self, cycles: int) -> list[Cycle]:
         """Every kind once first (in a random order), then at random."""
@@ -227,8 +234,13 @@ class LedgerSoak:
             c.target = await self._meta_leader() or c.target
         await self._race_recovery(c)
         node = nodes[c.target]
+        if c.kind == "fill_bookie_disk" and c.target not in self.disks:
+            c.kind, c.note = "kill9_bookie", "fill_bookie_disk without a tmpfs (not root)"
+        filler = os.path.join(self.disks.get(c.target, ""), "filler")
         if c.kind in ("kill9_bookie", "kill9_meta_leader"):
             node.kill9()
+        elif c.kind == "fill_bookie_disk":
+            await asyncio.to_thread(_fill, filler)
         elif c.kind == "pause_bookie":
             node.signal(signal.SIGSTOP)
         elif c.kind == "wipe_bookie":
@@ -239,6 +251,8 @@ class LedgerSoak:
         await asyncio.sleep(c.hold_s)
         if c.kind == "pause_bookie":
             node.signal(signal.SIGCONT)
+        elif c.kind == "fill_bookie_disk":
+            os.remove(filler)
         for n in nodes.values():
             if not n.alive:
                 n.start()
@@ -286,16 +300,17 @@ class LedgerSoak:
 
         violations = []
         async with LedgerClient(self.cluster.peers, timeout_ms=20_000) as lc:
-            # every bookie up again and auto-recovery done (a wiped bookie's lost copies re-made elsewhere)
+            # every bookie up and writable again (a filled one repaired) and auto-recovery done (a wiped bookie's
+            # lost copies re-made elsewhere)
             deadline = time.monotonic() + FINAL_WAIT_S
             while True:
-                down = [b for b, i in (await lc.bookies()).items() if i.get("state") == "down"]
+                unwell = {b: i.get("state") for b, i in (await lc.bookies()).items() if i.get("state") != "read_write"}
                 marked = await lc.underreplicated()
-                if not down and not marked:
+                if not unwell and not marked:
                     break
                 if time.monotonic() > deadline:
-                    violations.append(f"after {FINAL_WAIT_S} s: bookies down {down}, ledgers still under-replicated "
-                                      f"{[m['ledger_id'] for m in marked][:10]}")
+                    violations.append(f"after {FINAL_WAIT_S} s: bookies not read-write {unwell}, ledgers still "
+                                      f"under-replicated {[m['ledger_id'] for m in marked][:10]}")
                     break
                 await asyncio.sleep(0.5)
             for lid in sorted(self.acked):
@@ -324,16 +339,43 @@ class LedgerSoak:
                     violations.append(f"ledger {lid}: acknowledged entries lost or changed: {lost[:5]}")
         return violations
 
+    def _mount_disks(self) -> None:
+        for nid, node in self.cluster.nodes.items():
+            path = os.path.join(node.data_dir, "bookie")
+            os.makedirs(path, exist_ok=True)
+            r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={BOOKIE_DISK}", "tmpfs", path],
+                               capture_output=True)
+            if r.returncode != 0:
+                log.warning("no tmpfs for the bookies (fill_bookie_disk becomes kill9_bookie): %s",
+                            r.stderr.decode().strip())
+                return
+            self.disks[nid] = path
+
     def run(self) -> LedgerSoakResult:
         t0 = time.monotonic()
+        if os.geteuid() == 0:
+            self._mount_disks()
         self.cluster.start()
         try:
             violations = asyncio.run(self._run())
         finally:
             self.cluster.stop()
+            for path in self.disks.values():
+                subprocess.run(["umount", "-l", path], capture_output=True)
         recovered = sum(1 for c in self.plan if c.acks_after_heal >= 50)
         return LedgerSoakResult(self.seed, self.plan, len(self.acked), sum(len(a) for a in self.acked.values()),
                                 violations, self.errors, time.monotonic() - t0, recovered, self.writer_errors)
+
+
+def _fill(path: str) -> None:
+    """Write zeros to path until the disk refuses (ENOSPC)."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(bytes(1 << 20))
+                f.flush()
+        except OSError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
