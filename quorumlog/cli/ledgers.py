@@ -217,7 +217,8 @@ def decommission(bookie: str = typer.Option(..., "--id", help="The bookie (node 
 @bookie_app.command("list")
 def list_bookies(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
                  timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
-    """Every bookie: state (read_write / read_only / down), disk use, ledger count."""
+    """Every bookie: state (read_write / read_only / down), disk use, ledger count, and the failed write that
+    made it read-only, while it has not repaired itself."""
     async def go():
         async with _client(peers, cluster, timeout_ms) as lc:
             return await lc.bookies()
@@ -229,4 +230,5 @@ def list_bookies(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Clust
     for b, info in infos.items():
         used = info.get("disk_used")
         out_console.print(f"{b}\t{info.get('state')}\tdisk_used={'-' if used is None else f'{used:.1%}'}\t"
-                          f"ledgers={info.get('ledgers', '-')}", highlight=False)
+                          f"ledgers={info.get('ledgers', '-')}" +
+                          (f"\tdisk_error={info['disk_error']}" if info.get("disk_error") else ""), highlight=False)

@@ -407,12 +407,14 @@ def test_a_bookie_whose_disk_runs_out_under_a_writer_loses_nothing_and_takes_add
                          "the writer never replaced the full bookie")
             at_change = len(acked)
             await _until(lambda: len(acked) >= at_change + 50, 15, "the writer stopped")
-            assert (await lc.registry.info("n4"))["state"] == "read_only"
+            info = await lc.registry.info("n4")
+            assert info["state"] == "read_only" and "No space left" in info["disk_error"], info
             os.remove(filler)
 
             async def writable() -> bool:
                 return (await lc.registry.info("n4"))["state"] == "read_write"
             await _until(writable, 15, "n4 never took writes again")
+            assert (await lc.registry.info("n4"))["disk_error"] is None
             w5 = await lc.create_ledger(ensemble=5, write_quorum=5, ack_quorum=5)  # needs n4's journal again
             assert await w5.add_entry(b"after") == 0
             await w5.close()
