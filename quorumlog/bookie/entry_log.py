@@ -5,9 +5,11 @@ checkpoints (the journal holds the durable copy until then).
 Record: `[u32 size][u32 crc32c(body)][u64 ledger][i64 entry][body]`; a location is (log id, offset of the
 record). Compaction copies the live records of a log into the current one and deletes it (storage.py).
 
-A write that fails (a full disk) may leave part of a record in the file: the logger is then `broken`, and the
-next append first hands over what the buffer still holds and starts a new log, so no record is ever written
-after a partial one (a location is the offset the logger counted, which a stray partial record would shift).
+Appends collect in a buffer of the logger's own (BookKeeper's DbLedgerStorage keeps a write cache for the same
+reason) and are written a MiB at a time: reads of the records in it are served from it, so a full disk that
+keeps them from the file hides none of them, and a write that fails or is cut short leaves the file an exact
+prefix of the log's records, the rest still buffered, in order (no record is ever split between a failed
+write and a later one at a shifted offset).
 
 Each log's bytes per ledger (BookKeeper's EntryLogMetadata) are counted as it is written, and found once by a
 walk of the record headers for a log written before this process started: garbage collection judges a log
@@ -26,9 +28,10 @@ from ..errors import CorruptEntry
 from ..format.log_entry import crc32c
 
 ENTRY_LOG_FILE_BYTES = 64 * 1024 * 1024  # BookKeeper logSizeLimit is 1 GiB; smaller logs compact sooner
-# Appends are handed to the OS a MiB at a time (flush_begin, reads and rolls hand over the rest): the default
-# 8 KiB buffer cost a write() every few 1 KiB adds, the bookie's biggest per-add cost in a profile.
+# Appends are handed to the OS a MiB at a time (flush_begin, scans and rolls hand over the rest): an 8 KiB
+# buffer cost a write() every few 1 KiB adds, the bookie's biggest per-add cost in a profile.
 _BUFFER_BYTES = 1 << 20
+_write = os.write  # (tests put a failing disk here)
 _HEAD = struct.Struct(">IIQq")  # body size, crc32c(body), ledger id, entry id
 _FILE = re.compile(r"^entrylog-(\d{20})\.log$")
 
@@ -42,13 +45,14 @@ class EntryLogger:
         self.file_bytes = file_bytes
         ids = self.log_ids()
         self.current_id = ids[-1] + 1 if ids else 0  # never append to a log a crash may have torn
-        self._file = open(self._path(self.current_id), "ab", buffering=_BUFFER_BYTES)
+        self._fd = self._open(self.current_id)
+        self._written = 0  # bytes of the current log in its file; the rest of _offset is in _pending
+        self._pending = bytearray()
         self._offset = 0
         self._unsynced: set[int] = {self.current_id}
         # log id -> {ledger id: bytes of its records}; the current log's is counted by append, older ones' are
         # filled in by ledger_bytes / set_ledger_bytes
         self._ledger_bytes: dict[int, dict[int, int]] = {self.current_id: {}}
-        self.broken: OSError | None = None  # a write failed: the next append starts a new log first
 
     def _path(self, log_id: int) -> str:
         return os.path.join(self.dir, f"entrylog-{log_id:020d}.log")
@@ -56,42 +60,54 @@ class EntryLogger:
     def log_ids(self) -> list[int]:
         return sorted(int(m.group(1)) for m in map(_FILE.match, os.listdir(self.dir)) if m)
 
+    def _open(self, log_id: int) -> int:
+        return os.open(self._path(log_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        if self._offset >= self.file_bytes or self.broken is not None:
+        """Raises OSError (the record not appended) if the log must roll or the buffer be written and cannot."""
+        if self._offset >= self.file_bytes:
             self.roll()
+        elif len(self._pending) >= _BUFFER_BYTES:
+            self.write_out()
         location = (self.current_id, self._offset)
-        try:
-            self._file.write(_HEAD.pack(len(body), crc32c(body), ledger_id, entry_id))
-            self._file.write(body)
-        except OSError as e:
-            self.broken = e
-            raise
+        self._pending += _HEAD.pack(len(body), crc32c(body), ledger_id, entry_id)
+        self._pending += body
         size = _HEAD.size + len(body)
         self._offset += size
         counts = self._ledger_bytes[self.current_id]
         counts[ledger_id] = counts.get(ledger_id, 0) + size
         return location
 
-    def roll(self) -> None:
-        """The next log. Raises OSError (nothing changed, but what the buffer held may be partly written) if the
-        current log's buffer cannot be handed over or the new log cannot be made."""
+    def write_out(self) -> None:
+        """Hand the buffer to the OS. Raises OSError with what was written taken out of the buffer: the file
+        stays an exact prefix of the log, the rest of it buffered."""
+        if not self._pending:
+            return
+        done = 0
+        view = memoryview(self._pending)
         try:
-            self._file.flush()  # (records already indexed: they must reach the file before it is left)
-            new = open(self._path(self.current_id + 1), "ab", buffering=_BUFFER_BYTES)
-        except OSError as e:
-            self.broken = self.broken or e
-            raise
-        self._file.close()
+            while done < len(view):
+                with view[done:] as part:  # (released even if a failed write's traceback keeps it)
+                    done += _write(self._fd, part)
+        finally:
+            view.release()
+            del self._pending[:done]
+            self._written += done
+
+    def roll(self) -> None:
+        """The next log. Raises OSError (still on the current one) if its buffer cannot be written out or the new
+        log cannot be made."""
+        self.write_out()  # (records indexed already: they must reach the file before it is left)
+        new = self._open(self.current_id + 1)
+        os.close(self._fd)
         self.current_id += 1
-        self._file = new
-        self._offset = 0
+        self._fd, self._written, self._offset = new, 0, 0
         self._unsynced.add(self.current_id)
         self._ledger_bytes[self.current_id] = {}
-        self.broken = None
 
     def flush_begin(self) -> list[str]:
         """Hand every appended record to the OS; the paths whose data sync_paths must make durable."""
-        self._file.flush()
+        self.write_out()
         paths = [self._path(log_id) for log_id in sorted(self._unsynced)]
         self._unsynced = {self.current_id}
         return paths
@@ -111,10 +127,10 @@ class EntryLogger:
 
     def flush(self) -> None:
         """Make every appended record durable (a checkpoint's first step)."""
-        self._file.flush()
+        self.write_out()
         for log_id in sorted(self._unsynced):
             if log_id == self.current_id:
-                os.fdatasync(self._file.fileno())
+                os.fdatasync(self._fd)
             else:
                 fd = os.open(self._path(log_id), os.O_RDONLY)
                 try:
@@ -130,23 +146,26 @@ class EntryLogger:
 
     def read(self, location: Location, ledger_id: int, entry_id: int) -> bytes:
         log_id, offset = location
-        unwritten: OSError | None = None
-        if log_id == self.current_id:
-            try:
-                self._file.flush()
-            except OSError as e:  # a full disk: the records still in the buffer cannot be read; the others can
-                unwritten = e
-        with open(self._path(log_id), "rb") as f:
-            f.seek(offset)
-            head = f.read(_HEAD.size)
+        if log_id == self.current_id and offset >= self._written:  # (a reader following a writer: no syscall)
+            at = offset - self._written
+            head = bytes(self._pending[at:at + _HEAD.size])
             if len(head) != _HEAD.size:
-                if unwritten is not None:
-                    raise unwritten
                 raise CorruptEntry(f"entry log {log_id} offset {offset}: truncated header")
             size, crc, ledger, entry = _HEAD.unpack(head)
-            body = f.read(size)
-            if len(body) != size and unwritten is not None:
-                raise unwritten
+            body = bytes(self._pending[at + _HEAD.size:at + _HEAD.size + size])
+        else:
+            with open(self._path(log_id), "rb") as f:
+                f.seek(offset)
+                head = f.read(_HEAD.size)
+                if log_id == self.current_id and len(head) < _HEAD.size:  # (the file ends inside it: a write cut)
+                    head += bytes(self._pending[:_HEAD.size - len(head)])
+                if len(head) != _HEAD.size:
+                    raise CorruptEntry(f"entry log {log_id} offset {offset}: truncated header")
+                size, crc, ledger, entry = _HEAD.unpack(head)
+                body = f.read(size)
+            if log_id == self.current_id and len(body) < size:
+                start = max(0, offset + _HEAD.size - self._written)
+                body += bytes(self._pending[start:start + size - len(body)])
         if (ledger, entry) != (ledger_id, entry_id) or len(body) != size or crc32c(body) != crc:
             raise CorruptEntry(f"entry log {log_id} offset {offset}: expected {ledger_id}/{entry_id}, found "
                                f"{ledger}/{entry} ({len(body)} of {size} bytes)")
@@ -155,7 +174,7 @@ class EntryLogger:
     def scan(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
         """(offset, ledger, entry, body) of every intact record of a log, in order (compaction, GC)."""
         if log_id == self.current_id:
-            self._file.flush()
+            self.write_out()
         with open(self._path(log_id), "rb") as f:
             data = f.read()
         pos = 0
@@ -202,7 +221,7 @@ class EntryLogger:
 
     def size_of(self, log_id: int) -> int:
         if log_id == self.current_id:
-            self._file.flush()  # (appends still in the buffer count too)
+            return self._offset  # (appends still in the buffer count too)
         return os.path.getsize(self._path(log_id))
 
     def remove(self, log_id: int) -> None:
@@ -211,5 +230,7 @@ class EntryLogger:
         self._ledger_bytes.pop(log_id, None)
 
     def close(self) -> None:
-        self._file.flush()
-        self._file.close()
+        try:
+            self.write_out()
+        finally:
+            os.close(self._fd)

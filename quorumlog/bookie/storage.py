@@ -16,8 +16,8 @@
   again (BookKeeper's diskUsageThreshold / diskUsageLwmThreshold).
 - A write that fails (ENOSPC before the threshold was seen, an I/O error) fails its adds with DISK_FULL /
   DISK_ERROR, nothing of them acknowledged, and makes the bookie read-only (`disk_error`) until the disk is
-  below `disk_usage_lwm` and takes writes again: the journal starts a new file, the entry logger a new log
-  (journal.py, entry_log.py). A checkpoint that fails leaves the journal as it was and is tried again.
+  below `disk_usage_lwm` and takes writes again: the journal starts a new file, the entry log writes out what
+  it buffered meanwhile (journal.py, entry_log.py); reads are served throughout, buffered records included. A checkpoint that fails leaves the journal as it was and is tried again.
 - Deleting a ledger marks it; `gc()` drops deleted ledgers from the index, deletes entry logs with nothing
   live, and compacts those whose live fraction fell below `compaction_threshold` (0.5) by copying the live
   records into the current log (BookKeeper's GarbageCollectorThread, major compaction).
@@ -287,11 +287,10 @@ class BookieStorage:
         return (DiskFull if e.errno == errno.ENOSPC else DiskError)(f"bookie {self.dir}: {e}")
 
     def _repair(self) -> bool:
-        """Whether the disk takes writes again: the journal and the entry logger each start a new file."""
+        """Whether the disk takes writes again: the journal starts a new file, the entry log writes out its buffer."""
         try:
             self.journal.repair().result(REPAIR_TIMEOUT_S)
-            if self.entry_log.broken is not None:
-                self.entry_log.roll()
+            self.entry_log.write_out()  # (what the entry log buffered while the disk refused it)
         except (OSError, TimeoutError) as e:
             log.info("bookie still read-only, the disk does not take writes yet: %s dir=%s", e, self.dir)
             return False
