@@ -17,7 +17,8 @@
 - A write that fails (ENOSPC before the threshold was seen, an I/O error) fails its adds with DISK_FULL /
   DISK_ERROR, nothing of them acknowledged, and makes the bookie read-only (`disk_error`) until the disk is
   below `disk_usage_lwm` and takes writes again: the journal starts a new file, the entry log writes out what
-  it buffered meanwhile (journal.py, entry_log.py); reads are served throughout, buffered records included. A checkpoint that fails leaves the journal as it was and is tried again.
+  it buffered meanwhile (journal.py, entry_log.py). Reads are served throughout, buffered records included.
+  A checkpoint that fails leaves the journal as it was and is tried again.
 - Deleting a ledger marks it; `gc()` drops deleted ledgers from the index, deletes entry logs with nothing
   live, and compacts those whose live fraction fell below `compaction_threshold` (0.5) by copying the live
   records into the current log (BookKeeper's GarbageCollectorThread, major compaction).
@@ -44,7 +45,6 @@ from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL
 log = logging.getLogger(__name__)
 
 _ADD, _FENCE, _LAC, _DELETE = 1, 2, 3, 4
-REPAIR_TIMEOUT_S = 5  # the journal's new file: a create and a directory fsync
 _REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC); the body follows an ADD
 
 
@@ -71,6 +71,7 @@ class BookieStorage:
                                flush_when_queue_empty=config.journal_flush_when_queue_empty)
         self.read_only = False
         self.disk_error: OSError | None = None  # a failed write: read-only until repaired (check_disk)
+        self._repairing: Future | None = None  # the journal's repair, asked by check_disk
         self.replayed = self._replay()
         self.journal.start()
         self.checkpoint()
@@ -212,7 +213,7 @@ class BookieStorage:
             raise NoSuchEntry(f"no entry {entry_id} of ledger {ledger_id} on this bookie")
         try:
             return self.entry_log.read(loc, ledger_id, entry_id)
-        except OSError as e:  # (the current log's buffer could not be handed over to be read)
+        except OSError as e:  # (an I/O error reading the log)
             raise DiskError(f"entry {entry_id} of ledger {ledger_id}: {e}") from None
 
     def last_entry(self, ledger_id: int) -> int:
@@ -287,11 +288,17 @@ class BookieStorage:
         return (DiskFull if e.errno == errno.ENOSPC else DiskError)(f"bookie {self.dir}: {e}")
 
     def _repair(self) -> bool:
-        """Whether the disk takes writes again: the journal starts a new file, the entry log writes out its buffer."""
+        """Whether the disk takes writes again: the journal starts a new file (asked of its writer, answered by a
+        later check: a hung disk must not hold the caller), then the entry log writes out its buffer."""
+        if self._repairing is None:
+            self._repairing = self.journal.repair()
+        if not self._repairing.done():
+            return False
+        done, self._repairing = self._repairing, None
         try:
-            self.journal.repair().result(REPAIR_TIMEOUT_S)
+            done.result()
             self.entry_log.write_out()  # (what the entry log buffered while the disk refused it)
-        except (OSError, TimeoutError) as e:
+        except OSError as e:
             log.info("bookie still read-only, the disk does not take writes yet: %s dir=%s", e, self.dir)
             return False
         log.warning("bookie repaired after %s dir=%s", self.disk_error, self.dir)
