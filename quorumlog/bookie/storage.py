@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import struct
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
@@ -45,6 +46,9 @@ from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL
 log = logging.getLogger(__name__)
 
 _ADD, _FENCE, _LAC, _DELETE = 1, 2, 3, 4
+# A disk that fails again soon after a repair (an I/O error with space to spare) is tried ever later: each
+# repair starts a journal file, and one every check would pile them up.
+REPAIR_BACKOFF_S = (0.5, 60.0)  # the first wait, and the longest (also: healthy this long resets the wait)
 _REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC); the body follows an ADD
 
 
@@ -72,6 +76,9 @@ class BookieStorage:
         self.read_only = False
         self.disk_error: OSError | None = None  # a failed write: read-only until repaired (check_disk)
         self._repairing: Future | None = None  # the journal's repair, asked by check_disk
+        self._repair_after = 0.0  # (time.monotonic) no repair is asked before this
+        self._repair_wait = REPAIR_BACKOFF_S[0]
+        self._repaired_at = float("-inf")
         self.replayed = self._replay()
         self.journal.start()
         self.checkpoint()
@@ -283,6 +290,10 @@ class BookieStorage:
         """A write failed: read-only until _repair; the error to answer the adds it failed with."""
         if self.disk_error is None:
             log.error("bookie read-only after a failed write: %s dir=%s", e, self.dir)
+            now = time.monotonic()
+            first, longest = REPAIR_BACKOFF_S
+            self._repair_wait = first if now - self._repaired_at > longest else min(longest, self._repair_wait * 2)
+            self._repair_after = now + self._repair_wait
         self.disk_error = e
         self.read_only = True
         return (DiskFull if e.errno == errno.ENOSPC else DiskError)(f"bookie {self.dir}: {e}")
@@ -291,6 +302,8 @@ class BookieStorage:
         """Whether the disk takes writes again: the journal starts a new file (asked of its writer, answered by a
         later check: a hung disk must not hold the caller), then the entry log writes out its buffer."""
         if self._repairing is None:
+            if time.monotonic() < self._repair_after:
+                return False
             self._repairing = self.journal.repair()
         if not self._repairing.done():
             return False
@@ -303,6 +316,7 @@ class BookieStorage:
             return False
         log.warning("bookie repaired after %s dir=%s", self.disk_error, self.dir)
         self.disk_error = None
+        self._repaired_at = time.monotonic()
         return True
 
     def gc(self) -> dict[str, int]:

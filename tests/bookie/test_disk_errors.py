@@ -12,7 +12,7 @@ import time
 import pytest
 
 from quorumlog.bookie import BookieConfig, BookieStorage
-from quorumlog.bookie import entry_log
+from quorumlog.bookie import entry_log, storage
 from quorumlog.bookie.entry_log import EntryLogger
 from quorumlog.bookie.index import LedgerIndex
 from quorumlog.bookie.journal import Journal
@@ -169,3 +169,27 @@ def test_a_checkpoint_whose_durable_part_fails_is_done_by_the_next_one(tmp_path,
         assert all(index.get(1, e) is not None for e in range(8)) and index.last_entry(1) == 7
     finally:
         index.close()
+
+
+def test_a_disk_that_keeps_failing_after_each_repair_is_tried_ever_later(tmp_path, monkeypatch):
+    """An I/O error with space to spare: every repair starts a journal file, and the next add fails again. The
+    repairs back off (doubling up to REPAIR_BACKOFF_S[1]), so a failing disk does not pile up journal files."""
+    monkeypatch.setattr(storage, "REPAIR_BACKOFF_S", (0.02, 0.16))
+    s = BookieStorage(str(tmp_path), SMALL)
+
+    def eio(batch):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(s.journal, "_write", eio)
+    files_before = len(s.journal.files())
+    deadline = time.monotonic() + 1.5
+    e = 0
+    while time.monotonic() < deadline:
+        if not s.check_disk():  # repaired: the next add fails again
+            with pytest.raises(OSError):
+                s.add_entry(1, e, body(e), lac=e - 1).result(5)
+            e += 1
+        time.sleep(0.002)
+    s.journal._write = Journal._write.__get__(s.journal)  # (a healthy disk again, for close)
+    # without the backoff a repair every check: hundreds of files; with it 0.02, 0.04, 0.08, then every 0.16 s
+    assert 3 <= e <= 14 and len(s.journal.files()) - files_before <= 14, (e, len(s.journal.files()))
+    s.close()
