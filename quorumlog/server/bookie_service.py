@@ -138,7 +138,8 @@ class BookieService:
         st = os.statvfs(self.dir)
         used = 1 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
         return {"bookie_id": self.id, "instance_id": s.instance_id, "state": self.state,
-                "disk_used": round(used, 4), "disk_error": None if s.disk_error is None else str(s.disk_error), "ledgers": len(s.ledgers()), "limbo": len(self.limbo),
+                "disk_used": round(used, 4), "disk_error": None if s.disk_error is None else str(s.disk_error),
+                "ledgers": len(s.ledgers()), "limbo": len(self.limbo),
                 "limbo_known": self.limbo_known, "requests": self.requests,
                 "limbo_ledgers": sorted(self.limbo) if self.limbo_known else []}  # (auto-recovery re-replicates them)
 
