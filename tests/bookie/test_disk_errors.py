@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 
 import pytest
 
@@ -36,7 +35,24 @@ def _add_until_refused(s: BookieStorage, ledger: int, first: int, n: int) -> tup
     return acked, refused
 
 
-def test_a_disk_that_fills_up_fails_the_adds_it_hit_and_the_bookie_comes_back_once_space_returns(tmpfs):
+class _Clock:
+    """storage's time, driven by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    c = _Clock()
+    monkeypatch.setattr(storage, "time", c)
+    return c
+
+
+def test_a_disk_that_fills_up_fails_the_adds_it_hit_and_the_bookie_comes_back_once_space_returns(tmpfs, clock):
     disk = tmpfs("8M")
     s = BookieStorage(os.path.join(disk, "b"), SMALL)
     filler = os.path.join(disk, "filler")
@@ -54,11 +70,10 @@ def test_a_disk_that_fills_up_fails_the_adds_it_hit_and_the_bookie_comes_back_on
     assert [s.read_entry(1, e) for e in acked] == [body(e) for e in acked]
 
     os.remove(filler)
-    deadline = time.monotonic() + 10
-    while s.check_disk():  # (the journal's writer makes its new file; a later check sees it done)
-        assert time.monotonic() < deadline, "never repaired"
-        time.sleep(0.01)
-    assert s.disk_error is None
+    clock.now += storage.REPAIR_BACKOFF_S[0]  # (the first repair is asked no sooner than this)
+    assert s.check_disk()  # asked of the journal's writer; a later check takes its answer
+    s._repairing.result(5)
+    assert not s.check_disk() and s.disk_error is None
     assert [s.read_entry(1, e) for e in acked] == [body(e) for e in acked]
     more, refused = _add_until_refused(s, 1, 100, 20)
     assert more == list(range(100, 120)) and not refused
@@ -171,7 +186,7 @@ def test_a_checkpoint_whose_durable_part_fails_is_done_by_the_next_one(tmp_path,
         index.close()
 
 
-def test_a_disk_that_keeps_failing_after_each_repair_is_tried_ever_later(tmp_path, monkeypatch):
+def test_a_disk_that_keeps_failing_after_each_repair_is_tried_ever_later(tmp_path, monkeypatch, clock):
     """An I/O error with space to spare: every repair starts a journal file, and the next add fails again. The
     repairs back off (doubling up to REPAIR_BACKOFF_S[1]), so a failing disk does not pile up journal files."""
     monkeypatch.setattr(storage, "REPAIR_BACKOFF_S", (0.02, 0.16))
@@ -181,15 +196,23 @@ def test_a_disk_that_keeps_failing_after_each_repair_is_tried_ever_later(tmp_pat
         raise OSError(errno.EIO, "Input/output error")
     monkeypatch.setattr(s.journal, "_write", eio)
     files_before = len(s.journal.files())
-    deadline = time.monotonic() + 1.5
-    e = 0
-    while time.monotonic() < deadline:
+    repaired_at = []
+    with pytest.raises(OSError):  # the first failure
+        s.add_entry(1, 0, body(0), lac=-1).result(5)
+    start = clock.now
+    for _ in range(300):  # 1.5 s of checks every 5 ms
+        clock.now += 0.005
+        if s._repairing is not None:
+            s._repairing.exception(5)  # (the journal's writer answers the repair it was asked)
         if not s.check_disk():  # repaired: the next add fails again
+            repaired_at.append(round(clock.now - start, 3))
             with pytest.raises(OSError):
-                s.add_entry(1, e, body(e), lac=e - 1).result(5)
-            e += 1
-        time.sleep(0.002)
+                s.add_entry(1, len(repaired_at), body(0), lac=-1).result(5)
     s.journal._write = Journal._write.__get__(s.journal)  # (a healthy disk again, for close)
-    # without the backoff a repair every check: hundreds of files; with it 0.02, 0.04, 0.08, then every 0.16 s
-    assert 3 <= e <= 14 and len(s.journal.files()) - files_before <= 14, (e, len(s.journal.files()))
+    # each repair waits twice as long as the one before, up to 0.16 s (plus the two or three 5 ms checks that
+    # notice the failure and take the writer's answer); without the backoff: a repair, and a file, every check
+    gaps = [round(b - a, 3) for a, b in zip([0.0] + repaired_at, repaired_at)]
+    waits = [min(0.02 * 2 ** i, 0.16) for i in range(len(gaps))]
+    assert all(w < g <= w + 0.015 for g, w in zip(gaps, waits)), gaps
+    assert 9 <= len(repaired_at) <= 11 and len(s.journal.files()) - files_before == len(repaired_at)
     s.close()

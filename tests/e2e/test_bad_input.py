@@ -7,7 +7,6 @@ import json
 import os
 import random
 import struct
-import subprocess
 import time
 import urllib.request
 
@@ -169,21 +168,9 @@ def test_oversized_and_empty_appends_are_refused(tmp_path):
 
 
 @pytest.fixture
-def small_disks(tmp_path):
+def small_disks(tmpfs):
     """Three 12 MiB tmpfs mounts (real ENOSPC), unmounted afterwards; skipped when mount is not allowed."""
-    dirs = {}
-    try:
-        for i in range(3):
-            d = tmp_path / f"disk{i}"
-            d.mkdir()
-            r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12M", "tmpfs", str(d)], capture_output=True)
-            if r.returncode != 0:
-                pytest.skip(f"cannot mount tmpfs: {r.stderr.decode().strip()}")
-            dirs[f"n{i}"] = str(d)
-        yield dirs
-    finally:
-        for d in dirs.values():
-            subprocess.run(["umount", "-l", d], capture_output=True)
+    return {f"n{i}": tmpfs("12M") for i in range(3)}
 
 
 def test_full_disk_refuses_appends_with_disk_full_while_reads_work(tmp_path, small_disks):

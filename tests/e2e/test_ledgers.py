@@ -314,20 +314,8 @@ def test_a_wiped_bookie_is_in_limbo_for_the_ledgers_it_held(tmp_path):
         cluster.stop()
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    d = tmp_path / "disk"
-    d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64M", "tmpfs", str(d)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs: {r.stderr.decode().strip()}")
-    try:
-        yield str(d)
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
-
-
-def test_a_full_disk_makes_a_bookie_read_only_and_placement_avoids_it_until_space_returns(tmp_path, small_disk):
+def test_a_full_disk_makes_a_bookie_read_only_and_placement_avoids_it_until_space_returns(tmp_path, tmpfs):
+    small_disk = tmpfs("64M")
     cluster = Cluster(str(tmp_path), n=5, data_dirs={"n4": os.path.join(small_disk, "n4")})
 
     async def main() -> None:

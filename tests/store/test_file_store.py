@@ -8,7 +8,6 @@ import logging
 import os
 import random
 import shutil
-import subprocess
 import tempfile
 import threading
 
@@ -420,27 +419,12 @@ def test_disk_guard_refuses_appends_reads_go_on(tmp_path):
         assert s.disk_used_ratio > 0.0001
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs: {r.stderr.decode().strip()}")
-    try:
-        yield str(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def test_real_full_disk_enospc_then_guard(tiny_tmpfs):
+def test_real_full_disk_enospc_then_guard(tmpfs):
     """A 4 MiB tmpfs really fills up: ENOSPC while preallocating a segment becomes DiskFull, nothing partial
     is left behind, reads still work, and the store reopens to the same log."""
     cfg = StoreConfig(data_segment_size_bytes=256 * 1024, index_segment_size_bytes=32 * 1024,
                       max_entry_bytes=16 * 1024, disk_full_ratio=1.0, disk_check_interval_ms=0)
-    path = os.path.join(tiny_tmpfs, "g")
+    path = os.path.join(tmpfs("4M"), "g")
     s = FileStore(path, cfg)
     bodies: list[bytes] = []
     with pytest.raises(DiskFull):
