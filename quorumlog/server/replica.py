@@ -44,7 +44,7 @@ from .ha_controller import HAControllerService
 from .topic_service import TopicService
 from .flush_thread import ThreadedGroupCommitter
 from .group_commit import GroupCommitter
-from .hard_state import load_hard_state, save_hard_state
+from .hard_state import open_hard_state, save_hard_state
 from .metrics import GroupMetrics
 from .reads import CommitNotifier, serve_read
 
@@ -121,7 +121,7 @@ class Replica:
         os.makedirs(cfg.data_dir, exist_ok=True)
         if self.store is None:
             self.store = open_store(cfg)
-        hard_state = load_hard_state(cfg.data_dir)
+        hard_state = open_hard_state(cfg.data_dir)
         factory = self._core_factory or _default_core_factory
         self.core = factory(cfg.raft_config(), self.store, hard_state, random.Random(os.urandom(16)), now_ms())
         log.info("replica opening node=%s group=%s term=%d voted_for=%s begin=%d end=%d committed=%d flush=%s%s",

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import LedgerFenced, QuorumLogError
 from ..ledger.metadata import State
 from ..peers import parse_peers
-from .processes import Cluster
+from .processes import Cluster, fill_to_last_byte
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class LedgerSoak:
         if c.kind in ("kill9_bookie", "kill9_meta_leader"):
             node.kill9()
         elif c.kind == "fill_bookie_disk":
-            await asyncio.to_thread(_fill, filler)
+            await asyncio.to_thread(fill_to_last_byte, filler)
         elif c.kind == "pause_bookie":
             node.signal(signal.SIGSTOP)
         elif c.kind == "wipe_bookie":
@@ -365,17 +365,6 @@ class LedgerSoak:
         recovered = sum(1 for c in self.plan if c.acks_after_heal >= 50)
         return LedgerSoakResult(self.seed, self.plan, len(self.acked), sum(len(a) for a in self.acked.values()),
                                 violations, self.errors, time.monotonic() - t0, recovered, self.writer_errors)
-
-
-def _fill(path: str) -> None:
-    """Write zeros to path until the disk refuses (ENOSPC)."""
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(bytes(1 << 20))
-                f.flush()
-        except OSError:
-            pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,6 +126,23 @@ class NodeProc:
         return 0
 
 
+def fill_to_last_byte(path: str) -> None:
+    """Create path and write zeros to it until the disk refuses (ENOSPC): the disk is then full to its last
+    byte (unbuffered writes, so nothing is left over for a close to fail on)."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        chunk = bytes(1 << 20)
+        while True:
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                if len(chunk) == 1:
+                    return
+                chunk = chunk[:len(chunk) // 2]  # (then the last blocks, a smaller write at a time)
+    finally:
+        os.close(fd)
+
+
 def _member_of(node_id: str, leader: Any) -> bool:
     """Whether node_id is in the configuration `leader` reports (a removed node no longer hears its leader)."""
     members = set(leader.raw.get("voters", [])) | set(leader.raw.get("learners", []))

@@ -21,7 +21,7 @@ from quorumlog.transport.handshake import Hello, Role as HelloRole, decode_hello
 from quorumlog.transport.kinds import Kind
 from quorumlog.wire.client import AppendRequest, ReadRequest
 
-from quorumlog.soak.processes import Cluster
+from quorumlog.soak.processes import Cluster, fill_to_last_byte
 
 from .harness import History, check_logs, writer
 
@@ -226,4 +226,54 @@ def test_full_disk_refuses_appends_with_disk_full_while_reads_work(tmp_path, sma
     args = ("--data-segment-size", str(2 * 1024 * 1024), "--index-segment-size", str(64 * 1024),
             "--max-entry-bytes", str(256 * 1024))
     with Cluster(str(tmp_path), extra_args=args, data_dirs=small_disks) as cluster:
+        asyncio.run(main(cluster))
+
+
+def test_a_member_whose_disk_is_full_to_the_last_byte_still_votes_and_catches_up_once_space_returns(tmp_path, tmpfs):
+    """n2's data dir on a tmpfs filled to the last byte; the leader (not n2) killed. The survivor needs n2's vote: n2 must persist a term and vote with no free block (it fail-stopped there when a
+    save was write-tmp-and-rename). Appends wait (n2 cannot store them) until the filler goes; then every
+    acknowledged entry is on both."""
+    disk = tmpfs("12M")
+
+    async def main(cluster: Cluster):
+        history = History()
+        async with cluster.client(timeout_ms=3_000) as client:
+            leader = await cluster.wait_leader(client)
+            if leader == "n2":  # (a full leader would hand over at its next append: a path of its own)
+                await client.transfer_leader("n0")
+                leader = await cluster.wait_leader(client, exclude=("n2",))
+            for i in range(20):
+                b = b"before-%d" % i
+                history.acked[b] = (await client.append(b)).index
+            before = (await cluster.statuses(client))["n2"].term
+            filler = os.path.join(disk, "filler")
+            fill_to_last_byte(filler)
+            cluster.nodes[leader].kill9()
+            survivor = next(n for n in ("n0", "n1") if n != leader)
+            # a new leader (the survivor: n2 cannot win while it fails to append) needs n2's vote
+            deadline = time.monotonic() + 20
+            while True:
+                st = await cluster.statuses(client)
+                if st[survivor].role == "leader" and st["n2"].term == st[survivor].term > before:
+                    break
+                assert cluster.nodes["n2"].alive, cluster.nodes["n2"].log_text()[-3000:]
+                assert time.monotonic() < deadline, cluster.describe(st)
+                await asyncio.sleep(0.05)
+            assert cluster.nodes["n2"].alive
+            os.unlink(filler)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    r = await client.append(b"after")
+                    history.acked[b"after"] = r.index
+                    break
+                except quorumlog.QuorumLogError:
+                    assert time.monotonic() < deadline, cluster.describe(await cluster.statuses(client))
+                    await asyncio.sleep(0.1)
+            await cluster.wait_converged(client, members=(survivor, "n2"))
+            check_logs(history, await cluster.committed_logs(client, members=(survivor, "n2")))
+            _report("full_member_votes", term_before=before, term_after=st[survivor].term)
+
+    args = ("--data-segment-size", str(2 * 1024 * 1024), "--index-segment-size", str(64 * 1024))
+    with Cluster(str(tmp_path), extra_args=args, data_dirs={"n2": disk}) as cluster:
         asyncio.run(main(cluster))

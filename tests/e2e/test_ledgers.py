@@ -30,7 +30,7 @@ from quorumlog.errors import LedgerFenced
 from quorumlog.ledger.metadata import State
 from quorumlog.ledgers import LedgerClient
 from quorumlog.server.bookie_service import BOOKIE_DIR
-from quorumlog.soak.processes import Cluster
+from quorumlog.soak.processes import Cluster, fill_to_last_byte
 from quorumlog.wire.ledger import BookieOp, BookieOpRequest, ReadEntry, to_op_request
 
 from .test_meta import _create_meta
@@ -386,11 +386,7 @@ def test_a_bookie_whose_disk_runs_out_under_a_writer_loses_nothing_and_takes_add
             task = asyncio.create_task(writer())
             await _until(lambda: len(acked) >= 50, 10, "the writer never got going")
             filler = os.path.join(disk, "filler")
-            with open(filler, "wb") as f:  # every byte left, while the writer writes
-                with contextlib.suppress(OSError):
-                    while True:
-                        f.write(b"\0" * (1 << 20))
-                        f.flush()
+            fill_to_last_byte(filler)  # while the writer writes
             await _until(lambda: "n4" not in w.metadata.last_ensemble, 15,
                          "the writer never replaced the full bookie")
             at_change = len(acked)
