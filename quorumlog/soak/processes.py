@@ -126,18 +126,24 @@ class NodeProc:
         return 0
 
 
-def fill_to_last_byte(path: str) -> None:
-    """Create path and write zeros to it until the disk refuses (ENOSPC): the disk is then full to its last
-    byte (unbuffered writes, so nothing is left over for a close to fail on)."""
+def fill_to_last_byte(path: str) -> str:
+    """Create path and grow it until the disk refuses (ENOSPC): the disk is then full to its last byte, so a
+    write that needs a new block fails. Most of the space is taken with fallocate, the rest with unbuffered
+    writes (nothing left over for a close to fail on). Returns a note of what it took."""
+    st = os.statvfs(os.path.dirname(os.path.abspath(path)))
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     try:
-        chunk = bytes(1 << 20)
+        size = max(st.f_bavail * st.f_frsize - (1 << 20), 0)
+        if size:
+            os.posix_fallocate(fd, 0, size)
+        os.lseek(fd, size, os.SEEK_SET)
+        chunk = bytes(1 << 16)
         while True:
             try:
-                os.write(fd, chunk)
+                size += os.write(fd, chunk)
             except OSError:
                 if len(chunk) == 1:
-                    return
+                    return f"filled {size} bytes"
                 chunk = chunk[:len(chunk) // 2]  # (then the last blocks, a smaller write at a time)
     finally:
         os.close(fd)

@@ -36,7 +36,7 @@ from .checker import FAILED, OK, UNKNOWN, Op
 from . import faildisk, netns
 from .nemesis import LinkProxy, Net
 from ..local_ports import free_ports
-from .processes import Cluster
+from .processes import Cluster, fill_to_last_byte
 
 log = logging.getLogger(__name__)
 
@@ -249,20 +249,6 @@ def _tear_tail(data_dir: str, rng: random.Random) -> str:
 FILLER = "soak-filler"
 
 
-def _fill_disk(data_dir: str) -> str:
-    """Fill the node's tmpfs to the last 64 KiB, so its appends fail (DISK_FULL or ENOSPC)."""
-    st = os.statvfs(data_dir)
-    free = st.f_bavail * st.f_frsize - 64 * 1024
-    fd = os.open(os.path.join(data_dir, FILLER), os.O_CREAT | os.O_WRONLY, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, max(free, 1))
-    except OSError as e:
-        return f"filler of {free} bytes: {e!r}"
-    finally:
-        os.close(fd)
-    return f"filled {free} bytes"
-
-
 class Soak:
     def __init__(self, base_dir: str, seed: int, cycles: int, *, writers: int = 4,
                  kinds: tuple[str, ...] = FAULT_KINDS, recover_timeout_s: float = 20.0,
@@ -449,7 +435,7 @@ class Soak:
         elif c.kind == "reset_connections":
             pass  # resets happen during the hold below
         elif c.kind == "disk_full":
-            c.note = _fill_disk(self.disks[t[0]])
+            c.note = fill_to_last_byte(os.path.join(self.disks[t[0]], FILLER))
         elif c.kind == "failing_disk_leader":
             open(self.disk_triggers[t[0]], "w").close()
         elif c.kind == "packet_loss":
