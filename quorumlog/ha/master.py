@@ -14,7 +14,8 @@ HA's). Refusals, each from a RocketMQ bug report:
   - a report beyond the master's end (#1155, #3015) is never counted as acknowledged: the connection drops;
   - a report below what the master still holds (#3388, retention deleted it) answers Reset(start of the
     master's oldest segment) instead of heartbeating forever;
-  - a connection silent for `housekeeping_ms` drops (a half-open connection).
+  - a connection silent for `housekeeping_ms` drops (a half-open connection); one the runtime saw end drops
+    at once (`lost`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,10 @@ class HAConnection:
             return []
         self.last_write_ms = now_ms
         return [Transfer(self.next_transfer_from_where)]
+
+    def lost(self, reason: str) -> list[Drop]:
+        """The runtime saw the slave's connection end: the session ends now (RocketMQ closes the HAConnection)."""
+        return [] if self.closed else self._drop(reason)
 
     def _drop(self, reason: str) -> list:
         self.closed = reason

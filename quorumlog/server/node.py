@@ -139,6 +139,13 @@ class Node:
             for r in self.replicas.values():
                 r.peer_heard(node_id)
 
+    def _on_peer_gone(self, node_id: str) -> None:
+        """A peer's link to us was lost (its process died, or the connection did): what a replica keeps per
+        peer connection ends now, not after its silence timeout (a master's HA session with that slave, as
+        RocketMQ's HAConnection ends with its socket)."""
+        for r in self.replicas.values():
+            r.peer_gone(node_id)
+
     def links_changed(self) -> None:
         """Some group's members changed: link to every node any group here needs, accept links from them."""
         self._members_cache = None
@@ -206,7 +213,7 @@ class Node:
             from .transport_adapter import RealTransport
             self._transport = RealTransport(cfg, self.metrics)
         await self._transport.start(self._on_peer_message, self._on_client_request, self.members_of,
-                                    self._on_peer_hello)
+                                    self._on_peer_hello, self._on_peer_gone)
         self._flush_transport = getattr(self._transport, "flush", None)
         if cfg.http_port:
             from .http import HttpServer

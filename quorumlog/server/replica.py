@@ -389,6 +389,9 @@ class Replica:
         if self._membership is not None and self._joining(self._membership[0]) and node_id not in self.links:
             self._on_membership(self._membership[0])
 
+    def peer_gone(self, node_id: str) -> None:
+        pass  # (Raft keeps no per-connection session: lost messages are sent again, silence is PeerSilent)
+
     def _complete(self, p: _Pending, c) -> None:
         if p.kind == "append":
             if c.code == ResponseCode.SUCCESS:

@@ -32,10 +32,11 @@ class RealTransport:
     async def start(self, on_peer_message: Callable[[str, Any], None],
                     on_client_request: Callable[[Any, Any], None],
                     members_of: Callable[[str], frozenset[str] | None],
-                    on_peer_hello: Callable[[str, str], None] | None = None) -> None:
+                    on_peer_hello: Callable[[str, str], None] | None = None,
+                    on_peer_gone: Callable[[str], None] | None = None) -> None:
         """`on_peer_message(group, msg)`; `members_of(group)` says which groups are hosted here and who may
         send their messages (transport/handshake.py); `on_peer_hello(node_id, address)` where a peer that
-        linked to us listens."""
+        linked to us listens; `on_peer_gone(node_id)` when its link to us is lost."""
         from ..transport import NODE_LINK, PeerLinks, TransportServer
 
         from ..transport.tls import client_context, server_context
@@ -54,7 +55,8 @@ class RealTransport:
             token=cfg.auth_token(), verify_peers=cfg.tls,
             ssl_context=server_context(cfg.tls_cert, cfg.tls_key, cfg.tls_ca,
                                        require_client_cert=cfg.tls_require_client_cert) if cfg.tls else None,
-            on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc(), on_peer_hello=on_peer_hello)
+            on_protocol_error=lambda *a: self._metrics.protocol_error_closes.inc(), on_peer_hello=on_peer_hello,
+            on_peer_gone=on_peer_gone)
         self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
         log.info("listening node=%s address=%s:%d tls=%s", cfg.node_id, cfg.listen_host, cfg.listen_port, cfg.tls)
 

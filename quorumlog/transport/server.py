@@ -219,18 +219,27 @@ class _ServerConnection(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        srv = self.server
-        if self.state == _PEER:
-            srv.stats.peer_connections_active -= 1
-        elif self.state == _CLIENT:
-            srv.stats.client_connections_active -= 1
-        self.state = _CLOSED
+        if self.state != _CLOSED:
+            self._forget()
         if self.handshake_timer is not None:
             self.handshake_timer.cancel()
             self.handshake_timer = None
+
+    def _forget(self) -> None:
+        """The server's bookkeeping of a connection that ends (state _CLOSED after it); a peer whose last link
+        to us this was is reported gone."""
+        was, srv = self.state, self.server
+        self.state = _CLOSED
         srv.connections.discard(self)
         srv.handshaking.pop(self, None)
         srv.stats.connections_active = len(srv.connections)
+        if was == _PEER:
+            srv.stats.peer_connections_active -= 1
+            if srv.on_peer_gone is not None and not srv.closing \
+                    and not any(c.state == _PEER and c.node_id == self.node_id for c in srv.connections):
+                srv.on_peer_gone(self.node_id)  # (not if the peer has linked again already)
+        elif was == _CLIENT:
+            srv.stats.client_connections_active -= 1
 
     def pause_writing(self) -> None:
         # A client that does not read its responses stops being read: memory stays bounded.
@@ -362,15 +371,7 @@ class _ServerConnection(asyncio.BufferedProtocol):
         if self.state == _CLOSED:
             return
         was = self.state
-        srv = self.server
-        srv.connections.discard(self)
-        srv.handshaking.pop(self, None)
-        srv.stats.connections_active = len(srv.connections)
-        if was == _PEER:
-            self.server.stats.peer_connections_active -= 1
-        elif was == _CLIENT:
-            self.server.stats.client_connections_active -= 1
-        self.state = _CLOSED
+        self._forget()
         if count is not None:
             setattr(self.server.stats, count, getattr(self.server.stats, count) + 1)
             log.info("closed connection node=%s remote=%s state=%s peer=%s reason=%s", self.server.node_id,
@@ -411,7 +412,8 @@ class TransportServer:
                  handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  token: str | None = None, on_protocol_error: OnConnectionClosed | None = None,
-                 on_peer_hello: Callable[[str, str], None] | None = None) -> None:
+                 on_peer_hello: Callable[[str, str], None] | None = None,
+                 on_peer_gone: Callable[[str], None] | None = None) -> None:
         assert max_frame_bytes >= MAX_HELLO_FRAME_BYTES and max_connections > 0 and max_in_flight > 1
         self.group = group
         self.node_id = node_id
@@ -426,6 +428,7 @@ class TransportServer:
         self.token = token
         self.on_protocol_error = on_protocol_error
         self.on_peer_hello = on_peer_hello  # (node id, address) of every accepted peer that said where it listens
+        self.on_peer_gone = on_peer_gone  # (node id) when a peer's last link to us ends: its process or link died
         self.scratch = bytearray(SCRATCH_BYTES)  # every connection's read buffer outside big frames (frames.py)
         self.stats = TransportStats()
         self.connections: set[_ServerConnection] = set()
@@ -450,7 +453,8 @@ class TransportServer:
                     max_connections: int = DEFAULT_MAX_CONNECTIONS, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                     token: str | None = None, on_protocol_error: OnConnectionClosed | None = None,
                     backlog: int = 1024, ssl_context: Any = None, verify_peers: bool = False,
-                    on_peer_hello: Callable[[str, str], None] | None = None) -> "TransportServer":
+                    on_peer_hello: Callable[[str, str], None] | None = None,
+                    on_peer_gone: Callable[[str], None] | None = None) -> "TransportServer":
         """Listen on host:port (port 0: any free port, see `.port`). `members` are the group's member ids
         (a dict of id → address works too). `on_protocol_error(counter, reason)` is called for every
         connection closed for bad input (counter names the TransportStats field it incremented)."""
@@ -459,7 +463,7 @@ class TransportServer:
                    on_client_request=on_client_request, max_frame_bytes=max_frame_bytes,
                    handshake_timeout_ms=handshake_timeout_ms, max_connections=max_connections,
                    max_in_flight=max_in_flight, token=token, on_protocol_error=on_protocol_error,
-                   on_peer_hello=on_peer_hello)
+                   on_peer_hello=on_peer_hello, on_peer_gone=on_peer_gone)
         self.ssl_context = ssl_context  # each connection starts TLS itself (_ServerConnection._start_tls)
         self.verify_peers = verify_peers  # a PEER Hello needs a CA-issued certificate naming its node id
         loop = asyncio.get_running_loop()

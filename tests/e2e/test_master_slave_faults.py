@@ -1,7 +1,7 @@
 """Master/slave groups against the faults RocketMQ's users reported, with real node processes on loopback: a
 report beyond the master's end (#1155/#3015), a slave whose offset retention deleted (#3388), a master that
-restarts behind its slave (#2706), a diverged tail after a switch whose truncation a crash tears, and a
-half-open HA session. (#6316, an old master writable beside the new one, is in test_master_slave.py.)"""
+restarts behind its slave (#2706), a diverged tail after a switch whose truncation a crash tears, a
+half-open HA session, and slaves killed under a writer. (#6316, an old master writable beside the new one, is in test_master_slave.py.)"""
 
 from __future__ import annotations
 
@@ -63,8 +63,9 @@ def _group_dir(cluster: Cluster, node: str) -> str:
 
 def test_a_report_beyond_the_masters_end_is_never_counted_as_acknowledged(tmp_path):
     """RocketMQ #1155/#3015: a slave reporting more than the master holds. A peer (the test, speaking the peer
-    protocol as a member whose process is dead) reports an offset far beyond the master's end while an append
-    waits for its slaves: the master drops that HA session and the append is not acknowledged."""
+    protocol as a member whose process is stopped) reports an offset far beyond the master's end while an append
+    waits for its slaves: the master drops that HA session and the append is not acknowledged. (Stopped, not
+    killed: a killed slave's session ends with its link, and the append would be refused without waiting.)"""
     cluster = Cluster(str(tmp_path), n=5)
 
     async def main() -> None:
@@ -74,7 +75,7 @@ def test_a_report_beyond_the_masters_end_is_never_counted_as_acknowledged(tmp_pa
                 await c.append(f"before{i}".encode())
         epoch = (await _rows(cluster))[master]["epoch"]
         for s in slaves:
-            cluster.nodes[s].kill9()
+            cluster.nodes[s].signal(signal.SIGSTOP)
         liar = slaves[0]
         host, port = parse_peers(cluster.peers)[master]
         conn = await ClientConnection.open(host, port, group=GROUP, client_name="direct", timeout_ms=5_000)
@@ -87,13 +88,15 @@ def test_a_report_beyond_the_masters_end_is_never_counted_as_acknowledged(tmp_pa
             resp = await waiting
             assert resp.code in (ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.SLAVE_NOT_AVAILABLE,
                                  ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH), resp
-            cluster.nodes[master].wait_log("beyond the master's end")
-            row = (await _rows(cluster))[master]
+            await asyncio.to_thread(cluster.nodes[master].wait_log, "beyond the master's end")
+            row = (await _rows_of(cluster, [master, *(n for n in cluster.nodes if n not in slaves)]))[master]
             assert row["slaves"][liar]["connected"] is False and row["slaves"][liar]["ack_offset"] < 1 << 40, row
             assert row["confirm_offset"] <= row["max_offset"]
         finally:
             await links.close()
             await conn.close()
+            for s in slaves:
+                cluster.nodes[s].kill9()
         for s in slaves:
             cluster.nodes[s].start()
         async with cluster.client(group=GROUP, timeout_ms=30_000) as c:
@@ -211,10 +214,11 @@ def test_a_diverged_tail_is_cut_after_a_switch_even_when_a_crash_tears_the_cut(t
                 body = f"before{i}".encode() * 40
                 acked[body] = (await c.append(body)).index
         await _converged_members(cluster, [master, *slaves])
-        # the slaves die (a stopped slave would still find the master's frames in its socket buffer when it
-        # goes on); their HA sessions live on at the master until housekeeping, so appends wait and time out
+        # the slaves stop: their HA sessions live on at the master (their sockets stay open), so appends are
+        # written there and time out; then they die (kill -9 of a stopped process: the master's frames in its
+        # socket buffer never reach its log, as they would if it went on)
         for s in slaves:
-            cluster.nodes[s].kill9()
+            cluster.nodes[s].signal(signal.SIGSTOP)
         host, port = parse_peers(cluster.peers)[master]
         conn = await ClientConnection.open(host, port, group=GROUP, client_name="direct", timeout_ms=5_000)
         try:
@@ -223,6 +227,8 @@ def test_a_diverged_tail_is_cut_after_a_switch_even_when_a_crash_tears_the_cut(t
                 assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, resp
         finally:
             await conn.close()
+            for s in slaves:
+                cluster.nodes[s].kill9()
         cluster.nodes[master].kill9()
         for s in slaves:
             cluster.nodes[s].start()
@@ -321,3 +327,43 @@ async def _rows_of(cluster: Cluster, nodes: list[str]) -> dict[str, dict]:
 async def _back(cluster: Cluster, master: str, slave: str) -> bool:
     row = (await _rows(cluster))[master]
     return row["slaves"].get(slave, {}).get("connected") is True and slave in row["sync_state_set"]
+
+
+def test_killed_slaves_end_their_sessions_at_once_and_appends_are_refused_not_timed_out(tmp_path):
+    """kill -9 of both slaves: their links to the master end with their processes, and so do their HA sessions,
+    as RocketMQ's HAConnection ends with its socket. An append is then refused at once (SLAVE_NOT_AVAILABLE)
+    instead of waiting `slave_timeout_ms` for FLUSH_SLAVE_TIMEOUT, as it did until `ha_housekeeping_interval_ms`
+    (20 s) of silence. Restarted, the slaves open new sessions and appends are acknowledged again."""
+    cluster = Cluster(str(tmp_path), n=5)
+
+    async def main() -> None:
+        master, slaves = await _on_meta_leader(cluster, ack="sync", min_in_sync_replicas=2, slave_timeout_ms=3_000)
+        acked: dict[bytes, int] = {}
+        async with cluster.client(group=GROUP, timeout_ms=20_000) as c:
+            for i in range(10):
+                acked[f"before{i}".encode()] = (await c.append(f"before{i}".encode())).index
+        for s in slaves:
+            cluster.nodes[s].kill9()
+        for s in slaves:
+            cluster.nodes[master].wait_log(f"the link from slave {s} was lost")
+        host, port = parse_peers(cluster.peers)[master]
+        conn = await ClientConnection.open(host, port, group=GROUP, client_name="direct", timeout_ms=5_000)
+        try:
+            t0 = time.monotonic()
+            resp = await conn.call(AppendRequest(1, (b"no-slave",), 0, 0), 5_000)
+            took = time.monotonic() - t0
+        finally:
+            await conn.close()
+        assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE, resp
+        assert took < 1.0, took  # (slave_timeout_ms is 3 s)
+        row = (await _rows_of(cluster, [master, *(n for n in cluster.nodes if n not in slaves)]))[master]
+        assert all(row["slaves"][s]["connected"] is False for s in slaves), row
+        for s in slaves:
+            cluster.nodes[s].start()
+        async with cluster.client(group=GROUP, timeout_ms=30_000) as c:
+            acked[b"after"] = (await c.append(b"after")).index
+        await _converged(cluster)
+        log = await _none_lost(cluster, acked)
+        assert b"no-slave" not in log  # (refused before it was written)
+
+    _run(cluster, main)

@@ -73,7 +73,8 @@ class FakeTransport:
         self.accepting = False
         self.closed = False
 
-    async def start(self, on_peer_message, on_client_request, members_of, on_peer_hello=None) -> None:
+    async def start(self, on_peer_message, on_client_request, members_of, on_peer_hello=None,
+                    on_peer_gone=None) -> None:
         self.on_peer_message = lambda msg, group="default": on_peer_message(group, msg)
         self.members_of = members_of
         self.accepting = True
