@@ -267,21 +267,22 @@ class MasterSlaveReplica:
         pass
 
     def peer_gone(self, node_id: str) -> None:
-        """node_id's link to this node was lost (its process died, or the connection did). A master ends that
-        slave's HA session now, as RocketMQ's HAConnection ends with its socket: appends then get
-        SLAVE_NOT_AVAILABLE or IN_SYNC_REPLICAS_NOT_ENOUGH at once (and the SyncStateSet shrinks) rather than
-        FLUSH_SLAVE_TIMEOUT each until `ha_housekeeping_interval_ms` of silence. A slave whose master it was
-        starts a new session (hello) at its next tick: frames in flight on that link are gone. A stopped
+        """A link between node_id and this node broke, either way (its process died, or the connection did):
+        frames in flight on it are gone. A master ends that slave's HA session now, as RocketMQ's HAConnection
+        ends with its socket: appends then get SLAVE_NOT_AVAILABLE or IN_SYNC_REPLICAS_NOT_ENOUGH at once (and
+        the SyncStateSet shrinks) rather than FLUSH_SLAVE_TIMEOUT each until `ha_housekeeping_interval_ms` of
+        silence. A slave whose master it was says hello again at its next tick (queued until the link is back),
+        as RocketMQ's HAClient reconnects: either side seeing the break restarts the session. A stopped
         process keeps its connections open: housekeeping still covers that."""
         if self.stopping or self.failed:
             return
         if self.is_master:
             conn = self._connections.get(node_id)
             if conn is not None and not conn.closed:
-                self._send_master(node_id, conn.lost(f"the link from slave {node_id} was lost"))
+                self._send_master(node_id, conn.lost(f"a link with slave {node_id} broke"))
                 self._complete(now_ms())
         elif self._client is not None and self._client.connected and node_id == self.master_id:
-            log.warning("HA session dropped node=%s group=%s: the link from master %s was lost", self.node_id,
+            log.warning("HA session dropped node=%s group=%s: a link with master %s broke", self.node_id,
                         self.group, node_id)
             self._client.on_disconnected()
 

@@ -140,9 +140,9 @@ class Node:
                 r.peer_heard(node_id)
 
     def _on_peer_gone(self, node_id: str) -> None:
-        """A peer's link to us was lost (its process died, or the connection did): what a replica keeps per
-        peer connection ends now, not after its silence timeout (a master's HA session with that slave, as
-        RocketMQ's HAConnection ends with its socket)."""
+        """A link between a peer and this node broke, either way (its process died, or the connection did):
+        what a replica keeps per peer connection ends now, not after its silence timeout (a master's HA session
+        with that slave, as RocketMQ's HAConnection ends with its socket)."""
         for r in self.replicas.values():
             r.peer_gone(node_id)
 

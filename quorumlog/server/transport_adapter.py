@@ -36,7 +36,7 @@ class RealTransport:
                     on_peer_gone: Callable[[str], None] | None = None) -> None:
         """`on_peer_message(group, msg)`; `members_of(group)` says which groups are hosted here and who may
         send their messages (transport/handshake.py); `on_peer_hello(node_id, address)` where a peer that
-        linked to us listens; `on_peer_gone(node_id)` when its link to us is lost."""
+        linked to us listens; `on_peer_gone(node_id)` when its link to us, or ours to it, broke."""
         from ..transport import NODE_LINK, PeerLinks, TransportServer
 
         from ..transport.tls import client_context, server_context
@@ -47,6 +47,7 @@ class RealTransport:
                                 peers={p: a for p, a in cfg.peers.items() if p != cfg.node_id},
                                 max_frame_bytes=cfg.max_frame_bytes, token=cfg.auth_token(),
                                 ssl_context=client_context(cfg.tls_ca, cfg.tls_cert, cfg.tls_key) if cfg.tls else None)
+        self._links.on_link_down = on_peer_gone
         self._server = await TransportServer.start(
             cfg.listen_host, cfg.listen_port, node_id=cfg.node_id, members_of=members_of,
             on_peer_message=on_peer_message,

@@ -207,6 +207,8 @@ class _PeerLink:
                 self.stats.last_error = f"{type(e).__name__}: {e}"
                 if self.stats.connected:
                     log.info("peer link down node=%s peer=%s error=%r", links.node_id, self.peer_id, e)
+                    if links.on_link_down is not None:
+                        links.on_link_down(self.peer_id)
                 else:
                     self.stats.connect_failures += 1
                     log.debug("peer link connect failed node=%s peer=%s error=%r", links.node_id, self.peer_id, e)
@@ -309,6 +311,7 @@ class PeerLinks:
         self.max_frame_bytes = max_frame_bytes
         self.closing = False
         self.unknown_peer_drops = 0
+        self.on_link_down: Callable[[str], None] | None = None  # (peer id) a connected link broke; it reconnects
         self._links = {pid: _PeerLink(self, pid, host, port) for pid, (host, port) in peers.items()
                        if pid != node_id}
         self._started = False

@@ -417,6 +417,45 @@ def test_peer_links_reconnect_after_server_restart():
     run_bounded(main())
 
 
+def test_a_broken_link_is_reported_on_both_sides_once_and_not_while_the_peer_has_linked_again():
+    """What a master/slave session ends on: the server reports a peer whose last link to it ended
+    (on_peer_gone), the dialling side a connected link that broke (on_link_down). A second link from the same
+    peer keeps the first one's end from being reported."""
+    async def main():
+        gone: list[str] = []
+        down: list[str] = []
+        arrived = asyncio.Event()
+
+        def on_peer(m):
+            arrived.set()
+
+        server = await start_server(on_peer=on_peer, on_peer_gone=gone.append)
+        links = PeerLinks(group=GROUP, node_id="n2", peers={"n0": ("127.0.0.1", server.port)},
+                          reconnect_backoff_min_ms=5, reconnect_backoff_max_ms=50)
+        links.on_link_down = down.append
+        other = PeerLinks(group=GROUP, node_id="n2", peers={"n0": ("127.0.0.1", server.port)})
+        try:
+            links.send(HeartbeatRequest("n2", "n0", 1, 1))
+            await asyncio.wait_for(arrived.wait(), 5)
+            arrived.clear()
+            other.send(HeartbeatRequest("n2", "n0", 1, 1))  # (a second link from n2)
+            await asyncio.wait_for(arrived.wait(), 5)
+            await other.close()
+            await wait_until(lambda: server.stats.peer_connections_active == 1, what="one link left")
+            assert gone == [] and down == []  # (n2 is still linked)
+            for conn in list(server.connections):  # the server drops n2's remaining link
+                conn.transport.abort()
+            await wait_until(lambda: gone == ["n2"] and down == ["n0"], what="both sides report the break")
+            await wait_until(lambda: links.connected("n0"), what="the link back")
+            assert gone == ["n2"] and down == ["n0"]
+        finally:
+            await server.close()
+            await links.close()
+        assert gone == ["n2"]  # (a closing server reports no one)
+
+    run_bounded(main())
+
+
 def test_peer_link_refused_as_unknown_member_keeps_retrying_quietly():
     async def main():
         server = await start_server()
