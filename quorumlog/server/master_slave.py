@@ -44,12 +44,13 @@ from typing import Any
 
 from ..codes import ResponseCode
 from ..config import NodeConfig
-from ..errors import QuorumLogError
+from ..errors import DiskError, DiskFull, QuorumLogError
 from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
 from ..ha.epochs import EpochCache, EpochEntry
 from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
 from ..ha.master import HAConfig
 from ..ha.messages import Drop
+from ..store.files import is_enospc
 from ..topic.dispatcher import TopicDispatcher
 from ..wire.client import (
     AppendRequest, AppendResponse, KvRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest,
@@ -726,13 +727,19 @@ class MasterSlaveReplica:
         if self.stopping or self.failed:
             return
         now = now_ms()
-        if isinstance(msg, HaReport):
-            self._on_report(msg, now)
-        elif isinstance(msg, HaTransfer):
-            self._on_transfer(msg, now)
-        elif isinstance(msg, HaEpochs):
-            self._on_epochs(msg, now)
-        # (Raft messages for a group that is not Raft: dropped)
+        try:
+            if isinstance(msg, HaReport):
+                self._on_report(msg, now)
+            elif isinstance(msg, HaTransfer):
+                self._on_transfer(msg, now)
+            elif isinstance(msg, HaEpochs):
+                self._on_epochs(msg, now)
+            # (Raft messages for a group that is not Raft: dropped)
+        except OSError as e:
+            # A durable write of this member's own (its epochs, at a session's start) failed. The session does
+            # not begin (a slave says hello again later); a full disk waits or hands over, EIO is final.
+            log.warning("HA message not taken node=%s group=%s from=%s: %s", self.node_id, self.group, msg.frm, e)
+            self._write_failed((DiskFull if is_enospc(e) else DiskError)(f"{type(msg).__name__}: {e.strerror}"))
 
     def tick(self, t_ms: int) -> None:
         if self.stopping or self.failed:

@@ -382,9 +382,15 @@ class Node:
         if group == NODE_LINK:
             return  # a node heartbeat: liveness only
         r = self.replicas.get(group)
-        if r is not None:
+        if r is None:
+            return  # a group created on the sender first, or deleted here: dropped like a lost message
+        try:
             r.on_peer_message(msg)
-        # else: a group created on the sender first, or deleted here: dropped like a lost message
+        except Exception:  # noqa: BLE001 - one group's failure must not cut the link every group shares
+            # (raised into the transport, it closed the connection: uvloop does so silently for an OSError, and
+            # a full slave's failed epochs write cut its link — `_meta`'s messages too — at every hello)
+            log.exception("peer message failed node=%s group=%s from=%s kind=%s", self.config.node_id, group,
+                          msg.frm, type(msg).__name__)
 
     def _on_client_request(self, session: Any, request: Any) -> Any:
         if isinstance(request, GroupRequest):

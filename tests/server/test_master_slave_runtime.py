@@ -236,3 +236,52 @@ def test_two_slaves_holding_an_append_complete_it_before_the_masters_own_fsync(t
         assert r.status()["confirm_offset"] < end and r.store.committed_index < r.store.end_index
         await r.close()
     asyncio.run(main())
+
+
+def test_a_lost_link_ends_the_slaves_session_and_the_next_append_is_refused_at_once(tmp_path):
+    """node.py's peer_gone: the master drops that slave's session now (as RocketMQ's HAConnection ends with its
+    socket), so an append is refused with SLAVE_NOT_AVAILABLE instead of waiting for FLUSH_SLAVE_TIMEOUT."""
+    async def main():
+        r, host = await _master(tmp_path, slave_timeout_ms=60_000)
+        s, _ = await _append_sent_to_n1(r, host)
+        r.peer_gone("n2")  # (not a slave in session: nothing changes)
+        assert not r._connections["n1"].closed
+        r.peer_gone("n1")
+        assert r._connections["n1"].closed
+        refused = _Session()
+        r.on_client_request(refused, AppendRequest(2, (b"z",), 0, -1))
+        await _until(lambda: refused.responses)
+        assert refused.responses[0].code == ResponseCode.SLAVE_NOT_AVAILABLE
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))  # it links again: a new session
+        assert not r._connections["n1"].closed
+        await r.close()
+    asyncio.run(main())
+
+
+def test_a_slave_that_cannot_write_its_epochs_stays_out_of_session_without_raising(tmp_path, monkeypatch):
+    """A full slave's epochs write at a session's start raised out of on_peer_message, into the transport,
+    which closed the link every group shares. Now the session just does not begin; it does once space returns."""
+    import quorumlog.server.master_slave as ms
+
+    async def main():
+        host = _Host()
+        cfg = NodeConfig(node_id="n1", peers=dict(PEERS), data_dir=str(tmp_path / "n1"), group="ms",
+                         data_segment_size=1 << 20, index_segment_size=32 * 1024, max_entry_bytes=256 * 1024)
+        r = ms.MasterSlaveReplica(host, cfg, {"master_slave": {"master": "n0", "min_in_sync_replicas": 2}})
+        r.open()
+        r.start()
+        r._on_view({"master": "n0", "epoch": 1, "sync_state_set": ["n0", "n1"], "lease_ms": 60_000}, now_ms())
+        assert not r.is_master
+        real = ms.write_json_durably
+
+        def full(path, doc):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(ms, "write_json_durably", full)
+        epochs = HaEpochs("n0", "n1", 1, 0, ((1, 0),))
+        r.on_peer_message(epochs)  # (raised before)
+        assert not r._client.connected and not any(isinstance(m, HaReport) and not m.hello for m in host.sent)
+        monkeypatch.setattr(ms, "write_json_durably", real)
+        r.on_peer_message(epochs)
+        assert r._client.connected and any(isinstance(m, HaReport) and not m.hello for m in host.sent)
+        await r.close()
+    asyncio.run(main())

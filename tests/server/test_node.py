@@ -278,3 +278,21 @@ def test_an_exception_from_the_core_fail_stops_the_node(tmp_path, monkeypatch):
         assert len(core.events) == seen and store.end_index == -1  # never stepped again, nothing written
         await node.stop()
     asyncio.run(main())
+
+
+def test_a_group_failing_a_peer_message_does_not_reach_the_link_every_group_shares(tmp_path, monkeypatch, caplog):
+    """An exception out of one replica's on_peer_message went up into the transport, which closed the peer
+    connection (uvloop silently, for an OSError): a full master/slave slave failing its epochs write cut its
+    link — `_meta`'s messages with it — at every hello. The node logs it and the link stays."""
+    from quorumlog.wire.messages import HeartbeatRequest
+
+    async def main():
+        node, transport, _ = await _started(tmp_path)
+
+        def full(msg):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(node.default, "on_peer_message", full)
+        transport.on_peer_message(HeartbeatRequest("n1", "n0", 1, 1))  # (raised before)
+        assert "peer message failed" in caplog.text and "No space left" in caplog.text
+        await node.stop()
+    asyncio.run(main())
