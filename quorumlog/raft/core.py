@@ -37,7 +37,7 @@ from .read_index import ReadIndex
 from .transfer import LeadershipTransfer
 from .types import (EMPTY_READY, AppendBatch, AppendRecords, ChangeMembership, ClientAppend, ClientRead, Completion, Durable,
                     Event, HardState, NodeStatus, PeerSilent, RaftConfig, Ready, Receive, Role, Stored, StoreFailed,
-                    Tick, TransferLeadership)
+                    StoreRecovered, Tick, TransferLeadership)
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +292,10 @@ class RaftCore:
             self._on_tick(event.now_ms)
         elif t is StoreFailed:
             self._on_store_failed(event)
+        elif t is StoreRecovered:
+            # (a member refusing a TimeoutNow on a hold its disk no longer justifies kept a full leader leading
+            # past the master/slave soak's grace)
+            self._disk_full_until_ms = self._store_full_until_ms = -(1 << 62)
         elif t is TransferLeadership:
             self.transfer.start(event.request_id, event.to)
         elif t is ChangeMembership:

@@ -131,6 +131,12 @@ class StoreFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreRecovered:
+    """The disk that refused writes has room again (the runtime's disk guard saw it): the holds a full disk set
+    (appends refused, leadership not taken) end now rather than when they run out."""
+
+
+@dataclass(frozen=True, slots=True)
 class TransferLeadership:
     request_id: int
     to: str
@@ -163,8 +169,8 @@ class ClientRead:
     request_id: int
 
 
-Event = (Tick | Receive | ClientAppend | ClientRead | Stored | Durable | StoreFailed | TransferLeadership | ChangeMembership
-         | PeerSilent)
+Event = (Tick | Receive | ClientAppend | ClientRead | Stored | Durable | StoreFailed | StoreRecovered
+         | TransferLeadership | ChangeMembership | PeerSilent)
 
 
 # -- actions ---------------------------------------------------------------------------------------

@@ -267,6 +267,9 @@ class MasterSlaveReplica:
     def peer_heard(self, node_id: str) -> None:
         pass
 
+    def report_disk_ok(self) -> None:
+        pass  # (a full master's hand-over ends with the controller's view, not a hold of its own)
+
     def peer_gone(self, node_id: str) -> None:
         """A link between node_id and this node broke, either way (its process died, or the connection did):
         frames in flight on it are gone. A master ends that slave's HA session now, as RocketMQ's HAConnection

@@ -502,6 +502,9 @@ class Node:
             log.warning("disk guard node=%s full=%s used_ratio=%.3f limit=%.3f", self.config.node_id, full, ratio,
                         self.config.disk_full_ratio)
         was_full, self.disk_full = self.disk_full, full
+        if was_full and not full:
+            for r in list(self.replicas.values()):
+                r.report_disk_ok()
         # Appends are refused before they reach the cores, so no write would tell them: a full leader must
         # hear it from the guard to hand leadership to a follower that can still store entries.
         now = time.monotonic()

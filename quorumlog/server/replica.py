@@ -30,7 +30,7 @@ from ..topic.dispatcher import TopicDispatcher
 from ..transport.handshake import ANY_MEMBER
 from ..raft.types import (
     AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Ready, Receive, Role,
-    StoreFailed, Stored, Tick, TransferLeadership,
+    StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
 )
 from ..wire.client import (
     AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, HaControllerRequest, KvRequest,
@@ -577,6 +577,10 @@ class Replica:
         """The node's disk guard found the disk full: appends are refused before they reach the core, so no write
         would tell it; a full leader must hear it to hand leadership to a follower that can still store."""
         self.step(StoreFailed(ResponseCode.DISK_FULL, reason))
+
+    def report_disk_ok(self) -> None:
+        """The node's disk guard found room again after a full disk: the core's holds end now."""
+        self.step(StoreRecovered())
 
     def checkpoint_due(self) -> bool:
         """(end, committed, durable) moved since the last checkpoint: a quiet group's never does."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from ..raft.types import StoreRecovered
+
 if TYPE_CHECKING:
     from .world import World
 
@@ -141,10 +143,12 @@ class FaultInjector:
         world.scheduler.after(lasts_ms, self._disk_space_back, node.node_id)
 
     def _disk_space_back(self, node_id: str) -> None:
-        store = self.world.nodes[node_id].store
-        if store.full:
-            store.full = False
+        node = self.world.nodes[node_id]
+        if node.store.full:
+            node.store.full = False
             self.world.trace_line(lambda: f"FAULT disk space back on {node_id}")
+            if node.alive:
+                node.step(StoreRecovered())  # (as the node runtime's disk guard reports it)
 
     def _disk_error(self) -> None:
         world = self.world

@@ -124,3 +124,23 @@ def test_a_preferred_leader_whose_disk_is_full_hands_over_once_and_does_not_take
     assert c.completions[rid].code == ResponseCode.SUCCESS
     from quorumlog.raft.transfer import HAND_BACK_AFTER_TIMEOUTS
     c.run_until(lambda: c.leader() == "n2", (HAND_BACK_AFTER_TIMEOUTS + 5) * timeout)  # (its disk is fine again)
+
+
+def test_a_node_whose_disk_has_room_again_takes_leadership_at_once():
+    """StoreRecovered (the runtime's disk guard found room again) ends the hold a full disk set: the node takes
+    a transfer at once rather than refusing it for up to two election timeouts (a full master/slave leader kept
+    leading past the soak's grace while its transferee refused)."""
+    from quorumlog.raft.types import StoreFailed, StoreRecovered
+    c = Cluster(3)
+    c.run_until(lambda: c.leader() is not None, 5_000)
+    leader = c.leader()
+    to = next(n for n in ("n0", "n1", "n2") if n != leader)
+    c.run(200)
+    c.step(to, StoreFailed(ResponseCode.DISK_FULL, "ENOSPC"))
+    refused = c.transfer(leader, to)
+    c.run_until(lambda: refused in c.completions, 5_000)  # (the transfer times out: its disk counts as full)
+    assert c.leader() == leader and c.completions[refused].code != ResponseCode.SUCCESS
+    c.step(to, StoreRecovered())
+    taken = c.transfer(leader, to)
+    c.run_until(lambda: taken in c.completions, 500)
+    assert c.completions[taken].code == ResponseCode.SUCCESS and c.leader() == to
