@@ -126,16 +126,22 @@ class NodeProc:
         return 0
 
 
-def fill_to_last_byte(path: str) -> str:
+def fill_to_last_byte(path: str, leave_bytes: int = 0) -> str:
     """Create path and grow it until the disk refuses (ENOSPC): the disk is then full to its last byte, so a
     write that needs a new block fails. Most of the space is taken with fallocate, the rest with unbuffered
-    writes (nothing left over for a close to fail on). Returns a note of what it took."""
+    writes (nothing left over for a close to fail on). `leave_bytes`: stop that short of full instead (fallocate
+    only). Returns a note of what it took."""
     st = os.statvfs(os.path.dirname(os.path.abspath(path)))
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     try:
-        size = max(st.f_bavail * st.f_frsize - (1 << 20), 0)
+        size = max(st.f_bavail * st.f_frsize - (leave_bytes or 1 << 20), 0)  # (the last MiB: written below)
         if size:
-            os.posix_fallocate(fd, 0, size)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                return f"filler of {size} bytes: {e!r}"
+        if leave_bytes:
+            return f"filled {size} bytes, {st.f_bavail * st.f_frsize - size} left"
         os.lseek(fd, size, os.SEEK_SET)
         chunk = bytes(1 << 16)
         while True:
