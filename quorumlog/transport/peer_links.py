@@ -208,7 +208,10 @@ class _PeerLink:
                 if self.stats.connected:
                     log.info("peer link down node=%s peer=%s error=%r", links.node_id, self.peer_id, e)
                     if links.on_link_down is not None:
-                        links.on_link_down(self.peer_id)
+                        try:
+                            links.on_link_down(self.peer_id)
+                        except Exception:  # noqa: BLE001 - the link reconnects whatever its listener did
+                            log.exception("on_link_down failed node=%s peer=%s", links.node_id, self.peer_id)
                 else:
                     self.stats.connect_failures += 1
                     log.debug("peer link connect failed node=%s peer=%s error=%r", links.node_id, self.peer_id, e)

@@ -237,7 +237,10 @@ class _ServerConnection(asyncio.BufferedProtocol):
             srv.stats.peer_connections_active -= 1
             if srv.on_peer_gone is not None and not srv.closing \
                     and not any(c.state == _PEER and c.node_id == self.node_id for c in srv.connections):
-                srv.on_peer_gone(self.node_id)  # (not if the peer has linked again already)
+                try:  # (not if the peer has linked again already)
+                    srv.on_peer_gone(self.node_id)
+                except Exception:  # noqa: BLE001 - the connection's bookkeeping is done whatever the listener did
+                    log.exception("on_peer_gone failed node=%s peer=%s", srv.node_id, self.node_id)
         elif was == _CLIENT:
             srv.stats.client_connections_active -= 1
 
