@@ -361,8 +361,8 @@ def test_a_bookie_whose_disk_runs_out_under_a_writer_loses_nothing_and_takes_add
     """ENOSPC before the bookie's 95% check sees it (the check runs every 250 ms): the adds that hit it fail, the
     writer replaces the bookie and goes on, the bookie turns read-only; once space returns it starts a new
     journal file and entry log and takes adds again. Every acknowledged entry reads back. Only n4's bookie
-    directory is on the small disk: a Raft member whose disk is full fail-stops at its next term change (it
-    cannot persist the term), which is the Raft group's matter, not this test's."""
+    directory is on the small disk: a full Raft member's store is the Raft tests' matter
+    (test_bad_input.py), not this test's."""
     disk = tmpfs("64M")
     os.makedirs(tmp_path / "n4")
     os.symlink(disk, tmp_path / "n4" / BOOKIE_DIR)

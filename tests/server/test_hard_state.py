@@ -2,11 +2,11 @@
 
 import json
 import os
-import subprocess
 
 import pytest
 
 from quorumlog.raft.types import HardState
+from quorumlog.soak.processes import fill_to_last_byte
 from quorumlog.server.hard_state import (HARD_STATE_FILE, LEGACY_HARD_STATE_FILE, SLOT_BYTES, load_hard_state,
                                          open_hard_state, save_hard_state)
 
@@ -65,7 +65,7 @@ def test_a_save_on_a_full_disk_succeeds(tmpfs):
     term change."""
     d = tmpfs("1M")
     open_hard_state(d)
-    subprocess.run(["dd", "if=/dev/zero", f"of={d}/filler", "bs=64K"], capture_output=True)
+    fill_to_last_byte(os.path.join(d, "filler"))
     with pytest.raises(OSError):
         with open(os.path.join(d, "more"), "wb") as f:
             f.write(b"x" * 4096)
