@@ -22,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from ..codes import ResponseCode
 from ..format import log_entry
 from ..store.base import LogView
-from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse,
+from ..wire.messages import (HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
                              TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult)
 from .election import LeaderElector
 from .entry_dispatcher import EntryDispatcher
@@ -569,7 +569,14 @@ class RaftCore:
             self.elector.no_campaign_until_ms = 1 << 62  # until restart (see above)
         else:
             self._store_full_until_ms = self.now_ms + 2 * self.config.election_timeout_max_ms
-        if self.member.role is not _LEADER:
+        member = self.member
+        if member.role is not _LEADER:
+            if event.code == ResponseCode.DISK_FULL and member.role is Role.FOLLOWER and member.leader_id is not None:
+                # The pushes this write held are dropped and will never be answered: tell the leader, which
+                # probes again shortly instead of waiting max_push_timeout_ms (entry_dispatcher.py).
+                self.send(PushResponse(member.node_id, member.leader_id, member.term, PushType.APPEND,
+                                       ResponseCode.DISK_FULL, self.handler.watermark(), self.end_index,
+                                       self.log.begin_index))
             return
         self.pending.fail_all(event.code, self.member.leader_id, self._completions, written_up_to=self.end_index)
         successor = self._store_failed_successor()

@@ -16,6 +16,10 @@ there; the follower replaces only what conflicts) → APPEND (a window of byte-b
   follower really holds. A follower lagging more than `peer_push_throttle_point` bytes gets at most
   `peer_push_quota` bytes per second (DLedger's quota, so one repair does not starve the others); a learner
   gets `learner_push_quota` (default 0: none, so `member add` finishes at the speed of disk and network).
+- A follower whose disk is full answers DISK_FULL once its write failed: it dropped what it was writing and
+  will answer none of those pushes. The dispatcher then goes back to COMPARE after `heartbeat_interval_ms`
+  (not after `max_push_timeout_ms`, so a follower whose disk has room again is caught up at once) and keeps one
+  push in flight until one is acknowledged (a full disk is not sent a whole window at every probe).
 - `watermark` is the follower's acknowledged *durable* index in this term (what the QuorumAckChecker
   counts); `match_index` is what we know it holds (used to decide when a transfer may start).
 """
@@ -40,7 +44,8 @@ _SUCCESS = ResponseCode.SUCCESS
 class EntryDispatcher:
     __slots__ = ("core", "peer", "state", "compare_index", "next_index", "match_index", "watermark",
                  "pending", "in_flight_ms", "sent_commit", "quota_second", "quota_bytes", "compare_answered",
-                 "match_lo", "match_hi", "truncate_last", "resetting", "unacked_since_ms")
+                 "match_lo", "match_hi", "truncate_last", "resetting", "unacked_since_ms", "hold_until_ms",
+                 "probing")
 
     def __init__(self, core: "RaftCore", peer: str) -> None:
         self.core = core
@@ -60,6 +65,8 @@ class EntryDispatcher:
         self.truncate_last = -1
         self.resetting = False  # the TRUNCATE under way resets the follower's log to our begin index
         self.unacked_since_ms: int | None = None
+        self.hold_until_ms = -(1 << 62)  # no COMPARE/TRUNCATE before this (a full follower: see above)
+        self.probing = False  # one push in flight until the follower acknowledges one (a full follower)
         self.state = PushType.COMPARE
         if "skip_compare" in core.config.planted_bugs:
             # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
@@ -104,9 +111,10 @@ class EntryDispatcher:
             end = core.log_end
             sent = False
             cfg = core.config
-            if self.next_index <= end and len(self.pending) < cfg.max_pending_pushes:
+            window = 1 if self.probing else cfg.max_pending_pushes
+            if self.next_index <= end and len(self.pending) < window:
                 node, term, committed = cfg.node_id, core.member.term, core.committed_index
-                while self.next_index <= end and len(self.pending) < cfg.max_pending_pushes:
+                while self.next_index <= end and len(self.pending) < window:
                     if self._throttled(end):
                         break
                     first = self.next_index
@@ -124,8 +132,7 @@ class EntryDispatcher:
             if not sent and core.committed_index > self.sent_commit:
                 self.sent_commit = core.committed_index
                 core.send(PushRequest(cfg.node_id, self.peer, core.member.term, PushType.COMMIT, self.sent_commit))
-        elif self.in_flight_ms is None:
-            core = self.core
+        elif self.in_flight_ms is None and core.now_ms >= self.hold_until_ms:
             index = self.compare_index
             self.in_flight_ms = core.now_ms
             self.sent_commit = core.committed_index
@@ -185,6 +192,7 @@ class EntryDispatcher:
                 moved = m.index > self.watermark
                 if moved:
                     self.watermark = m.index
+                    self.probing = False
                 if m.index > self.match_index:
                     self.match_index = m.index
                 pending = self.pending
@@ -192,6 +200,14 @@ class EntryDispatcher:
                     for first in [f for f, p in pending.items() if p[0] <= m.index]:
                         del pending[first]
                 return moved
+            if code == ResponseCode.DISK_FULL:
+                # In any state: the follower's write failed and it dropped what it held of ours beyond its
+                # end, so no answer to our pushes (or TRUNCATE) in flight will come. Probe again shortly.
+                log.debug("push refused, disk full peer=%s end=%d: compare", self.peer, m.end_index)
+                self._enter_compare(min(self.core.log_end, m.end_index))
+                self.hold_until_ms = self.core.now_ms + self.core.config.heartbeat_interval_ms
+                self.probing = True
+                return False
             if self.state is not _APPEND:
                 return False  # a late answer to a push of an earlier round
             if code == ResponseCode.REPEATED_PUSH:

@@ -62,6 +62,7 @@ from .ha_store import StoreHALog
 from .kv_service import KvService
 from .metrics import GroupMetrics
 from .reads import CommitNotifier, serve_read
+from .repeated_log import RepeatedLog
 from .state_machine_host import StateMachineHost
 from .topic_service import TopicService
 from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
@@ -149,6 +150,7 @@ class MasterSlaveReplica:
         self.host = host
         self.config = config
         self.group = config.group
+        self._not_taken_log = RepeatedLog(log)
         # A topic group's dispatcher (topics on master/slave groups): applied up to the confirm offset, as
         # RocketMQ 5's ReputMessageService dispatches up to it in controller mode; snapshots and snapshot
         # installs as a Raft group's (kv_service.py), from the master.
@@ -741,7 +743,8 @@ class MasterSlaveReplica:
         except OSError as e:
             # A durable write of this member's own (its epochs, at a session's start) failed. The session does
             # not begin (a slave says hello again later); a full disk waits or hands over, EIO is final.
-            log.warning("HA message not taken node=%s group=%s from=%s: %s", self.node_id, self.group, msg.frm, e)
+            self._not_taken_log.log(type(msg), logging.WARNING, "HA message not taken node=%s group=%s from=%s: %s",
+                                    self.node_id, self.group, msg.frm, e)  # (a full slave: at every hello)
             self._write_failed((DiskFull if is_enospc(e) else DiskError)(f"{type(msg).__name__}: {e.strerror}"))
 
     def tick(self, t_ms: int) -> None:

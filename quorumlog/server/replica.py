@@ -47,6 +47,7 @@ from .group_commit import GroupCommitter
 from .hard_state import open_hard_state, save_hard_state
 from .metrics import GroupMetrics
 from .reads import CommitNotifier, serve_read
+from .repeated_log import RepeatedLog
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class Replica:
         self.max_batch_stored_bytes = config.max_frame_bytes - PUSH_FRAME_HEADROOM_BYTES
         self.failed: str | None = None
         self._disk_error: str | None = None  # the first DISK_ERROR: the node fail-stops once the core handled it
+        self._store_failed_log = RepeatedLog(log)
         self._store_bytes = 0
         self._store_bytes_at_ms = 0
         self._role: Role | None = None
@@ -318,8 +320,9 @@ class Replica:
         return end
 
     def _store_failed(self, code: ResponseCode, reason: str) -> None:
-        log.error("store failed node=%s group=%s code=%s reason=%s", self.config.node_id, self.group, code.name,
-                  reason)
+        # (a full follower's every probe fails its write: once per period, the rest at DEBUG)
+        self._store_failed_log.log(code, logging.ERROR, "store failed node=%s group=%s code=%s reason=%s",
+                                   self.config.node_id, self.group, code.name, reason)
         self.metrics.store_failed(code.name)
         if code == ResponseCode.DISK_FULL:
             self.host.disk_full = True

@@ -12,9 +12,11 @@ import random
 from collections import deque
 from dataclasses import replace
 
+from quorumlog.codes import ResponseCode
 from quorumlog.raft.core import RaftCore
 from quorumlog.raft.types import (AppendBatch, ChangeMembership, ClientAppend, Completion, Durable, HardState,
-                                  RaftConfig, Ready, Receive, Role, Stored, Tick, TransferLeadership)
+                                  RaftConfig, Ready, Receive, Role, Stored, StoreFailed, Tick,
+                                  TransferLeadership)
 from quorumlog.store.memory import MemoryStore
 
 
@@ -27,6 +29,7 @@ class Node:
         self.core = RaftCore(config, self.store, self.hard_state, self.rng, now_ms)
         self.auto_flush = True
         self.up = True
+        self.disk_full = False  # appends are refused (StoreFailed DISK_FULL follows), as a full disk's are
 
     @property
     def id(self) -> str:
@@ -69,6 +72,9 @@ class Cluster:
             store.truncate_after(ready.truncate_after)
         if ready.reset_to is not None:
             store.reset(ready.reset_to, ready.reset_producers)
+        if ready.appends and node.disk_full:
+            self.local.append((node.id, StoreFailed(ResponseCode.DISK_FULL, "ENOSPC")))
+            ready = replace(ready, appends=())
         for a in ready.appends:
             if isinstance(a, AppendBatch):
                 assert a.first_index == store.end_index + 1

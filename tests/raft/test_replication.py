@@ -622,3 +622,35 @@ def test_a_follower_whose_old_entries_differ_below_the_leaders_begin_is_reset():
                 and c.core(stale).committed_index == c.core(main).committed_index, 10_000)
     assert c.nodes[stale].store.begin_index == begin
     assert c.bodies(stale) == c.bodies(main)
+
+
+def test_a_follower_whose_disk_is_full_is_probed_each_heartbeat_and_caught_up_once_it_has_room():
+    """A follower whose write was refused (a full disk) dropped those pushes and will never answer them. It says
+    DISK_FULL, and the leader probes it again each heartbeat interval, one push at a time, instead of waiting
+    out max_push_timeout_ms: once the disk has room, the follower is caught up within a heartbeat or so."""
+    c = Cluster(3)
+    leader = c.elect()
+    cfg = c.core(leader).config
+    full, away = (n for n in c.ids if n != leader)
+    c.isolate(away)  # the commit needs the full follower
+    c.nodes[full].disk_full = True
+    first = c.append(leader, [b"x"])
+    c.deliver()
+    assert first not in c.completions
+    refusals = [m for m in c.sent if isinstance(m, PushResponse) and m.frm == full
+                and m.code == ResponseCode.DISK_FULL]
+    assert len(refusals) == 1 and refusals[0].end_index == -1
+    # Full for a while under load: a probe per heartbeat interval, each a single push, never a window.
+    sent_before = len(c.sent)
+    for i in range(20):
+        c.append(leader, [b"y%d" % i])
+        c.run(50)
+    pushes = [m for m in c.sent[sent_before:] if isinstance(m, PushRequest) and m.to == full
+              and m.push_type == PushType.APPEND]
+    assert 1000 // cfg.heartbeat_interval_ms // 2 <= len(pushes) <= 1000 // cfg.heartbeat_interval_ms + 2
+    assert c.core(leader).committed_index == -1
+    c.nodes[full].disk_full = False
+    took = c.run_until(lambda: first in c.completions, 3_000)
+    assert took <= 2 * cfg.heartbeat_interval_ms < cfg.max_push_timeout_ms
+    c.run_until(lambda: c.core(leader).committed_index == 20, 1_000)
+    assert c.bodies(full) == [b"x"] + [b"y%d" % i for i in range(20)]
