@@ -14,7 +14,9 @@ store refuses every write after the error, and the core hands its leadership ove
 elections. Only a restart, whose recovery re-reads and CRC-checks the files instead of trusting the page
 cache, brings the node back (the entries it lacks come from the leader). A failed flush for a full disk
 (DISK_FULL: ENOSPC from a checkpoint or metadata write; the data segments are preallocated) is retried
-with backoff: space comes back.
+with backoff: space comes back. The backoff ends early when the node's disk check finds room again
+(`disk_has_room`): a member whose commit a group waits for (say `_meta`'s, for a master/slave hand-over) must
+not sleep out the rest of a doubled backoff once its disk can take the fsync.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Callable
 
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
+from .repeated_log import RepeatedLog
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,8 @@ class GroupCommitter:
         self._lock = asyncio.Lock()  # serializes worker-thread store I/O (flush, checkpoint)
         self._closed = False
         self._failures = 0  # consecutive failed fsyncs
+        self._room = asyncio.Event()  # set by disk_has_room: ends a full disk's backoff
+        self._failed_log = RepeatedLog(log)
         self.failed: str | None = None  # a DISK_ERROR: no fsync is retried or believed after it
         self.fsyncs = 0
 
@@ -102,12 +107,25 @@ class GroupCommitter:
             except Exception as e:  # noqa: BLE001 - any failure of the disk is reported to the core
                 backoff_s = self._fsync_failed(e)
                 if backoff_s is not None:
-                    await asyncio.sleep(backoff_s)
+                    await self._back_off(backoff_s)
                     self._wake.set()
                 return self._durable
             if self._fsync_done(durable, started):
                 self._wake.set()
             return self._durable
+
+    async def _back_off(self, seconds: float) -> None:
+        self._room.clear()
+        try:
+            await asyncio.wait_for(self._room.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def disk_has_room(self) -> None:
+        """The node's disk check found room again after a full disk: a flush backing off is retried now."""
+        self._room.set()
+        if self._failures and self.failed is None:
+            self._wake.set()
 
     def _fsync_failed(self, e: BaseException) -> float | None:
         """The failure policy for one failed fsync (see the module doc): reports it to the core and returns
@@ -116,7 +134,8 @@ class GroupCommitter:
         if code not in (ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR):
             code = ResponseCode.DISK_ERROR
         self._failures += 1
-        log.error("flush failed code=%s failures=%d reason=%s", code.name, self._failures, e)
+        self._failed_log.log(code, logging.ERROR, "flush failed code=%s failures=%d reason=%s", code.name,
+                             self._failures, e)
         if code == ResponseCode.DISK_ERROR:
             self.failed = str(e)
             log.critical("disk error: no fsync will be retried or trusted until restart reason=%s", e)

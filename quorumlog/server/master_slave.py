@@ -270,7 +270,10 @@ class MasterSlaveReplica:
         pass
 
     def report_disk_ok(self) -> None:
-        pass  # (a full master's hand-over ends with the controller's view, not a hold of its own)
+        # (a full master's hand-over ends with the controller's view, not a hold of its own; its flusher's
+        # backoff ends now)
+        if self.committer is not None:
+            self.committer.disk_has_room()
 
     def peer_gone(self, node_id: str) -> None:
         """A link between node_id and this node broke, either way (its process died, or the connection did):

@@ -582,7 +582,10 @@ class Replica:
         self.step(StoreFailed(ResponseCode.DISK_FULL, reason))
 
     def report_disk_ok(self) -> None:
-        """The node's disk guard found room again after a full disk: the core's holds end now."""
+        """The node's disk guard found room again after a full disk: the core's holds end now, and so does the
+        flusher's backoff."""
+        if self.committer is not None:
+            self.committer.disk_has_room()
         self.step(StoreRecovered())
 
     def checkpoint_due(self) -> bool:

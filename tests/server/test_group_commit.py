@@ -136,6 +136,38 @@ def test_failed_flush_for_a_full_disk_is_retried(committer):
     asyncio.run(main())
 
 
+@COMMITTERS
+def test_a_full_disks_backoff_ends_when_the_disk_has_room_again(committer):
+    """Five failed flushes back off 1.6 s before the sixth; the node's disk check finding room again makes the
+    retry happen now (a `_meta` follower's commit, say, waits on it)."""
+    async def main():
+        store = GatedStore()
+        store.gate.set()
+        real_flush = store.flush
+        full = [True]
+
+        def flush():
+            if full[0]:
+                raise DiskFull("ENOSPC")
+            return real_flush()
+        store.flush = flush
+        durable, failures = [], []
+        gc = committer(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: failures.append(c))
+        task = asyncio.create_task(gc.run())
+        gc.written(store.append_batch(1, [b"a"], 0))
+        await _until(lambda: len(failures) == 5)  # 0.1 + 0.2 + 0.4 + 0.8 s of backoff so far
+        full[0] = False
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        gc.disk_has_room()
+        await _until(lambda: durable == [0])
+        assert loop.time() - t0 < 0.5  # not the 1.6 s left of the backoff
+        gc.close()
+        await task
+        assert failures == [ResponseCode.DISK_FULL] * 5 and gc.failed is None
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("sync", [True, False])
 def test_async_mode_never_reports_durable_but_still_flushes(sync):
     async def main():
