@@ -111,7 +111,8 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("max_entry_bytes", 4 * MIB, "int", "Largest entry body; bigger ones get ENTRY_TOO_LARGE.",
        "DLedger's 4 MiB entry buffer, same size.", minimum=1),
     # -- replication ----------------------------------------------------------------------------------------
-    _k("max_push_timeout_ms", 1_000, "int", "A push not answered within this time is resent.",
+    _k("max_push_timeout_ms", 1_000, "int", "A push not answered within this time is resent (a follower whose "
+       "disk is full says so at once: it is probed again each heartbeat instead).",
        "DLedger `maxPushTimeOutMs`, same default.", minimum=1),
     _k("max_push_batch_bytes", 1 * MIB, "int", "Record bytes carried by one APPEND push.",
        "DLedger pushes one entry per request (batch push is optional, 4 KiB); we always batch, bounded by bytes.",
