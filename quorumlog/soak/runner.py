@@ -63,11 +63,9 @@ ALL_KINDS = BASE_KINDS + ROOT_KINDS + MEMBERSHIP_KINDS
 MASTER_SLAVE_KINDS = ("kill9_node", "kill9_majority", "pause_leader", "restart_all", "torn_tail",
                       "failing_disk_leader", "partition_minority", "isolate_leader") + ROOT_KINDS
 MASTER_SLAVE_GROUP = "ms"
-# disk_full fills a Raft member's disk to the last byte (it must still persist its votes: server/hard_state.py),
-# a master/slave member's to the last 64 KiB, as before: to the last byte the hand-over through `_meta` takes
-# about a second in some cycles (1-6 of 30, seed 2405, 2026-11-27), past the hold's one-second grace; at 64 KiB
-# none of 30 (max 0.95 s). Not understood yet: see the stop note of 2026-11-27.
-MASTER_SLAVE_DISK_FULL_LEAVES = 64 * 1024
+# disk_full fills the target's disk to the last byte, in either mode: a Raft member must still persist its
+# votes (server/hard_state.py), and a full master/slave member's `_meta` follower must still let the controller
+# commit the hand-over (server/group_commit.py: its flush backoff ends when the disk has room again).
 SLOTS = ("n0", "n1", "n2")  # a schedule names slots; a slot's node changes when a membership cycle replaces it
 LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_leader", "disk_full",
                 "failing_disk_leader")
@@ -440,8 +438,7 @@ class Soak:
         elif c.kind == "reset_connections":
             pass  # resets happen during the hold below
         elif c.kind == "disk_full":
-            c.note = fill_to_last_byte(os.path.join(self.disks[t[0]], FILLER), MASTER_SLAVE_DISK_FULL_LEAVES
-                                       if self.mode == "master-slave" else 0)
+            c.note = fill_to_last_byte(os.path.join(self.disks[t[0]], FILLER))
         elif c.kind == "failing_disk_leader":
             open(self.disk_triggers[t[0]], "w").close()
         elif c.kind == "packet_loss":
