@@ -26,6 +26,7 @@ from typing import Iterator
 
 from ..errors import CorruptEntry
 from ..format.log_entry import crc32c
+from ..store.files import start_writeback
 
 ENTRY_LOG_FILE_BYTES = 64 * 1024 * 1024  # BookKeeper logSizeLimit is 1 GiB; smaller logs compact sooner
 # Appends are handed to the OS a MiB at a time (flush_begin, scans and rolls hand over the rest): an 8 KiB
@@ -92,6 +93,7 @@ class EntryLogger:
         finally:
             view.release()
             del self._pending[:done]
+            start_writeback(self._fd, self._written, done)  # (a checkpoint's fdatasync then finds little left)
             self._written += done
 
     def roll(self) -> None:

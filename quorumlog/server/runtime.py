@@ -12,6 +12,7 @@ from typing import Sequence
 from ..config import ConfigError, NodeConfig, add_argparse_flags, load_config
 from ..heap import keep_freed_buffers
 from ..store import RecoveryError
+from .long_lived import freeze_long_lived
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
         log.error("cannot start node=%s: %s", config.node_id, e)
         await node.stop()
         return EXIT_FAILED
+    freeze_long_lived()  # (what the node made to start lives until it stops: long_lived.py)
     log.info("node running node=%s address=%s:%d http_port=%d flush=%s", config.node_id, *config.address,
              config.http_port, config.flush)
     fatal = asyncio.ensure_future(node.fatal.wait())

@@ -43,3 +43,4 @@ def test_a_checkpoint_syncs_the_wal_without_holding_the_gil_and_its_batch_surviv
     again = LedgerIndex(str(tmp_path / "index"))
     assert again.mark() == (3, 4096) and again.get(7, 99) == (1, 9900) and again.last_entry(7) == 99
     again.close()
+
