@@ -302,7 +302,9 @@ class BookieStorage:
         """Whether the disk takes writes again: the journal starts a new file (asked of its writer, answered by a
         later check: a hung disk must not hold the caller), then the entry log writes out its buffer."""
         if self._repairing is None:
-            if time.monotonic() < self._repair_after:
+            if time.monotonic() < self._repair_after and self.disk_error.errno != errno.ENOSPC:
+                # (the backoff is for a disk that fails with space to spare; a full one is only repaired once
+                # check_disk found it below the low-water mark, i.e. room again: waiting longer helps nobody)
                 return False
             self._repairing = self.journal.repair()
         if not self._repairing.done():
