@@ -392,7 +392,10 @@ def test_a_bookie_whose_disk_runs_out_under_a_writer_loses_nothing_and_takes_add
             at_change = len(acked)
             await _until(lambda: len(acked) >= at_change + 50, 15, "the writer stopped")
             info = await lc.registry.info("n4")
-            assert info["state"] == "read_only" and "No space left" in info["disk_error"], info
+            # (mostly a write hit ENOSPC first; the 95% check may also win the race with the writer's next write,
+            # and then no write failed: tests/bookie/test_disk_errors.py takes the ENOSPC path every time)
+            assert info["state"] == "read_only", info
+            assert info["disk_error"] is None or "No space left" in info["disk_error"], info
             os.remove(filler)
 
             async def writable() -> bool:
