@@ -111,24 +111,30 @@ def test_failed_fsync_is_final_never_retried_nor_believed(committer):
     asyncio.run(main())
 
 
+def _flushing_while(committer, still_full):
+    """A committer started over a store whose flush fails with DiskFull while still_full(), with one entry
+    written: (committer, its task, durable reports, failure reports)."""
+    store = GatedStore()
+    store.gate.set()
+    real_flush = store.flush
+
+    def flush():
+        if still_full():
+            raise DiskFull("ENOSPC")
+        return real_flush()
+    store.flush = flush
+    durable, failures = [], []
+    gc = committer(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: failures.append(c))
+    task = asyncio.create_task(gc.run())
+    gc.written(store.append_batch(1, [b"a"], 0))
+    return gc, task, durable, failures
+
+
 @COMMITTERS
 def test_failed_flush_for_a_full_disk_is_retried(committer):
     async def main():
-        store = GatedStore()
-        store.gate.set()
-        real_flush = store.flush
         calls = []
-
-        def flush():
-            calls.append(1)
-            if len(calls) == 1:
-                raise DiskFull("ENOSPC")
-            return real_flush()
-        store.flush = flush
-        durable, failures = [], []
-        gc = committer(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: failures.append(c))
-        task = asyncio.create_task(gc.run())
-        gc.written(store.append_batch(1, [b"a"], 0))
+        gc, task, durable, failures = _flushing_while(committer, lambda: calls.append(1) or len(calls) == 1)
         await _until(lambda: durable == [0])
         gc.close()
         await task
@@ -141,20 +147,8 @@ def test_a_full_disks_backoff_ends_when_the_disk_has_room_again(committer):
     """Five failed flushes back off 1.6 s before the sixth; the node's disk check finding room again makes the
     retry happen now (a `_meta` follower's commit, say, waits on it)."""
     async def main():
-        store = GatedStore()
-        store.gate.set()
-        real_flush = store.flush
         full = [True]
-
-        def flush():
-            if full[0]:
-                raise DiskFull("ENOSPC")
-            return real_flush()
-        store.flush = flush
-        durable, failures = [], []
-        gc = committer(store, sync=True, on_durable=durable.append, on_failed=lambda c, r: failures.append(c))
-        task = asyncio.create_task(gc.run())
-        gc.written(store.append_batch(1, [b"a"], 0))
+        gc, task, durable, failures = _flushing_while(committer, lambda: full[0])
         await _until(lambda: len(failures) == 5)  # 0.1 + 0.2 + 0.4 + 0.8 s of backoff so far
         full[0] = False
         loop = asyncio.get_running_loop()
