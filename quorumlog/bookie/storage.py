@@ -28,7 +28,6 @@ Synchronous and single-threaded apart from the journal's writer: the node runtim
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -39,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import BookieReadOnly, DiskError, DiskFull, LedgerFenced, NoSuchEntry, NoSuchLedger, QuorumLogError
+from ..store.files import is_enospc
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
 from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal, Mark
@@ -296,13 +296,13 @@ class BookieStorage:
             self._repair_after = now + self._repair_wait
         self.disk_error = e
         self.read_only = True
-        return (DiskFull if e.errno == errno.ENOSPC else DiskError)(f"bookie {self.dir}: {e}")
+        return (DiskFull if is_enospc(e) else DiskError)(f"bookie {self.dir}: {e}")
 
     def _repair(self) -> bool:
         """Whether the disk takes writes again: the journal starts a new file (asked of its writer, answered by a
         later check: a hung disk must not hold the caller), then the entry log writes out its buffer."""
         if self._repairing is None:
-            if time.monotonic() < self._repair_after and self.disk_error.errno != errno.ENOSPC:
+            if time.monotonic() < self._repair_after and not is_enospc(self.disk_error):
                 # (the backoff is for a disk that fails with space to spare; a full one is only repaired once
                 # check_disk found it below the low-water mark, i.e. room again: waiting longer helps nobody)
                 return False
