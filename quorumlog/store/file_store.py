@@ -79,6 +79,9 @@ class FileStore(RecoverOnOpen):
         self._units_per_index = self.config.index_units_per_segment
         self._dirty_data: dict[int, Segment] = {}  # id(segment) -> segment, written since the last flush
         self._dirty_index: dict[int, Segment] = {}  # written since the last checkpoint
+        # Segments read since the last release_read_pages, which unmaps their pages (Segment.release_pages): what
+        # a reader walks through (a follower catching up, a Spark backfill) does not stay in this process's RSS.
+        self._paged_in: set[Segment] = set()
         self._producers = ProducerTable()
         self._membership = MembershipLog()
         self._begin = 0
@@ -367,6 +370,7 @@ class FileStore(RecoverOnOpen):
                     total_bytes += off - chunk_start
                 seg_i += 1
                 seg = self._data[seg_i]
+                self._paged_in.add(seg)
                 off = chunk_start = 0
                 continue
             why, h = check_record(seg.view, off, seg.size_bytes, seg.start, index, prev_chain)
@@ -712,7 +716,8 @@ class FileStore(RecoverOnOpen):
                 active = self._data[-1] if self._data else None
                 for seg in segs:
                     if seg is not active and id(seg) not in self._dirty_data:
-                        seg.close_fd()  # sealed and synced: keep the mmap, free the fd
+                        seg.close_fd()  # sealed and synced: keep the mmap, free the fd and its pages
+                        seg.release_pages()
             durable = self._durable
             if (time.monotonic() - self._last_checkpoint_s) * 1000 >= self.config.checkpoint_interval_ms \
                     and durable != self._checkpoint_end:
@@ -1006,6 +1011,22 @@ class FileStore(RecoverOnOpen):
         for seg in segs:
             if seg is not current:
                 seg.close_fd()
+                seg.release_pages()
+        self.release_read_pages()
+
+    def release_read_pages(self) -> None:
+        """Unmap the pages of the sealed segments read since the last call (the node calls it every
+        checkpoint_interval_ms; about 4 ms per GiB mapped, 10 us for a segment with none). The page cache keeps
+        them: a read that comes back faults them in again."""
+        with self._lock:
+            if self._closed:
+                return
+            paged_in, self._paged_in = self._paged_in, set()
+            keep = (self._index_seg(self._end + 1), self._data[-1] if self._data else None)
+            self._paged_in.discard(keep[0])  # (the lookup above)
+        for seg in list(paged_in):  # (copied at once: a reader without the lock may still add to it)
+            if seg not in keep:
+                seg.release_pages()
 
     def _write_producer_snapshot(self) -> None:
         """Persist the producer table with the end index it covers, when it changed since the last one."""
@@ -1040,7 +1061,9 @@ class FileStore(RecoverOnOpen):
         u = self._units_per_index
         start = index - index % u
         seg = self._index.get(start)
-        if seg is None and create:
+        if seg is not None:
+            self._paged_in.add(seg)  # (the current one too: release_read_pages leaves that one mapped)
+        elif create:
             path = os.path.join(self._index_dir, segment_name(start))
             size = u * INDEX_UNIT_SIZE
             try:
@@ -1068,6 +1091,8 @@ class FileStore(RecoverOnOpen):
         i = bisect.bisect_right(self._data_starts, pos) - 1
         if i < 0 or pos >= self._data[i].end:
             raise CorruptEntry(f"position {pos} is in no data segment of {self._data_dir}")
+        if i != len(self._data) - 1:
+            self._paged_in.add(self._data[i])
         return i
 
     def _data_seg(self, pos: int) -> Segment:

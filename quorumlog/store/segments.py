@@ -62,6 +62,15 @@ class Segment:
             os.close(self.fd)
             self.fd = None
 
+    def release_pages(self) -> None:
+        """Unmap this segment's pages from the process (the page cache keeps them; a later read faults them back
+        in). A sealed segment's pages otherwise stay in the reader's RSS for as long as the map lives: a leader
+        that pushed 20 GB held 6.6 GB of it, which `drop_caches` cannot free and memory accounting charges."""
+        try:
+            self.mm.madvise(mmap.MADV_DONTNEED)
+        except ValueError:  # closed: deleted by retention or truncation meanwhile
+            pass
+
     def close(self) -> None:
         self.close_fd()
         try:
