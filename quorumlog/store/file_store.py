@@ -82,6 +82,7 @@ class FileStore(RecoverOnOpen):
         # Segments read since the last release_read_pages, which unmaps their pages (Segment.release_pages): what
         # a reader walks through (a follower catching up, a Spark backfill) does not stay in this process's RSS.
         self._paged_in: set[Segment] = set()
+        self._checkpoint_deferred = False  # flush() could not write it (a full disk): said once, until it can
         self._producers = ProducerTable()
         self._membership = MembershipLog()
         self._begin = 0
@@ -721,7 +722,17 @@ class FileStore(RecoverOnOpen):
             durable = self._durable
             if (time.monotonic() - self._last_checkpoint_s) * 1000 >= self.config.checkpoint_interval_ms \
                     and durable != self._checkpoint_end:
-                self._checkpoint_locked()
+                try:
+                    self._checkpoint_locked()
+                except DiskFull as e:
+                    # What this flush synced is durable all the same: the checkpoint only tells recovery where
+                    # to start its scan. On a disk full to the last block its new file cannot be written, and
+                    # failing the flush held back every ack of entries already on disk; it waits an interval.
+                    self._last_checkpoint_s = time.monotonic()
+                    if not self._checkpoint_deferred:
+                        log.warning("checkpoint deferred, the flush stands: %s (recovery would scan from "
+                                    "end_index=%d)", e, self._checkpoint_end)
+                    self._checkpoint_deferred = True
             return durable
 
     def set_committed_index(self, index: int) -> None:
@@ -1005,8 +1016,17 @@ class FileStore(RecoverOnOpen):
                 os.fdatasync(seg.writable_fd())
             except OSError as e:
                 raise self._disk_error("fdatasync", seg.path, e) from e
-        self._write_checkpoint(end)
-        self._write_producer_snapshot()
+        try:
+            self._write_checkpoint(end)
+            self._write_producer_snapshot()
+        except DiskFull:
+            with self._lock:  # (synced, but their fds are closed after a checkpoint that names them)
+                for seg in segs:
+                    self._dirty_index.setdefault(id(seg), seg)
+            raise
+        if self._checkpoint_deferred:
+            log.warning("checkpoint written again end_index=%d", end)
+            self._checkpoint_deferred = False
         current = self._index_seg(self._end + 1)
         for seg in segs:
             if seg is not current:

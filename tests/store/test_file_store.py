@@ -445,6 +445,43 @@ def test_real_full_disk_enospc_then_guard(tmpfs):
             s2.append_batch(1, [b"x"], 1)
 
 
+def test_a_flush_on_a_disk_full_to_the_last_block_reports_what_it_synced(tmpfs, caplog):
+    """The entries went into preallocated segments before the disk filled up: fdatasync needs no block, but
+    the checkpoint's new file does. The flush still reports them durable (a follower acks them); the checkpoint
+    is written once there is room, and the store reopens to the whole log either way."""
+    cfg = StoreConfig(data_segment_size_bytes=1024 * 1024, index_segment_size_bytes=64 * 1024,
+                      max_entry_bytes=16 * 1024, disk_full_ratio=1.0, disk_check_interval_ms=0,
+                      checkpoint_interval_ms=0)
+    root = tmpfs("16M")
+    path = os.path.join(root, "g")
+    s = FileStore(path, cfg)
+    bodies = [body_for(i, 4000) for i in range(10)]
+    s.append_batch(1, bodies, 1)
+    assert s.flush() == 9
+    filler = os.path.join(root, "filler")
+    with open(filler, "wb", buffering=0) as f:
+        with pytest.raises(OSError) as full:
+            while True:
+                f.write(b"\0" * 4096)
+    assert full.value.errno == errno.ENOSPC
+    more = [body_for(10 + i, 4000) for i in range(20)]
+    s.append_batch(1, more, 2)  # into the preallocated segment
+    bodies += more
+    with caplog.at_level(logging.WARNING, logger="quorumlog.store.file_store"):
+        assert s.flush() == len(bodies) - 1
+    assert "checkpoint deferred" in caplog.text
+    assert read_checkpoint(os.path.join(path, "checkpoint")).end_index == 9
+    os.unlink(filler)
+    s._last_checkpoint_s = 0.0  # (the deferral waits an interval)
+    s.append_batch(1, [body_for(len(bodies), 10)], 3)
+    bodies.append(body_for(len(bodies), 10))
+    assert s.flush() == len(bodies) - 1
+    assert read_checkpoint(os.path.join(path, "checkpoint")).end_index == len(bodies) - 1
+    s.close()
+    with FileStore(path, cfg) as s2:
+        check_prefix(s2, bodies, len(bodies) - 1)
+
+
 def cfg_dict(cfg: StoreConfig) -> dict:
     return {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
 
