@@ -203,8 +203,13 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
        tls: bool = typer.Option(False, "--tls", help="TLS on every port: make a CA and one certificate per node "
                                 "under D/tls (mutual TLS between nodes); commands given --cluster D use its CA"),
        json_out: bool = JsonOpt) -> None:
-    """Start N nodes in the background, write D/cluster.json, return once a leader is elected."""
+    """Start N nodes in the background, write D/cluster.json, return once a leader is elected. On a directory
+    whose cluster is stopped, start its nodes again as cluster.json records them (the other options unused)."""
     setup_logging()
+    existing = os.path.join(os.path.abspath(data_dir), CLUSTER_FILE)
+    stopped = _stopped_cluster(existing)
+    if stopped is not None:
+        return _restart(existing, stopped, timeout_s, json_out)
     if flush not in ("sync", "async"):
         usage(f"--flush {flush!r}: must be sync or async")
     if mode not in ("raft", "master-slave"):
@@ -234,7 +239,6 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
                                                **dict(kv)})
         except ConfigError as e:
             usage(str(e))
-    existing = os.path.join(data_dir, CLUSTER_FILE)
     if os.path.exists(existing):
         try:
             with open(existing, encoding="utf-8") as f:
@@ -246,6 +250,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         if running:
             die(ResponseCode.BAD_REQUEST, f"--data-dir {data_dir!r}: a cluster is already running there "
                 f"({', '.join(running)}); run `quorumlog cluster down --data-dir {data_dir}` first")
+    # (a cluster.json whose nodes' data is gone is stale: a new cluster replaces it)
     busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
     if http_base_port:
         busy += [f"{host}:{http_base_port + i}" for i in range(nodes) if not _port_free(host, http_base_port + i)]
@@ -294,19 +299,73 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     except BaseException:
         _stop_pids(node_docs, 2.0)
         raise
-    result = {**doc, "leader_id": elected["leader_id"], "term": elected["term"]}
+    _print_up(doc, elected, json_out)
+
+
+def _print_up(doc: dict, elected: dict, json_out: bool) -> None:
     if json_out:
-        print_json(result)
-    else:
-        who = "master" if mode == "master-slave" else "leader"
-        table = Table(title=f"group {group} ({mode}): {who} {elected['leader_id']} (term {elected['term']}), "
-                            f"flush {flush}")
-        for col in ("id", "address", "pid", "http", "log"):
-            table.add_column(col)
-        for n in node_docs:
-            table.add_row(n["id"], n["address"], str(n["pid"]), str(n["http_port"] or "-"), n["log_file"])
-        out_console.print(table)
-        out_console.print(f"peers: {peers_text}", highlight=False)
+        print_json({**doc, "leader_id": elected["leader_id"], "term": elected["term"]})
+        return
+    mode = doc.get("mode", "raft")
+    who = "master" if mode == "master-slave" else "leader"
+    table = Table(title=f"group {doc['group']} ({mode}): {who} {elected['leader_id']} (term {elected['term']}), "
+                        f"flush {doc.get('flush', 'sync')}")
+    for col in ("id", "address", "pid", "http", "log"):
+        table.add_column(col)
+    for n in doc["nodes"]:
+        table.add_row(n["id"], n["address"], str(n["pid"]), str(n.get("http_port") or "-"), n["log_file"])
+    out_console.print(table)
+    out_console.print(f"peers: {doc['peers']}", highlight=False)
+
+
+def _stopped_cluster(path: str) -> dict | None:
+    """cluster.json's document when none of its nodes runs and every node's data directory is there."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        nodes = doc["nodes"]
+        if not nodes or any(pid_alive(n.get("pid")) and _is_our_node(n["pid"], n["id"]) for n in nodes):
+            return None
+        return doc if all(os.path.isdir(n["data_dir"]) and n["argv"] for n in nodes) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _restart(path: str, doc: dict, timeout_s: float, json_out: bool) -> None:
+    """Start a stopped cluster's nodes again with the command lines cluster.json recorded (ids, ports, data,
+    settings and certificates as they were) and wait for their group's leader. Nothing is created: `_meta`
+    and every group are in the nodes' data."""
+    from ..peers import parse_peers
+    peers = parse_peers(doc["peers"])
+    busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
+    host = next(iter(peers.values()))[0]
+    busy += [f"{host}:{n['http_port']}" for n in doc["nodes"] if n.get("http_port")
+             and not _port_free(host, n["http_port"])]
+    if busy:
+        die(ResponseCode.BAD_REQUEST, f"cluster up (restarting {os.path.dirname(path)}): ports already in use: "
+            f"{', '.join(busy)}")
+    if doc.get("tls_ca"):
+        os.environ[TLS_CA_ENV] = doc["tls_ca"]
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for n in doc["nodes"]:
+            with open(n["log_file"], "ab") as log:
+                procs[n["id"]] = subprocess.Popen(n["argv"], stdin=subprocess.DEVNULL, stdout=log,
+                                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                                  cwd=os.path.dirname(path))
+            n["pid"] = procs[n["id"]].pid
+        _write_json_atomic(path, doc)
+        elected = run(wait_for_leader(peers, doc.get("node_group", doc["group"]), procs, timeout_s))
+    except (RuntimeError, TimeoutError) as e:
+        sys.stderr.write("\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in doc["nodes"]) + "\n")
+        _stop_pids(doc["nodes"], 2.0)  # (cluster.json stays: the data it describes is still there)
+        die(ResponseCode.INTERNAL_ERROR, f"cluster up (restarting {os.path.dirname(path)}): {e}; stopped the nodes")
+    except BaseException:
+        _stop_pids(doc["nodes"], 2.0)
+        raise
+    if not json_out:
+        out_console.print(f"restarted the cluster in {os.path.dirname(path)} from its cluster.json", highlight=False)
+    _print_up(doc, elected, json_out)
 
 
 async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_s: float) -> None:

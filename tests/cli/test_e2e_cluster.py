@@ -150,6 +150,16 @@ def test_cluster_up_append_read_status_transfer_down(cluster):
     again = cli_json("cluster", "down", "--data-dir", d)
     assert again["not_running"] == ids
 
+    # `cluster up` on the stopped cluster's directory starts the same nodes again from cluster.json (their log,
+    # `_meta` and groups are in their data; nothing is created anew), and refuses while they run
+    back = cli_json("cluster", "up", "--data-dir", d, "--timeout-s", "60", timeout_s=90)
+    assert [n["id"] for n in back["nodes"]] == ids and back["leader_id"] in ids
+    assert [n["argv"] for n in back["nodes"]] == [n["argv"] for n in doc["nodes"]]
+    wait_converged(d, ids, ["a", "b", "c", "d", "e", "f"])
+    assert cli_json("append", "--cluster", d, "g")[0]["index"] > f["index"]
+    refused = cli("cluster", "up", "--data-dir", d, check=False)
+    assert refused.returncode != 0 and "already running" in refused.stderr
+
 
 def test_client_survives_kill_9_of_the_leader_without_loss_or_duplicates(cluster):
     d, up = cluster
