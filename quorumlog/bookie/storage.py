@@ -154,10 +154,19 @@ class BookieStorage:
         return self.journal.submit_many(records)
 
     def _stage_adds(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", records: list) -> None:
-        """Apply the adds (entry log, index) and append their journal records to `records`."""
+        """Apply the adds (entry log, index) and append their journal records to `records`. The ledger's state
+        takes the highest LAC among them once, before them: a LAC is what its writer knows acknowledged, true
+        whether or not this bookie stores the add that carried it (_apply_add's per add, in one step)."""
+        if not adds:
+            return
+        st = self.index.state(ledger_id)
+        top = max(lac for _, _, lac in adds)
+        if st is None or top > st.explicit_lac:
+            self._update(ledger_id, explicit_lac=top)  # (a new ledger: the bookie holds it from now on)
+        append, put, rec = self.entry_log.append, self.index.put, _REC.pack
         for entry_id, body, lac in adds:  # (bodies may be views of a request: written, never kept)
-            self._apply_add(ledger_id, entry_id, body, lac)
-            records.append((_REC.pack(_ADD, ledger_id, entry_id, lac), body))  # (the journal joins them once)
+            put(ledger_id, entry_id, append(ledger_id, entry_id, body))
+            records.append((rec(_ADD, ledger_id, entry_id, lac), body))  # (the journal joins them once)
 
     def add_sections(self, sections: "list[tuple[int, list[tuple[int, bytes | memoryview, int]]]]") \
             -> tuple[dict[int, QuorumLogError], Future]:
