@@ -1011,16 +1011,16 @@ class FileStore(RecoverOnOpen):
             end = self._durable
             segs = list(self._dirty_index.values())
             self._dirty_index.clear()
-        for seg in segs:
-            try:
-                os.fdatasync(seg.writable_fd())
-            except OSError as e:
-                raise self._disk_error("fdatasync", seg.path, e) from e
         try:
+            for seg in segs:
+                try:
+                    os.fdatasync(seg.writable_fd())
+                except OSError as e:
+                    raise self._disk_error("fdatasync", seg.path, e) from e
             self._write_checkpoint(end)
             self._write_producer_snapshot()
         except DiskFull:
-            with self._lock:  # (synced, but their fds are closed after a checkpoint that names them)
+            with self._lock:  # (the next checkpoint syncs them again, and closes their fds once it names them)
                 for seg in segs:
                     self._dirty_index.setdefault(id(seg), seg)
             raise
