@@ -19,9 +19,9 @@ Every workload runs --rounds times, the rounds in alternating order (forward, ba
 median (what runs first on a fresh cluster gains on this machine). Before each workload the page cache is
 emptied (sync, then /proc/sys/vm/drop_caches when writable; --keep-page-cache to skip): on this VM a page cache
 growing into memory not used lately costs up to 4x the kernel CPU per GB written, so without it a workload's
-figure depends on what ran before it (the Raft group's batched rounds ranged 77-201 MB/s in one run). The
-journal against the disk's ceiling is
-bench/bookie.py's (bench/results/bookie-*.json).
+figure depends on what ran before it (the Raft group's batched rounds ranged 77-201 MB/s in one run, most of
+it its leader's mapped pages, which drop_caches could not free; the store unmaps them since 2026-11-27). The
+journal against the disk's ceiling is bench/bookie.py's (bench/results/bookie-*.json).
 Results: bench/results/ledgers-<date>.json.
 """
 
