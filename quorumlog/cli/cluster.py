@@ -166,7 +166,8 @@ def _reap() -> None:
 
 
 async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.Popen], timeout_s: float) -> dict:
-    """Poll status until one member leads and a majority answers; raise if a node dies or time runs out."""
+    """Poll status until one member leads (a master/slave group: its master) and a majority answers; raise if a
+    node dies or time runs out."""
     deadline = time.monotonic() + timeout_s
     async with Client(peers, group=group, request_timeout_ms=500, timeout_ms=1_000, max_retries=0) as c:
         while True:
@@ -174,7 +175,7 @@ async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.P
                 if p.poll() is not None:
                     raise RuntimeError(f"node {nid} exited with code {p.returncode} during startup")
             nodes = await c.status()
-            leaders = [n for n in nodes if n.role == "leader"]
+            leaders = [n for n in nodes if n.role in ("leader", "master")]
             if leaders:
                 return {"leader_id": leaders[0].id, "term": leaders[0].term,
                         "nodes": [n.to_dict() for n in nodes]}
@@ -356,6 +357,8 @@ def _restart(path: str, doc: dict, timeout_s: float, json_out: bool) -> None:
             n["pid"] = procs[n["id"]].pid
         _write_json_atomic(path, doc)
         elected = run(wait_for_leader(peers, doc.get("node_group", doc["group"]), procs, timeout_s))
+        if doc.get("mode") == "master-slave":  # (its controller, in `_meta`, elects the master)
+            elected = run(wait_for_leader(peers, doc["group"], procs, timeout_s))
     except (RuntimeError, TimeoutError) as e:
         sys.stderr.write("\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in doc["nodes"]) + "\n")
         _stop_pids(doc["nodes"], 2.0)  # (cluster.json stays: the data it describes is still there)

@@ -426,6 +426,14 @@ def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_
             time.sleep(0.2)
         r = cli("cluster", "up", "--nodes", "3", "--data-dir", str(tmp_path / "x"), "--mode", "paxos", check=False)
         assert r.returncode == 2 and "--mode" in r.stderr
+        # stopped and started again from cluster.json: the same master/slave group, its master the one `up` names
+        cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30)
+        back = cli_json("cluster", "up", "--data-dir", d, "--timeout-s", "60", timeout_s=90)
+        assert (back["mode"], back["group"]) == ("master-slave", "default")
+        rows = cli_json("status", "--cluster", d)
+        assert next(x["role"] for x in rows if x["id"] == back["leader_id"]) == "master"
+        assert cli_json("append", "--cluster", d, "c")[0]["index"] == 2
+        assert [e["body"] for e in cli_json("read", "--cluster", d, "--from", "0")] == ["a", "b", "c"]
     finally:
         try:
             cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30, check=False)
