@@ -166,7 +166,7 @@ class LedgerIndex:
                 break
             wb = WriteBatch(raw_mode=True)
             for (ledger, entry), loc in chunk:
-                wb.put(_KEY.pack(b"E", ledger, entry), _LOC.pack(*loc))
+                wb.put(_entry_key(ledger, entry), _LOC.pack(*loc))
             self.db.write(wb, _UNSYNCED)
             time.sleep(0)  # (the loop thread, if it waits for the GIL, gets it now rather than in 5 ms)
         wb = WriteBatch(raw_mode=True)

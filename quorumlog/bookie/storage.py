@@ -120,10 +120,13 @@ class BookieStorage:
         return st
 
     def _apply_add(self, ledger_id: int, entry_id: int, body: bytes, lac: int) -> None:
+        self._note_lac(ledger_id, lac)
+        self.index.put(ledger_id, entry_id, self.entry_log.append(ledger_id, entry_id, body))
+
+    def _note_lac(self, ledger_id: int, lac: int) -> None:
         st = self.index.state(ledger_id)
         if st is None or lac > st.explicit_lac:
             self._update(ledger_id, explicit_lac=lac)  # (a new ledger: the bookie holds it from now on)
-        self.index.put(ledger_id, entry_id, self.entry_log.append(ledger_id, entry_id, body))
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes, *, lac: int = -1,
                   recovery: bool = False) -> Future:
@@ -159,10 +162,7 @@ class BookieStorage:
         whether or not this bookie stores the add that carried it (_apply_add's per add, in one step)."""
         if not adds:
             return
-        st = self.index.state(ledger_id)
-        top = max(lac for _, _, lac in adds)
-        if st is None or top > st.explicit_lac:
-            self._update(ledger_id, explicit_lac=top)  # (a new ledger: the bookie holds it from now on)
+        self._note_lac(ledger_id, max(lac for _, _, lac in adds))
         append, put, rec = self.entry_log.append, self.index.put, _REC.pack
         for entry_id, body, lac in adds:  # (bodies may be views of a request: written, never kept)
             put(ledger_id, entry_id, append(ledger_id, entry_id, body))

@@ -165,6 +165,14 @@ def _reap() -> None:
             return
 
 
+def _spawn_node(argv: list[str], log_file: str, cwd: str) -> subprocess.Popen:
+    """A node process, its output appended to log_file. A new session: the nodes outlive this command and
+    ignore the terminal's Ctrl-C."""
+    with open(log_file, "ab") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=cwd)
+
+
 async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.Popen], timeout_s: float) -> dict:
     """Poll status until one member leads (a master/slave group: its master) and a majority answers; raise if a
     node dies or time runs out."""
@@ -271,10 +279,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             http_port = http_base_port + i if http_base_port else 0
             node_kv = kv + (node_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
             argv = node_argv(nid, peers_text, node_dir, node_group, flush, http_port, config, node_kv)
-            with open(log_file, "ab") as log:
-                # A new session: the nodes outlive this command and ignore the terminal's Ctrl-C.
-                procs[nid] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True, cwd=data_dir)
+            procs[nid] = _spawn_node(argv, log_file, data_dir)
             h, p = peers[nid]
             node_docs.append({"id": nid, "address": f"{h}:{p}", "pid": procs[nid].pid, "data_dir": node_dir,
                               "log_file": log_file, "argv": argv, "http_port": http_port})
@@ -350,10 +355,7 @@ def _restart(path: str, doc: dict, timeout_s: float, json_out: bool) -> None:
     procs: dict[str, subprocess.Popen] = {}
     try:
         for n in doc["nodes"]:
-            with open(n["log_file"], "ab") as log:
-                procs[n["id"]] = subprocess.Popen(n["argv"], stdin=subprocess.DEVNULL, stdout=log,
-                                                  stderr=subprocess.STDOUT, start_new_session=True,
-                                                  cwd=os.path.dirname(path))
+            procs[n["id"]] = _spawn_node(n["argv"], n["log_file"], os.path.dirname(path))
             n["pid"] = procs[n["id"]].pid
         _write_json_atomic(path, doc)
         elected = run(wait_for_leader(peers, doc.get("node_group", doc["group"]), procs, timeout_s))
@@ -510,9 +512,7 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     node_group = doc.get("node_group", doc["group"])
     argv = node_argv(node_id, peers_text, node_dir, node_group, doc.get("flush", "sync"), http_port,
                      doc.get("config"), settings)
-    with open(log_file, "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=data_dir)
+    proc = _spawn_node(argv, log_file, data_dir)
     node_doc = {"id": node_id, "address": f"{host}:{port}", "pid": proc.pid, "data_dir": node_dir,
                 "log_file": log_file, "argv": argv, "http_port": http_port}
     try:

@@ -411,6 +411,7 @@ class FileStore(RecoverOnOpen):
                 index_seg = self._index_seg(wanted[k])
                 if index_seg is None:
                     return None
+                self._paged_in.add(index_seg)
                 data_seg = self._data[self._data_seg_i(self._unit(wanted[k])[0])]
                 got = fast.records_at(index_seg.view, index_seg.start, data_seg.view, data_seg.start, indexes, k)
                 if got is None or got[0] == k:
@@ -1043,7 +1044,6 @@ class FileStore(RecoverOnOpen):
                 return
             paged_in, self._paged_in = self._paged_in, set()
             keep = (self._index_seg(self._end + 1), self._data[-1] if self._data else None)
-            self._paged_in.discard(keep[0])  # (the lookup above)
         for seg in list(paged_in):  # (copied at once: a reader without the lock may still add to it)
             if seg not in keep:
                 seg.release_pages()
@@ -1081,9 +1081,7 @@ class FileStore(RecoverOnOpen):
         u = self._units_per_index
         start = index - index % u
         seg = self._index.get(start)
-        if seg is not None:
-            self._paged_in.add(seg)  # (the current one too: release_read_pages leaves that one mapped)
-        elif create:
+        if seg is None and create:
             path = os.path.join(self._index_dir, segment_name(start))
             size = u * INDEX_UNIT_SIZE
             try:
@@ -1101,6 +1099,7 @@ class FileStore(RecoverOnOpen):
         seg = self._index_seg(index)
         if seg is None:
             raise CorruptEntry(f"index segment for entry {index} missing in {self._index_dir}")
+        self._paged_in.add(seg)  # (read through its map; the current one stays mapped: release_read_pages)
         off = (index - seg.start) * INDEX_UNIT_SIZE
         magic, pos, size, idx, term = INDEX_UNIT.unpack_from(seg.view, off)
         if magic != INDEX_MAGIC or idx != index or size < HEADER_SIZE:
