@@ -29,22 +29,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
 from quorumlog.client import Client  # noqa: E402
 from quorumlog.client.groups import GroupAdmin  # noqa: E402
 from quorumlog.peers import format_address, parse_peers  # noqa: E402
 from quorumlog.soak.processes import Cluster  # noqa: E402
+from results_file import process_cpu_s as cpu_s  # noqa: E402  (bench/results_file.py)
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 CREATE_WAVE = 100
 OFF_GROUPS = 200
 WRITER_PROCESSES = 8  # the same load for 1 group and for 8: 8 client processes × 4 writer tasks
-
-
-def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 def machine_cpu() -> tuple[int, int]:

@@ -15,6 +15,10 @@ generator process, the same for both sides:
            values into entries, as Pulsar does) — bytes per second of values either way;
   recovery `open_ledger(recovery=True)` of a ledger while its writer keeps 64 adds in flight (fence, read
            forward, write back, close), and of an idle open ledger.
+Each run also records the CPU-seconds its generator and each node used, per 100,000 entries (per GB for batched
+runs), warm-up included at the measured rate. Everything here shares 2 cores, so a rate follows the CPU summed
+over the processes; on machines of their own the busiest process would bound it instead, and `busiest_process`
+compares the two sides that way (a projection, not a measurement).
 Every workload runs --rounds times, the rounds in alternating order (forward, backward, ...), and reports its
 median (what runs first on a fresh cluster gains on this machine). Before each workload the page cache is
 emptied (sync, then /proc/sys/vm/drop_caches when writable; --keep-page-cache to skip): on this VM a page cache
@@ -45,7 +49,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from results_file import empty_page_cache  # noqa: E402  (bench/results_file.py)
+from results_file import (children_cpu_s, cluster_node_pids, empty_page_cache,  # noqa: E402  (bench/results_file.py)
+                          process_cpu_s)
 
 log = logging.getLogger(__name__)
 QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
@@ -151,6 +156,24 @@ def _load(a, peers: str, name: str, e: int, w: int, acks: int, writers: int, in_
     return json.loads(out.stdout)
 
 
+def _with_cpu(run, pids: dict[str, int], a, key: str) -> dict:
+    """run()'s result with "cpu_s_per_unit": the CPU-seconds of the generator and of each node per 100,000
+    entries (per GB when `key` is mb_per_s), and the busiest of those processes."""
+    nodes0, gen0 = {n: process_cpu_s(p) for n, p in pids.items()}, children_cpu_s()
+    d = run()
+    cpu = {"generator": children_cpu_s() - gen0} | {n: process_cpu_s(p) - nodes0[n] for n, p in pids.items()}
+    seconds = a.duration_s + a.warmup_s
+    units = d[key] * seconds / (1000 if key == "mb_per_s" else 100_000)  # GB, or 100k entries
+    per = {n: round(c / units, 3) for n, c in cpu.items()} if units else {}
+    return d | {"cpu_s_per_unit": {"unit": "GB" if key == "mb_per_s" else "100k entries", "processes": per,
+                                   "total": round(sum(per.values()), 3), "busiest": max(per.values(), default=0)}}
+
+
+def _key(workload: str) -> str:
+    return "mb_per_s" if workload.endswith("batched") else "appends_per_s" if workload.startswith("raft") \
+        else "adds_per_s"
+
+
 RAFT_GROUP = "raft3"  # (created with 3 replicas: `cluster up --nodes 5` gives its `default` group all five)
 
 
@@ -235,15 +258,19 @@ def main() -> None:
         # fresh cluster gains, so one pass in a fixed order favours the Raft group. Each workload's median.
         runs: dict[str, list[dict]] = {k: [] for k in workloads}
         doc["setup"]["page_cache"] = "kept"
+        pids = cluster_node_pids(data_dir)
         for r in range(a.rounds):
             for k in (list(workloads) if r % 2 == 0 else list(reversed(workloads))):
                 if not a.keep_page_cache:
                     doc["setup"]["page_cache"] = empty_page_cache()
-                runs[k].append(workloads[k]())
+                runs[k].append(_with_cpu(workloads[k], pids, a, _key(k)))
                 log.info("round %d %s: %s", r, k, runs[k][-1])
         for k, got in runs.items():
-            key = "mb_per_s" if k.endswith("batched") else "appends_per_s" if k.startswith("raft") else "adds_per_s"
-            results[k] = sorted(got, key=lambda d: d[key])[len(got) // 2] | {"rounds": [d[key] for d in got]}
+            key = _key(k)
+            results[k] = sorted(got, key=lambda d: d[key])[len(got) // 2] | {
+                "rounds": [d[key] for d in got],
+                "cpu_total_by_round": [d["cpu_s_per_unit"]["total"] for d in got],
+                "cpu_busiest_by_round": [d["cpu_s_per_unit"]["busiest"] for d in got]}
         results["recovery"] = asyncio.run(recovery_times(peers, a.recoveries))
         log.info("recovery: %s", results["recovery"])
     finally:
@@ -265,6 +292,15 @@ def main() -> None:
                                                           results[f"raft_{kind.split('_')[0]}"]["rounds"])]
         for name in QUORUMS for kind in ("single", "batched", "single_64_ledgers")
         if f"ledger_{name}_{kind}" in results}
+    # (CPU per unit, medians over the rounds: all of it, and the busiest process's, whose inverse would bound the
+    # rate on machines of their own; the ratio is the Raft group's over the ledger's, as the ratios above)
+    cpu = {k: {"total": statistics.median(r["cpu_total_by_round"]), "busiest": statistics.median(
+        r["cpu_busiest_by_round"])} for k, r in results.items() if "cpu_total_by_round" in r}
+    doc["cpu_s_per_unit"] = cpu
+    doc["busiest_process"] = {
+        f"{name}_{kind}": round(cpu[f"raft_{kind.split('_')[0]}"]["busiest"] / cpu[f"ledger_{name}_{kind}"]["busiest"],
+                                2)
+        for name in QUORUMS for kind in ("single", "batched", "single_64_ledgers") if f"ledger_{name}_{kind}" in cpu}
     doc["targets"] = {"single_adds_ge_raft (E3W2A2)": doc["ratios"]["E3W2A2_single_adds_vs_raft_appends"] >= 1.0,
                       "single_adds_ge_raft (E3W3A3)": doc["ratios"]["E3W3A3_single_adds_vs_raft_appends"] >= 1.0,
                       "single_adds_64_ledgers_ge_raft (E3W2A2)":
@@ -276,7 +312,8 @@ def main() -> None:
     path = os.path.join(a.out, f"ledgers-{dt.date.today().isoformat()}.json")
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
-    print(json.dumps({"ratios": doc["ratios"], "targets": doc["targets"], "recovery": results["recovery"]}, indent=1))
+    print(json.dumps({"ratios": doc["ratios"], "busiest_process": doc["busiest_process"], "targets": doc["targets"],
+                      "recovery": results["recovery"]}, indent=1))
 
 
 if __name__ == "__main__":
