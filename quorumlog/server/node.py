@@ -518,10 +518,8 @@ class Node:
     async def _checkpoint(self) -> None:
         for r in [r for r in self.replicas.values() if r.checkpoint_due()]:
             await r.checkpoint()
-        for r in list(self.replicas.values()):  # (a quiet group's readers page its sealed segments in too)
-            release = getattr(r.store, "release_read_pages", None)
-            if release is not None:
-                release()
+        for r in list(self.replicas.values()):
+            r.release_read_pages()
         await self.bookie.checkpoint()
 
     async def _retention(self) -> None:

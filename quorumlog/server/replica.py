@@ -602,6 +602,13 @@ class Replica:
             await asyncio.to_thread(self.store.checkpoint)
         self._checkpointed = mark
 
+    def release_read_pages(self) -> None:
+        """Unmap the pages of the sealed segments read since the last call (a file store's; a quiet group's readers
+        page them in too): FileStore.release_read_pages."""
+        release = getattr(self.store, "release_read_pages", None)
+        if release is not None:
+            release()
+
     async def retention(self) -> None:
         """Delete old segments below what every replica holds (leader) or below the commit point."""
         delete_expired = getattr(self.store, "delete_expired", None)
