@@ -10,8 +10,9 @@ WORKERS ?= 2
 
 install: $(STAMP)
 
-# The C sources too: an editable install compiles the optional codec extension in place, so a change rebuilds it.
-$(STAMP): pyproject.toml setup.py quorumlog/format/_fastcodec.c quorumlog/topic/_fastmessage.c
+# The C sources too: an editable install compiles the optional C extensions in place, so a change rebuilds them.
+$(STAMP): pyproject.toml setup.py quorumlog/format/_fastcodec.c quorumlog/format/_crc32c.h quorumlog/topic/_fastmessage.c \
+		quorumlog/bookie/_fastbookie.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[spark,dev]'

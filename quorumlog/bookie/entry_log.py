@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import CorruptEntry
 from ..format.log_entry import crc32c
@@ -64,12 +64,16 @@ class EntryLogger:
     def _open(self, log_id: int) -> int:
         return os.open(self._path(log_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        """Raises OSError (the record not appended) if the log must roll or the buffer be written and cannot."""
+    def _make_room(self) -> None:
+        """Raises OSError if the log must roll or the buffer be written and cannot."""
         if self._offset >= self.file_bytes:
             self.roll()
         elif len(self._pending) >= _BUFFER_BYTES:
             self.write_out()
+
+    def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
+        """Raises OSError (the record not appended) if the log must roll or the buffer be written and cannot."""
+        self._make_room()
         location = (self.current_id, self._offset)
         self._pending += _HEAD.pack(len(body), crc32c(body), ledger_id, entry_id)
         self._pending += body
@@ -78,6 +82,17 @@ class EntryLogger:
         counts = self._ledger_bytes[self.current_id]
         counts[ledger_id] = counts.get(ledger_id, 0) + size
         return location
+
+    def append_records(self, ledger_id: int, write: "Callable[[int, int, bytearray, int], int]") -> None:
+        """Several records of a ledger at once (the bookie's C path, add_items.py): write(log id, offset, buffer,
+        file_bytes) appends them to the buffer, the first at that offset of that log, stops once the log holds
+        file_bytes (where append would roll it), and returns their size. The log rolls or the buffer is written
+        out before them, as before one append."""
+        self._make_room()
+        size = write(self.current_id, self._offset, self._pending, self.file_bytes)
+        self._offset += size
+        counts = self._ledger_bytes[self.current_id]
+        counts[ledger_id] = counts.get(ledger_id, 0) + size
 
     def write_out(self) -> None:
         """Hand the buffer to the OS. Raises OSError with what was written taken out of the buffer: the file

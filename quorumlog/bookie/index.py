@@ -79,6 +79,12 @@ class LedgerIndex:
         if entry_id > self._last.get(ledger_id, -1):
             self._last[ledger_id] = entry_id
 
+    def put_many(self, ledger_id: int, locations: "dict[tuple[int, int], Location]", last_entry: int) -> None:
+        """put for several entries of a ledger: {(ledger, entry): location}, the highest entry among them."""
+        self._entries.update(locations)
+        if last_entry > self._last.get(ledger_id, -1):
+            self._last[ledger_id] = last_entry
+
     def get(self, ledger_id: int, entry_id: int) -> Location | None:
         loc = self._entries.get((ledger_id, entry_id)) or self._c_entries.get((ledger_id, entry_id))
         if loc is not None:

@@ -53,6 +53,15 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 Mark = tuple[int, int]  # (file sequence, byte offset): everything before it is durable
 
 
+class Framed:
+    """`count` records framed already, as the writer frames them (the bookie's C path makes a batch's at once)."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data, self.count = data, count
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -156,10 +165,10 @@ class Journal:
     def submit(self, payload: bytes) -> Future:
         return self.submit_many([payload])
 
-    def submit_many(self, payloads: "list[bytes | tuple[bytes, bytes | memoryview]]") -> Future:
+    def submit_many(self, payloads: "list[bytes | tuple[bytes, bytes | memoryview] | Framed]") -> Future:
         """Records that become durable together (one Future: a batch of adds costs one completion). A record
         may come as (head, body), its payload their concatenation: the writer joins it into its write as it
-        is, rather than the caller copying each body once more to make one."""
+        is, rather than the caller copying each body once more to make one; or several as Framed."""
         return self._enqueue(payloads)
 
     def repair(self) -> Future:
@@ -239,6 +248,9 @@ class Journal:
                 if type(payload) is tuple:
                     head, body = payload
                     parts += (_HEAD.pack(len(head) + len(body), crc32c(body, crc32c(head))), head, body)
+                elif type(payload) is Framed:
+                    parts.append(payload.data)
+                    records += payload.count - 1
                 else:
                     parts += (_HEAD.pack(len(payload), crc32c(payload)), payload)
             records += len(payloads)

@@ -39,9 +39,11 @@ from typing import Callable
 
 from ..errors import BookieReadOnly, DiskError, DiskFull, LedgerFenced, NoSuchEntry, NoSuchLedger, QuorumLogError
 from ..store.files import is_enospc
+from .add_items import AddItems
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
-from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Journal, Mark
+from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Framed, Journal, \
+    Mark
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +145,10 @@ class BookieStorage:
             raise self._disk_failed(e) from None
         return self.journal.submit(_REC.pack(_ADD, ledger_id, entry_id, lac) + body)
 
-    def add_entries(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", *,
+    def add_entries(self, ledger_id: int, adds: "AddItems | list[tuple[int, bytes | memoryview, int]]", *,
                     recovery: bool = False) -> Future:
         """add_entry for several (entry id, body, lac) of one ledger; one Future, done once all are durable."""
-        if ledger_id < 0 or any(entry_id < 0 for entry_id, _, _ in adds):
+        if ledger_id < 0 or (type(adds) is not AddItems and any(entry_id < 0 for entry_id, _, _ in adds)):
             raise ValueError(f"ledger {ledger_id} / entries must be >= 0")
         self._check_add(ledger_id, recovery)
         records: list = []
@@ -156,11 +158,26 @@ class BookieStorage:
             raise self._disk_failed(e) from None
         return self.journal.submit_many(records)
 
-    def _stage_adds(self, ledger_id: int, adds: "list[tuple[int, bytes | memoryview, int]]", records: list) -> None:
+    def _stage_adds(self, ledger_id: int, adds: "AddItems | list[tuple[int, bytes | memoryview, int]]",
+                    records: list) -> None:
         """Apply the adds (entry log, index) and append their journal records to `records`. The ledger's state
         takes the highest LAC among them once, before them: a LAC is what its writer knows acknowledged, true
         whether or not this bookie stores the add that carried it (_apply_add's per add, in one step)."""
         if not adds:
+            return
+        if type(adds) is AddItems and adds.compiled:  # (the same records, made by C: a call per entry log)
+            self._note_lac(ledger_id, adds.max_lac)
+            pos, left, out = adds.pos, adds.count, []
+
+            def write(log_id: int, offset: int, log_buffer: bytearray, log_limit: int) -> int:
+                out.append(adds.stage(pos, left, ledger_id, log_id, offset, log_buffer, log_limit))
+                return out[-1][1]
+            while left:
+                self.entry_log.append_records(ledger_id, write)
+                journal, _, locations, last_entry, staged, pos = out[-1]
+                left -= staged
+                self.index.put_many(ledger_id, locations, last_entry)
+                records.append(Framed(journal, staged))
             return
         self._note_lac(ledger_id, max(lac for _, _, lac in adds))
         append, put, rec = self.entry_log.append, self.index.put, _REC.pack
@@ -168,7 +185,7 @@ class BookieStorage:
             put(ledger_id, entry_id, append(ledger_id, entry_id, body))
             records.append((rec(_ADD, ledger_id, entry_id, lac), body))  # (the journal joins them once)
 
-    def add_sections(self, sections: "list[tuple[int, list[tuple[int, bytes | memoryview, int]]]]") \
+    def add_sections(self, sections: "list[tuple[int, AddItems | list[tuple[int, bytes | memoryview, int]]]]") \
             -> tuple[dict[int, QuorumLogError], Future]:
         """add_entries for several ledgers (an ADD_MULTI request; never recovery writes): the ledgers refused
         (fenced, deleted, read-only), each with its error, and one Future for the adds stored, done once all of

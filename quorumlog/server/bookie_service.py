@@ -23,14 +23,14 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..bookie.add_items import scan_adds, scan_multi_adds
 from ..bookie.handler import BookieHandler
 from ..bookie.storage import BookieConfig, BookieStorage
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
 from .cluster_calls import BOOKIES_PREFIX
 from .durable_file import write_json_durably
-from ..wire.ledger import (FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request,
-                           pack_add_results, pack_multi_results, to_op_response, unpack_adds, unpack_multi_adds)
+from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
 
 if TYPE_CHECKING:
     from .node import Node
@@ -199,7 +199,7 @@ class BookieService:
         """The batch's adds stored and journalled together; one answer with each entry's code once durable."""
         assert self.handler is not None
         try:
-            adds = unpack_adds(req.data)
+            adds = scan_adds(req.data)
             fut = self.handler.add_batch(req.ledger_id, adds, bool(req.flags & FLAG_RECOVERY))
         except (ValueError, OverflowError) as e:
             return refuse(ResponseCode.BAD_REQUEST, str(e))
@@ -208,14 +208,14 @@ class BookieService:
         def reply(f: Future) -> None:
             code = int(f.result())
             answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, req.ledger_id,
-                                    data=pack_add_results([(entry_id, code) for entry_id, _, _ in adds])))
+                                    data=adds.results(code)))
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
     def _add_multi(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
         """Adds of several ledgers stored and journalled together; one answer with each add's code."""
         assert self.handler is not None
         try:
-            sections = unpack_multi_adds(req.data)
+            sections = scan_multi_adds(req.data)
             fut = self.handler.add_multi(sections)
         except (ValueError, OverflowError) as e:
             return refuse(ResponseCode.BAD_REQUEST, str(e))
@@ -223,8 +223,8 @@ class BookieService:
 
         def reply(f: Future) -> None:
             codes = f.result()
-            answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, data=pack_multi_results(
-                [(lid, entry_id, int(codes[lid])) for lid, adds in sections for entry_id, _, _ in adds])))
+            answer(BookieOpResponse(req.request_id, ResponseCode.SUCCESS, req.op, data=b"".join(
+                adds.results(int(codes[lid]), lid) for lid, adds in sections)))
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
     # -- limbo and registration in `_meta` -------------------------------------------------------------------

@@ -152,9 +152,11 @@ def pack_multi_adds(sections: "list[tuple[int, list[AddEntry]]]") -> bytes:
     return b"".join(parts)
 
 
-def unpack_multi_adds(data: bytes) -> list[tuple[int, list[tuple[int, memoryview, int]]]]:
+def unpack_multi_adds(data: bytes, take=None) -> list[tuple[int, list[tuple[int, memoryview, int]]]]:
     """An ADD_MULTI's sections as (ledger id, [(entry id, data, lac), ...]). Raises ValueError on a malformed
-    request (a section past the end, an empty one, more than MAX_ADD_BATCH adds in all)."""
+    request (a section past the end, an empty one, more than MAX_ADD_BATCH adds in all). `take(view, pos, count)`
+    reads a section's adds and where they end (_take_adds; the bookie's keeps them in place, bookie/add_items.py)."""
+    take = take or _take_adds
     out, pos, view, total = [], 0, memoryview(data), 0
     while pos < len(view):
         if pos + _SECTION.size > len(view):
@@ -163,7 +165,7 @@ def unpack_multi_adds(data: bytes) -> list[tuple[int, list[tuple[int, memoryview
         total += count
         if ledger_id <= 0 or count == 0 or total > MAX_ADD_BATCH:
             raise ValueError(f"bad add section (ledger {ledger_id}, {count} adds, {total} in all)")
-        adds, pos = _take_adds(view, pos + _SECTION.size, count)
+        adds, pos = take(view, pos + _SECTION.size, count)
         out.append((ledger_id, adds))
     return out
 
