@@ -51,17 +51,25 @@ class AddSender:
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
 
-    def queue(self, writer: "LedgerWriter", m: AddEntry) -> None:
-        per_writer = self._queued.get(m.to)
-        if per_writer is None:
-            per_writer = self._queued[m.to] = {}
-        adds = per_writer.get(writer)
-        if adds is None:
-            per_writer[writer] = [m]
-        else:
-            adds.append(m)
-        self._queued_bytes[m.to] = self._queued_bytes.get(m.to, 0) + len(m.data)
-        self._want(m.to)
+    def queue(self, writer: "LedgerWriter", messages: list[AddEntry]) -> None:
+        """A writer's adds, each to its bookie (a pump's: the adds its callers made in one loop iteration)."""
+        queued, queued_bytes, bookies = self._queued, self._queued_bytes, []
+        for m in messages:
+            to = m.to
+            per_writer = queued.get(to)
+            if per_writer is None:
+                per_writer = queued[to] = {}
+                bookies.append(to)
+            elif to not in bookies:
+                bookies.append(to)
+            adds = per_writer.get(writer)
+            if adds is None:
+                per_writer[writer] = [m]
+            else:
+                adds.append(m)
+            queued_bytes[to] = queued_bytes.get(to, 0) + len(m.data)
+        for bookie in bookies:
+            self._want(bookie)
 
     def _want(self, bookie: str) -> None:
         """The bookie has adds queued and no request of ours out. With no request out anywhere they leave at the

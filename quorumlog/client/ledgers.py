@@ -186,8 +186,14 @@ class LedgerWriter:
         rid = self._next_request
         fut = asyncio.get_running_loop().create_future()
         self._waiters[rid] = fut
-        self.core.add(rid, body)  # (copies body into the entry it sends)
-        self._pump()
+        core = self.core
+        core.add(rid, body)  # (copies body into the entry it sends)
+        if core.done or core.requests:
+            self._pump()  # (refused: the ledger is closed or fenced)
+        elif core.messages:  # (_pump's work for an add, inlined: this is the per-add path)
+            messages = core.take_messages()
+            self._adds.queue(self, messages)
+            self._lac_sent = max(self._lac_sent, messages[-1].lac)
         done = await fut
         if done.code != ResponseCode.SUCCESS:
             raise QuorumLogError.for_code(done.code, f"ledger {self.ledger_id}")
@@ -224,9 +230,8 @@ class LedgerWriter:
             fut = self._waiters.pop(d.request_id, None)
             if fut is not None and not fut.done():
                 fut.set_result(d)
-        queue = self._adds.queue
-        for m in messages:
-            queue(self, m)
+        if messages:
+            self._adds.queue(self, messages)
         for r in requests:
             self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
         if messages:

@@ -78,6 +78,11 @@ class LedgerWriterCore:
         self.messages, self.done, self.requests = [], [], []
         return out
 
+    def take_messages(self) -> list[AddEntry]:
+        """take()'s messages alone (after an add that neither finished nor asked anything: the add path)."""
+        out, self.messages = self.messages, []
+        return out
+
     # -- adds ---------------------------------------------------------------------------------------------
     def add(self, request_id: int, body: bytes) -> int:
         if self.error is not None or self._close_request is not None:

@@ -78,15 +78,15 @@ def drive(body) -> None:
 
 def test_adds_queued_behind_a_bookies_request_leave_together_when_the_round_ends():
     async def body(reg, sender, w1, w2, w3):
-        sender.queue(w1, add(w1, "b0", 0))
-        sender.queue(w2, add(w2, "b0", 0))
-        sender.queue(w3, add(w3, "b1", 0))
+        sender.queue(w1, [add(w1, "b0", 0)])
+        sender.queue(w2, [add(w2, "b0", 0)])
+        sender.queue(w3, [add(w3, "b1", 0)])
         await turn()
         assert [(c[0], ids(c)) for c in reg.calls] == [("b0", [(1, [0]), (2, [0])])]
         assert [(b, e) for b, e, _ in w3.sent] == [("b1", [0])]  # (a lone writer's adds: its own request)
         for w in (w1, w2, w3):  # b0 is busy: these wait
-            sender.queue(w, add(w, "b0", 1))
-        sender.queue(w3, add(w3, "b1", 1))
+            sender.queue(w, [add(w, "b0", 1)])
+        sender.queue(w3, [add(w3, "b1", 1)])
         await turn()
         assert len(reg.calls) == 1 and len(w3.sent) == 1
         answer_all(reg.calls[0])
@@ -103,15 +103,15 @@ def test_adds_queued_behind_a_bookies_request_leave_together_when_the_round_ends
 
 def test_a_free_bookie_waits_for_the_round_at_most_round_wait_unless_round_bytes_are_queued():
     async def body(reg, sender, w1, w2, w3):
-        sender.queue(w1, add(w1, "hung", 0))
+        sender.queue(w1, [add(w1, "hung", 0)])
         await turn()
         assert [b for b, _, _ in w1.sent] == ["hung"]  # never answered
-        sender.queue(w2, add(w2, "b0", 0))
+        sender.queue(w2, [add(w2, "b0", 0)])
         await turn()
         assert w2.sent == []  # waits for the round...
         await asyncio.sleep(ROUND_WAIT_S * 3)
         assert [e for _, e, _ in w2.sent] == [[0]]  # ... but not past ROUND_WAIT_S
-        sender.queue(w3, add(w3, "b1", 0, size=ROUND_BYTES))
+        sender.queue(w3, [add(w3, "b1", 0, size=ROUND_BYTES)])
         await turn()
         assert [e for _, e, _ in w3.sent] == [[0]]  # full enough: no wait
     drive(body)
@@ -119,11 +119,11 @@ def test_a_free_bookie_waits_for_the_round_at_most_round_wait_unless_round_bytes
 
 def test_a_bookie_that_does_not_answer_fails_the_adds_queued_behind_it_at_once():
     async def body(reg, sender, w1, w2, w3):
-        sender.queue(w1, add(w1, "b0", 0))
-        sender.queue(w2, add(w2, "b0", 0))
+        sender.queue(w1, [add(w1, "b0", 0)])
+        sender.queue(w2, [add(w2, "b0", 0)])
         await turn()
-        sender.queue(w3, add(w3, "b0", 0))  # queued behind the request in flight
-        sender.queue(w3, add(w3, "b1", 0))
+        sender.queue(w3, [add(w3, "b0", 0)])  # queued behind the request in flight
+        sender.queue(w3, [add(w3, "b1", 0)])
         await turn()
         reg.calls[0][2].set_exception(Timeout("no answer"))
         await turn()
@@ -133,7 +133,7 @@ def test_a_bookie_that_does_not_answer_fails_the_adds_queued_behind_it_at_once()
         assert [(b, e) for b, e, _ in w3.sent] == [("b1", [0])]  # other bookies go on
         w3.sent[0][2].set_result(True)
         await turn()
-        sender.queue(w3, add(w3, "b0", 1))  # b0 is free again: a later add is sent
+        sender.queue(w3, [add(w3, "b0", 1)])  # b0 is free again: a later add is sent
         await turn()
         assert [c[0] for c in reg.calls] == ["b0"] and [b for b, _, _ in w3.sent] == ["b1", "b0"]
     drive(body)
@@ -142,9 +142,9 @@ def test_a_bookie_that_does_not_answer_fails_the_adds_queued_behind_it_at_once()
 def test_a_request_carries_at_most_max_add_batch_adds_and_the_rest_follows_in_order():
     async def body(reg, sender, w1, w2, w3):
         for e in range(MAX_ADD_BATCH):
-            sender.queue(w1, add(w1, "b0", e))
+            sender.queue(w1, [add(w1, "b0", e)])
         for e in range(5):
-            sender.queue(w2, add(w2, "b0", e))
+            sender.queue(w2, [add(w2, "b0", e)])
         await turn()
         # w1 alone fills the first request (a lone writer's: send_adds); w2's follow once it is answered
         assert len(w1.sent) == 1 and w1.sent[0][1] == list(range(MAX_ADD_BATCH)) and reg.calls == []
@@ -157,15 +157,15 @@ def test_a_request_carries_at_most_max_add_batch_adds_and_the_rest_follows_in_or
 def test_a_request_stops_at_max_add_request_bytes_but_carries_at_least_one_add():
     async def body(reg, sender, w1, w2, w3):
         big = MAX_ADD_REQUEST_BYTES // 2 + 1
-        sender.queue(w1, add(w1, "b0", 0, size=big))
-        sender.queue(w2, add(w2, "b0", 0, size=big))
-        sender.queue(w2, add(w2, "b0", 1, size=10))
+        sender.queue(w1, [add(w1, "b0", 0, size=big)])
+        sender.queue(w2, [add(w2, "b0", 0, size=big)])
+        sender.queue(w2, [add(w2, "b0", 1, size=10)])
         await turn()
         assert [e for _, e, _ in w1.sent] == [[0]] and w2.sent == []
         w1.sent[0][2].set_result(True)
         await turn()
         assert [e for _, e, _ in w2.sent] == [[0, 1]]
-        sender.queue(w3, add(w3, "b1", 0, size=MAX_ADD_REQUEST_BYTES + 1))  # above the bound: still goes, alone
+        sender.queue(w3, [add(w3, "b1", 0, size=MAX_ADD_REQUEST_BYTES + 1)])  # above the bound: still goes, alone
         await turn()
         assert [e for _, e, _ in w3.sent] == [[0]]
     drive(body)
