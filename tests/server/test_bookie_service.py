@@ -9,7 +9,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.server.node import Node
 from quorumlog.store import MemoryStore
 from quorumlog.wire.ledger import (FLAG_FENCE, FLAG_RECOVERY, MAX_ADD_BATCH, AddEntry, BookieOp, BookieOpRequest,
-                                   pack_entry, pack_multi_adds, unpack_multi_results)
+                                   pack_adds, pack_entry, pack_multi_adds, unpack_add_results, unpack_multi_results)
 
 from .fakes import FakeSession, FakeTransport, SoloCore
 from .test_node import _config, _until
@@ -128,6 +128,43 @@ def test_a_checkpoint_deletes_covered_journal_files_off_the_event_loop(tmp_path)
             await node.bookie.checkpoint()
             assert deleted_on and threading.main_thread() not in deleted_on
             assert len(journal.files()) == 1  # only the current file is left
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
+
+
+def test_a_batch_of_adds_is_answered_per_add_refused_whole_when_malformed_and_recovery_passes_the_fence(tmp_path):
+    """ADD_BATCH: one answer with (entry, code) per add in the request's order, the adds readable after it; a
+    fenced ledger's batch gets LEDGER_FENCED for every add, a recovery batch goes through the fence; a truncated
+    or over-long batch is refused whole with BAD_REQUEST and stores nothing."""
+    def adds(ledger, first, n):
+        return [AddEntry("n0", ledger, e, pack_entry(e - 1, e + 1, b"%d/%d" % (ledger, e)), e - 1)
+                for e in range(first, first + n)]
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s, storage = FakeSession(), node.bookie.storage
+            ok, fenced = ResponseCode.SUCCESS, ResponseCode.LEDGER_FENCED
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD_BATCH, 7, data=pack_adds(adds(7, 0, 4))))
+            r = s.responses[-1]
+            assert r.code == ok and r.op is BookieOp.ADD_BATCH and unpack_add_results(r.data) == [
+                (e, ok) for e in range(4)]
+            assert [storage.read_entry(7, e) for e in range(4)] == [a.data for a in adds(7, 0, 4)]
+            assert storage.last_add_confirmed(7) == 2
+            await _ask(transport, s, BookieOpRequest(2, BookieOp.READ_LAC, 7, flags=FLAG_FENCE))
+            await _ask(transport, s, BookieOpRequest(3, BookieOp.ADD_BATCH, 7, data=pack_adds(adds(7, 4, 2))))
+            assert unpack_add_results(s.responses[-1].data) == [(4, fenced), (5, fenced)]
+            await _ask(transport, s, BookieOpRequest(4, BookieOp.ADD_BATCH, 7, flags=FLAG_RECOVERY,
+                                                     data=pack_adds(adds(7, 4, 2))))
+            assert unpack_add_results(s.responses[-1].data) == [(4, ok), (5, ok)]
+            assert storage.read_entry(7, 5) == adds(7, 5, 1)[0].data
+            for rid, data in ((5, pack_adds(adds(8, 0, 3))[:-1]),  # truncated
+                              (6, pack_adds(adds(8, 0, MAX_ADD_BATCH + 1)))):
+                await _ask(transport, s, BookieOpRequest(rid, BookieOp.ADD_BATCH, 8, data=data))
+                assert s.responses[-1].code == ResponseCode.BAD_REQUEST, rid
+            assert 8 not in storage.ledgers()
         finally:
             await node.stop()
 
