@@ -87,10 +87,12 @@ def test_scan_refuses_more_than_max_adds_as_take_adds_does():
 @settings(max_examples=100, deadline=None)
 @given(adds=adds_st, ledger=st.integers(1, 2 ** 63 - 1), code=st.sampled_from([c for c in ResponseCode if c >= 0]))
 def test_answers_are_the_python_ones(adds, ledger, code):
-    items = add_items.scan_adds(_items(adds))
-    assert items.compiled
-    assert items.results(code) == pack_add_results([(e, code) for e, _, _ in adds])
-    assert items.results(code, ledger) == pack_multi_results([(ledger, e, code) for e, _, _ in adds])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(add_items, "_fast", fast)  # (the compiled path, even under QUORUMLOG_PURE_PYTHON=1)
+        items = add_items.scan_adds(_items(adds))
+        assert items.compiled
+        assert items.results(code) == pack_add_results([(e, code) for e, _, _ in adds])
+        assert items.results(code, ledger) == pack_multi_results([(ledger, e, code) for e, _, _ in adds])
 
 
 def _store_both(tmp_path, requests, monkeypatch):
@@ -98,8 +100,7 @@ def _store_both(tmp_path, requests, monkeypatch):
     returns both storages, their journals and entry logs flushed to the files."""
     stores = []
     for name, compiled in (("c", True), ("python", False)):
-        if not compiled:
-            _python(monkeypatch)
+        monkeypatch.setattr(add_items, "_fast", fast if compiled else None)
         s = BookieStorage(str(tmp_path / name), SMALL)
         for kind, ledger, data in requests:  # (one at a time: a journal file rolls between groups)
             if kind == "batch":
