@@ -3,7 +3,7 @@
  * bookie's main thread per add it stored, most of a bookie's user CPU.
  *
  * quorumlog/bookie/add_items.py and the Python in storage.py / entry_log.py / journal.py stay the reference:
- * every function here must accept and refuse exactly what wire/ledger.py's _take_adds does and write
+ * every function here must accept and refuse exactly what wire/ledger.py's take_adds does and write
  * byte-identical records (tests/bookie/test_fastbookie.py compares the two).
  *
  * Formats (big-endian):
@@ -29,7 +29,7 @@ static inline int64_t geti64(const uint8_t *p) { return (int64_t)get64(p); }
 
 /* scan_adds(buf, pos, count, max_adds) -> (end, n, max_lac)
  * The add items from pos: `count` of them, or up to the end of buf when count is -1. Raises ValueError as
- * _take_adds does (a truncated item, a negative entry id, data past the end, more than max_adds items). */
+ * take_adds does (a truncated item, a negative entry id, data past the end, more than max_adds items). */
 static PyObject *py_scan_adds(PyObject *self, PyObject *args) {
     Py_buffer b;
     Py_ssize_t pos, count, max_adds;

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..format.log_entry import load_compiled
-from ..wire.ledger import MAX_ADD_BATCH, _take_adds, pack_add_results, pack_multi_results, unpack_multi_adds
+from ..wire.ledger import MAX_ADD_BATCH, take_adds, pack_add_results, pack_multi_results, unpack_multi_adds
 
 
 def _load_fast():
@@ -42,7 +42,7 @@ class AddItems:
 
     def __iter__(self) -> Iterator[tuple[int, memoryview, int]]:
         if self._items is None:
-            self._items, _ = _take_adds(memoryview(self.buf), self.pos, self.count)
+            self._items, _ = take_adds(memoryview(self.buf), self.pos, self.count)
         return iter(self._items)
 
     def stage(self, pos: int, count: int, ledger_id: int, log_id: int, log_offset: int, log_buffer: bytearray,
@@ -61,9 +61,9 @@ class AddItems:
 
 
 def _take(view: memoryview, pos: int, count: int | None) -> tuple[AddItems, int]:
-    """_take_adds's contract (the same checks and errors), the adds left in place when the C path is there."""
+    """take_adds's contract (the same checks and errors), the adds left in place when the C path is there."""
     if _fast is None:
-        items, end = _take_adds(view, pos, count)
+        items, end = take_adds(view, pos, count)
         return AddItems(view, pos, len(items), max((lac for _, _, lac in items), default=-1), items), end
     end, n, max_lac = _fast.scan_adds(view, pos, -1 if count is None else count, MAX_ADD_BATCH)
     return AddItems(view, pos, n, max_lac), end

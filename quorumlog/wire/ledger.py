@@ -116,11 +116,11 @@ def unpack_adds(data: bytes) -> list[tuple[int, memoryview, int]]:
     """An ADD_BATCH's adds as (entry id, data, lac), as the bookie stores them (no object per add, no copy:
     each data is a view of `data`). Raises ValueError on a malformed batch."""
     view = memoryview(data)
-    out, _ = _take_adds(view, 0, None)
+    out, _ = take_adds(view, 0, None)
     return out
 
 
-def _take_adds(view: memoryview, pos: int, count: int | None) -> tuple[list[tuple[int, memoryview, int]], int]:
+def take_adds(view: memoryview, pos: int, count: int | None) -> tuple[list[tuple[int, memoryview, int]], int]:
     """`count` add items from pos (None: up to the end) and where they end; at most MAX_ADD_BATCH."""
     out, item = [], _ADD_ITEM
     while (len(out) < count) if count is not None else (pos < len(view)):
@@ -155,8 +155,8 @@ def pack_multi_adds(sections: "list[tuple[int, list[AddEntry]]]") -> bytes:
 def unpack_multi_adds(data: bytes, take=None) -> list[tuple[int, list[tuple[int, memoryview, int]]]]:
     """An ADD_MULTI's sections as (ledger id, [(entry id, data, lac), ...]). Raises ValueError on a malformed
     request (a section past the end, an empty one, more than MAX_ADD_BATCH adds in all). `take(view, pos, count)`
-    reads a section's adds and where they end (_take_adds; the bookie's keeps them in place, bookie/add_items.py)."""
-    take = take or _take_adds
+    reads a section's adds and where they end (take_adds; the bookie's keeps them in place, bookie/add_items.py)."""
+    take = take or take_adds
     out, pos, view, total = [], 0, memoryview(data), 0
     while pos < len(view):
         if pos + _SECTION.size > len(view):

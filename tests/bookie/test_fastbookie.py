@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from quorumlog.bookie import BookieConfig, BookieStorage, add_items
 from quorumlog.codes import ResponseCode
-from quorumlog.wire.ledger import (MAX_ADD_BATCH, AddEntry, _take_adds, pack_add_results, pack_adds,
+from quorumlog.wire.ledger import (MAX_ADD_BATCH, AddEntry, take_adds, pack_add_results, pack_adds,
                                    pack_multi_adds, pack_multi_results, unpack_multi_adds)
 
 try:
@@ -67,7 +67,7 @@ def test_scan_gives_the_verdicts_of_take_adds(adds, cut, flip, count):
     view = memoryview(bytes(data))
 
     def python():
-        items, end = _take_adds(view, 0, count)
+        items, end = take_adds(view, 0, count)
         return end, len(items), max((lac for _, _, lac in items), default=-1)
     assert _verdict(lambda: fast.scan_adds(view, 0, -1 if count is None else count, MAX_ADD_BATCH)) == \
         _verdict(python)
@@ -77,7 +77,7 @@ def test_scan_gives_the_verdicts_of_take_adds(adds, cut, flip, count):
 def test_scan_refuses_more_than_max_adds_as_take_adds_does():
     data = memoryview(_items([(e, b"", -1) for e in range(MAX_ADD_BATCH + 1)]))
     with pytest.raises(ValueError) as python:
-        _take_adds(data, 0, None)
+        take_adds(data, 0, None)
     with pytest.raises(ValueError) as c:
         fast.scan_adds(data, 0, -1, MAX_ADD_BATCH)
     assert str(c.value) == str(python.value)
