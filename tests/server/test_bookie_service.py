@@ -22,6 +22,12 @@ def _ask(transport, session, *requests):
     return _until(lambda: len(session.responses) == before + len(requests))
 
 
+def adds(ledger, first, n):
+    """Adds `first`.. of a ledger to bookie n0, each body naming its ledger and entry."""
+    return [AddEntry("n0", ledger, e, pack_entry(e - 1, e + 1, b"%d/%d" % (ledger, e)), e - 1)
+            for e in range(first, first + n)]
+
+
 async def _started_node(tmp_path):
     """A node with a stand-in core and transport, and a real bookie on disk."""
     transport = FakeTransport()
@@ -76,10 +82,6 @@ def test_add_read_fence_lac_info_and_delete_through_the_node(tmp_path):
 def test_adds_of_several_ledgers_in_one_request_each_get_their_ledgers_code(tmp_path):
     """ADD_MULTI: one answer with (ledger, entry, code) per add, in the request's order; a fenced ledger's adds
     are refused and the others stored; a malformed request is refused whole and stores nothing."""
-    def adds(ledger, first, n):
-        return [AddEntry("n0", ledger, e, pack_entry(e - 1, e + 1, b"%d/%d" % (ledger, e)), e - 1)
-                for e in range(first, first + n)]
-
     async def main():
         transport, node = await _started_node(tmp_path)
         try:
@@ -138,10 +140,6 @@ def test_a_batch_of_adds_is_answered_per_add_refused_whole_when_malformed_and_re
     """ADD_BATCH: one answer with (entry, code) per add in the request's order, the adds readable after it; a
     fenced ledger's batch gets LEDGER_FENCED for every add, a recovery batch goes through the fence; a truncated
     or over-long batch is refused whole with BAD_REQUEST and stores nothing."""
-    def adds(ledger, first, n):
-        return [AddEntry("n0", ledger, e, pack_entry(e - 1, e + 1, b"%d/%d" % (ledger, e)), e - 1)
-                for e in range(first, first + n)]
-
     async def main():
         transport, node = await _started_node(tmp_path)
         try:
