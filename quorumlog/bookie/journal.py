@@ -250,10 +250,11 @@ class Journal:
                     parts += (_HEAD.pack(len(head) + len(body), crc32c(body, crc32c(head))), head, body)
                 elif type(payload) is Framed:
                     parts.append(payload.data)
-                    records += payload.count - 1
+                    records += payload.count
+                    continue
                 else:
                     parts += (_HEAD.pack(len(payload), crc32c(payload)), payload)
-            records += len(payloads)
+                records += 1
         data = b"".join(parts)
         self._file.write(data)
         self._file.flush()

@@ -190,10 +190,8 @@ class LedgerWriter:
         core.add(rid, body)  # (copies body into the entry it sends)
         if core.done or core.requests:
             self._pump()  # (refused: the ledger is closed or fenced)
-        elif core.messages:  # (_pump's work for an add, inlined: this is the per-add path)
-            messages = core.take_messages()
-            self._adds.queue(self, messages)
-            self._lac_sent = max(self._lac_sent, messages[-1].lac)
+        elif core.messages:  # (an add's share of _pump, without the rest: this is the per-add path)
+            self._queue_adds(core.take_messages())
         done = await fut
         if done.code != ResponseCode.SUCCESS:
             raise QuorumLogError.for_code(done.code, f"ledger {self.ledger_id}")
@@ -231,15 +229,17 @@ class LedgerWriter:
             if fut is not None and not fut.done():
                 fut.set_result(d)
         if messages:
-            self._adds.queue(self, messages)
+            self._queue_adds(messages)
         for r in requests:
             self._spawn(self._change_ensemble(r) if isinstance(r, NeedEnsembleChange) else self._close(r))
-        if messages:
-            self._lac_sent = max(self._lac_sent, messages[-1].lac)  # (every add carries it)
         if self._explicit_lac_interval_ms and core.lac > self._lac_sent and not core.pending \
                 and core.error is None and self._lac_timer is None:
             self._lac_timer = asyncio.get_running_loop().call_later(self._explicit_lac_interval_ms / 1000,
                                                                     self._explicit_lac)
+
+    def _queue_adds(self, messages: list[AddEntry]) -> None:
+        self._adds.queue(self, messages)
+        self._lac_sent = max(self._lac_sent, messages[-1].lac)  # (every add carries it)
 
     def _explicit_lac(self) -> None:
         self._lac_timer = None
