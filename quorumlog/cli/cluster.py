@@ -257,15 +257,14 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
         except (OSError, ValueError, KeyError, TypeError):
             running = []
         if running:
-            die(ResponseCode.BAD_REQUEST, f"--data-dir {data_dir!r}: a cluster is already running there "
-                f"({', '.join(running)}); run `quorumlog cluster down --data-dir {data_dir}` first")
+            usage(f"--data-dir {data_dir!r}: a cluster is already running there "
+                  f"({', '.join(running)}); run `quorumlog cluster down --data-dir {data_dir}` first")
     # (a cluster.json whose nodes' data is gone is stale: a new cluster replaces it)
     busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
     if http_base_port:
         busy += [f"{host}:{http_base_port + i}" for i in range(nodes) if not _port_free(host, http_base_port + i)]
     if busy:
-        die(ResponseCode.BAD_REQUEST,
-            f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
+        usage(f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
 
     os.makedirs(data_dir, exist_ok=True)
     tls_ca = _make_tls(data_dir, ids, host) if tls else None
@@ -348,8 +347,7 @@ def _restart(path: str, doc: dict, timeout_s: float, json_out: bool) -> None:
     busy += [f"{host}:{n['http_port']}" for n in doc["nodes"] if n.get("http_port")
              and not _port_free(host, n["http_port"])]
     if busy:
-        die(ResponseCode.BAD_REQUEST, f"cluster up (restarting {os.path.dirname(path)}): ports already in use: "
-            f"{', '.join(busy)}")
+        usage(f"cluster up (restarting {os.path.dirname(path)}): ports already in use: {', '.join(busy)}")
     if doc.get("tls_ca"):
         os.environ[TLS_CA_ENV] = doc["tls_ca"]
     procs: dict[str, subprocess.Popen] = {}

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..client.groups import GroupAdmin, GroupPlacement
+from ..client.groups import RESERVED_PREFIX, GroupAdmin, GroupPlacement
 from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
 
 group_app = typer.Typer(help="Create, list, describe or delete groups", no_args_is_help=True)
@@ -32,7 +32,7 @@ def _show(p: GroupPlacement) -> None:
 def create(name: str = typer.Argument(..., help="Group name: letters, digits, . _ - (at most 64)"),
            replicas: int = typer.Option(3, "--replicas", min=1, help="How many nodes host it"),
            mode: str = typer.Option("raft", "--mode", help="raft, or master-slave (RocketMQ HA: one master, the "
-                                                           "others slaves; docs/master-slave.md)"),
+                                                           "others slaves; docs/ha.md)"),
            ack: str = typer.Option("sync", "--ack", help="master-slave: sync (SYNC_MASTER: answered once "
                                                           "--min-in-sync-replicas members hold it) or async "
                                                           "(ASYNC_MASTER: after the master's own write)"),
@@ -55,6 +55,9 @@ def create(name: str = typer.Argument(..., help="Group name: letters, digits, . 
            timeout_ms: int = typer.Option(20_000, "--timeout-ms", min=1, help="Give up after this long"),
            json_out: bool = JsonOpt) -> None:
     """Create a group on the least-loaded nodes (or --nodes); prints {group, mode, members, leader}."""
+    if name.startswith(RESERVED_PREFIX):
+        usage(f"group name {name!r}: names beginning with {RESERVED_PREFIX!r} are reserved for the cluster's own "
+              f"groups (`_meta` is made by `cluster up`)")
     if mode not in ("raft", "master-slave"):
         usage(f"--mode {mode!r}: raft or master-slave")
     if ack not in ("sync", "async"):

@@ -179,6 +179,9 @@ def underreplicated(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Cl
     if json_out:
         print_json({"down_bookies": sorted(down), "ledgers": rows})
         return
+    if not rows:
+        out_console.print("every ledger is fully replicated" + (f" (bookies down: {', '.join(sorted(down))}, "
+                          "holding no fragment)" if down else ""), highlight=False)
     for row in rows:
         out_console.print(f"{row['ledger_id']}\t{row['state']}\t" + "; ".join(
             f"from {f['first_entry_id']}: {','.join(f['lost'])}" for f in row["fragments"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional
 
 import typer
@@ -81,11 +82,41 @@ app.command("bench")(bench)
 app.command("soak")(soak)
 
 
+# The options of every command (the callback above): taken anywhere on the command line, as etcdctl and kubectl
+# take theirs, and handed to the callback in front of the command.
+GLOBAL_OPTIONS = ("--token", "--token-file", "--tls-ca")
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """`quorumlog append --token T x` → `quorumlog --token T append x`: every GLOBAL_OPTIONS occurrence (as
+    `--opt V` or `--opt=V`) before a `--` moves to the front, in order; the rest keeps its order."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS:
+            if "=" in arg:
+                front.append(arg)
+            else:
+                front.extend(argv[i:i + 2])  # (a missing value: the callback's parser says so)
+                i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> None:
     # No logging set up here: `node` configures its own from its log_level; the other commands call
     # setup_logging() (stderr, warnings) when they start.
     try:
-        code = app(args=argv, prog_name="quorumlog", standalone_mode=False)
+        args = hoist_global_options(sys.argv[1:] if argv is None else list(argv))
+        code = app(args=args, prog_name="quorumlog", standalone_mode=False)
     except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # `quorumlog ledger`: its help
         e.show()
         code = e.exit_code
@@ -105,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     raise SystemExit(code if isinstance(code, int) else 0)
 
 
-__all__ = ["EXIT_USAGE", "app", "main"]
+__all__ = ["EXIT_USAGE", "app", "hoist_global_options", "main"]
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..codes import ResponseCode
-from ..errors import GroupExists, QuorumLogError, UnknownGroup
+from ..errors import BadRequest, GroupExists, QuorumLogError, UnknownGroup
 from ..peers import Address, format_address
 from ..transport.handshake import NODE_LINK
 from ..wire.client import GroupRequest, StatusRequest
@@ -27,6 +27,8 @@ from .kv import META_GROUP
 from ..transport.tls import client_context as tls_client_context
 from .pool import ConnectionPool
 from .types import WRITABLE_ROLES
+
+RESERVED_PREFIX = "_"  # the cluster's own groups: `_meta`, a master/slave cluster's `_nodes`
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +101,8 @@ class GroupAdmin:
 
     async def create_meta(self, *, segment_bytes: int | None = None) -> GroupPlacement:
         """Create the `_meta` group (its key/value store) on the first up to 5 nodes and record every node."""
-        placement = await self.create(META_GROUP, nodes=list(self.nodes)[:META_MAX_REPLICAS], state_machine="kv",
-                                      segment_bytes=segment_bytes)
+        placement = await self._create(META_GROUP, nodes=list(self.nodes)[:META_MAX_REPLICAS], state_machine="kv",
+                                       segment_bytes=segment_bytes)
         await self.record_nodes(self.nodes)
         return placement
 
@@ -155,7 +157,19 @@ class GroupAdmin:
         """Create `name` on `nodes`, or on the `replicas` least-loaded reachable nodes; returns once it has a
         leader (its preferred leader when that one wins within the timeout). Segments are 64 MiB and sparse
         unless `segment_bytes` / `preallocate` say otherwise (server/node.py). A node that refuses undoes the
-        create on the nodes that had made it (never a group that was there before)."""
+        create on the nodes that had made it (never a group that was there before). Names that begin with `_`
+        are the cluster's own (`_meta`, `_nodes`): refused."""
+        if name.startswith(RESERVED_PREFIX):
+            raise BadRequest(f"group name {name!r}: names beginning with {RESERVED_PREFIX!r} are reserved for the "
+                             f"cluster's own groups")
+        return await self._create(name, replicas=replicas, nodes=nodes, wait_leader=wait_leader,
+                                  segment_bytes=segment_bytes, preallocate=preallocate, state_machine=state_machine,
+                                  mode=mode, master_slave=master_slave)
+
+    async def _create(self, name: str, *, replicas: int = 3, nodes: list[str] | None = None,
+                      wait_leader: bool = True, segment_bytes: int | None = None,
+                      preallocate: bool | None = None, state_machine: str | None = None,
+                      mode: str = "raft", master_slave: dict[str, Any] | None = None) -> GroupPlacement:
         statuses = await self.cluster_status()
         up = {n: s for n, s in statuses.items() if isinstance(s, dict)}
         hosts = [n for n, s in up.items() if any(g["group"] == name for g in s["groups"])]

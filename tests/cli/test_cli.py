@@ -88,6 +88,53 @@ def test_the_command_lines_own_checks_give_the_same_one_line(args):
     assert re.fullmatch(r"quorumlog: error: BAD_REQUEST: quorumlog [a-z -]+: \S.* \(see --help\)\n", r.stderr), r.stderr
 
 
+def test_global_options_are_taken_anywhere_on_the_command_line(tmp_path):
+    """`--token`, `--token-file` and `--tls-ca` after the command, as etcdctl and kubectl take theirs."""
+    from quorumlog.cli.main import hoist_global_options
+
+    assert hoist_global_options(["append", "--peers", "P", "--token", "T", "x", "--tls-ca=ca.pem"]) == \
+        ["--token", "T", "--tls-ca=ca.pem", "append", "--peers", "P", "x"]
+    assert hoist_global_options(["append", "--", "--token", "x"]) == ["append", "--", "--token", "x"]
+    # through the real command: the callback sees them (its own checks answer), typer no "No such option"
+    for args in (["status", "--peers", "n0=127.0.0.1:1", "--tls-ca", str(tmp_path / "no.pem")],
+                 ["append", "x", "--peers", "n0=127.0.0.1:1", "--token-file", str(tmp_path / "no-token")],
+                 ["append", "x", "--token", "a", "--token-file", "b", "--peers", "n0=127.0.0.1:1"]):
+        r = subprocess.run([sys.executable, "-m", "quorumlog.cli", *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and "No such option" not in r.stderr, r.stderr
+        assert re.search(r"--tls-ca|--token-file|--token and --token-file", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("name", ["_meta", "_nodes", "_mine"])
+def test_group_names_beginning_with_an_underscore_are_the_clusters_own(name):
+    r = invoke("group", "create", name, "--peers", "n0=127.0.0.1:1", "--json")
+    assert r.exit_code == 2 and r.stdout == "" and "reserved" in r.stderr, r.output
+
+
+def test_the_client_refuses_reserved_group_names_too():
+    from quorumlog.client.groups import GroupAdmin
+    from quorumlog.errors import BadRequest
+
+    async def create():
+        async with GroupAdmin({"n0": ("127.0.0.1", 1)}, timeout_ms=100) as admin:
+            await admin.create("_meta")
+
+    with pytest.raises(BadRequest, match="reserved"):
+        asyncio.run(create())
+
+
+def test_cluster_up_on_ports_in_use_is_bad_input(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = invoke("cluster", "up", "--nodes", "1", "--data-dir", str(tmp_path / "c"), "--base-port", str(port))
+    assert r.exit_code == 2 and "ports already in use" in r.stderr, r.output
+    assert not (tmp_path / "c" / "cluster.json").exists()
+
+
 def test_peers_and_cluster_are_exclusive_and_one_is_required(tmp_path):
     r = invoke("status", "--peers", "n0=127.0.0.1:7001", "--cluster", str(tmp_path))
     assert r.exit_code == 2 and "exactly one" in r.stderr

@@ -369,6 +369,9 @@ def test_ledger_and_bookie_commands_write_read_describe_recover_list_delete(clus
     assert under["down_bookies"] == ["n2"] and [x["ledger_id"] for x in under["ledgers"]] == [lid]
     cli_json("ledger", "delete", "--cluster", d, "--id", str(lid))
     assert cli_json("ledger", "list", "--cluster", d)["ledgers"] == []
+    # nothing under-replicated is said, not an empty screen
+    assert cli("ledger", "underreplicated", "--cluster", d).stdout == \
+        "every ledger is fully replicated (bookies down: n2, holding no fragment)\n"
     r = cli("ledger", "describe", "--cluster", d, "--id", str(lid), "--json", check=False)
     assert r.returncode == 1 and "NO_SUCH_LEDGER" in r.stderr
 
