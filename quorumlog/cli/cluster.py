@@ -26,7 +26,6 @@ from ..codes import ResponseCode
 from ..config import ConfigError, load_config
 from ..peers import format_address, format_peers
 from ..transport.tls import TLS_CA_ENV
-from .certs import node_tls_settings
 from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, run, setup_logging,
                      usage)
 
@@ -35,6 +34,12 @@ cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_
 STOP_GRACE_S = 10.0  # SIGTERM lets a node flush and checkpoint; SIGKILL after this
 POLL_INTERVAL_S = 0.05  # how often a waiting command re-checks processes or the election
 NODE_GROUP = "_nodes"  # a master-slave cluster's nodes' own Raft group (a node process always runs one)
+
+
+def _tls_settings(tls_dir: str, node_id: str) -> list[str]:
+    # imported here: `cryptography` costs every other command a fifth of a second at start-up
+    from ..transport.certs import node_tls_settings
+    return node_tls_settings(tls_dir, node_id)
 
 
 def node_argv(node_id: str, peers: str, data_dir: str, group: str, flush: str, http_port: int,
@@ -53,7 +58,7 @@ def node_argv(node_id: str, peers: str, data_dir: str, group: str, flush: str, h
 def _make_tls(data_dir: str, ids: list[str], host: str) -> str:
     """A CA and a certificate per node under data_dir/tls; this process's clients use the CA from now on.
     Returns the CA certificate's path."""
-    from .certs import TLS_DIR, make_ca, make_node_cert
+    from ..transport.certs import TLS_DIR, make_ca, make_node_cert
 
     directory = os.path.join(data_dir, TLS_DIR)
     ca_pem, _ = make_ca(directory)
@@ -276,7 +281,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             os.makedirs(node_dir, exist_ok=True)
             log_file = os.path.join(data_dir, f"{nid}.log")
             http_port = http_base_port + i if http_base_port else 0
-            node_kv = kv + (node_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
+            node_kv = kv + (_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
             argv = node_argv(nid, peers_text, node_dir, node_group, flush, http_port, config, node_kv)
             procs[nid] = _spawn_node(argv, log_file, data_dir)
             h, p = peers[nid]
@@ -503,9 +508,9 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     log_file = os.path.join(data_dir, f"{node_id}.log")
     settings = [tuple(kv_pair) for kv_pair in doc.get("settings", [])] + [("join", "true")]
     if doc.get("tls_ca"):  # a certificate for the new node from the cluster's CA
-        from .certs import make_node_cert
+        from ..transport.certs import make_node_cert
         make_node_cert(os.path.dirname(doc["tls_ca"]), node_id, [host])
-        settings += node_tls_settings(os.path.dirname(doc["tls_ca"]), node_id)
+        settings += _tls_settings(os.path.dirname(doc["tls_ca"]), node_id)
         os.environ[TLS_CA_ENV] = doc["tls_ca"]
     node_group = doc.get("node_group", doc["group"])
     argv = node_argv(node_id, peers_text, node_dir, node_group, doc.get("flush", "sync"), http_port,

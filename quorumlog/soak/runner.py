@@ -218,7 +218,7 @@ def _restore_env(saved: dict[str, str | None]) -> None:
 def _tls_node_args(base_dir: str, ids: list[str]) -> dict[str, tuple[str, ...]]:
     """A CA and node certificates under base_dir/tls, a token in this process's environment (the nodes and the
     writers inherit both), and each node's --tls-* arguments."""
-    from ..cli.certs import make_ca, make_node_cert, node_tls_settings
+    from ..transport.certs import make_ca, make_node_cert, node_tls_settings
     from ..transport.tls import TLS_CA_ENV
 
     directory = os.path.join(base_dir, "tls")

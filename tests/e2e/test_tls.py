@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from quorumlog import Client
-from quorumlog.cli.certs import make_ca, make_node_cert
+from quorumlog.transport.certs import make_ca, make_node_cert
 from quorumlog.errors import QuorumLogError
 from quorumlog.soak.processes import Cluster
 
