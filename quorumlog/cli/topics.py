@@ -264,6 +264,12 @@ def _consume_in_group(topic: str, group: str, start: str, max_messages: int, fol
         pass
 
 
+def generation_text(generation: int) -> str:
+    """A generation as people read it: the coordinator numbers them from its leader's term << 32 (so a new
+    coordinator's are above every old one's), shown as `term.n` -- 12884901890 is `3.2`."""
+    return f"{generation >> 32}.{generation & 0xFFFF_FFFF}" if generation >= 1 << 32 else str(generation)
+
+
 @consumer_group_app.command("describe")
 def describe_consumer_group(group: str = typer.Argument(...), peers: Optional[str] = PeersOpt,
                             cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
@@ -273,7 +279,7 @@ def describe_consumer_group(group: str = typer.Argument(...), peers: Optional[st
     if json_out:
         print_json(doc)
         return
-    out_console.print(f"consumer group {group}: generation {doc['generation']}, members "
+    out_console.print(f"consumer group {group}: generation {generation_text(doc['generation'])}, members "
                       f"{', '.join(doc['members']) or '-'}", highlight=False)
     table = Table()
     for col in ("topic", "queue_id", "owner", "committed_offset", "max_offset", "lag"):

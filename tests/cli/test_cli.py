@@ -280,3 +280,9 @@ def test_json_output_is_written_whole_to_a_slow_non_blocking_pipe():
     out = p.stdout.read()
     assert p.wait(10) == 0
     assert json.loads(out) == ["x" * 1000] * 1000
+
+
+def test_a_consumer_generation_reads_as_term_and_number():
+    from quorumlog.cli.topics import generation_text
+
+    assert [generation_text(g) for g in (0, 7, 3 << 32, (3 << 32) + 2)] == ["0", "7", "3.0", "3.2"]
