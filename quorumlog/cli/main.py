@@ -1,9 +1,10 @@
-"""The `quorumlog` command (typer + rich). Entry point: quorumlog.cli.main:main."""
+"""The `quorumlog` command (typer + rich). The console script enters through quorumlog.cli:main."""
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib import import_module
 from typing import Optional
 
 import typer
@@ -13,21 +14,10 @@ try:  # newer typers carry their own copy of click
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exceptions
 
-from .bench import bench
-from .cluster import cluster_app
+from ..codes import ResponseCode
 from ..transport.client_connection import TOKEN_ENV
 from ..transport.tls import TLS_CA_ENV
-from ..codes import ResponseCode
 from .common import EXIT_USAGE, error_line, usage
-from .data import append, read, status, transfer_leader
-from .groups import group_app
-from .kv import kv_app
-from .ha import ha_app
-from .ledgers import bookie_app, ledger_app
-from .members import member_app
-from .node import node_command
-from .soak import soak
-from .topics import consume, consumer_group_app, produce, topic_app
 
 app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DLedger-style Raft).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -62,24 +52,59 @@ def _global(token: Optional[str] = typer.Option(
         if not token:
             usage(f"--token-file {token_file!r}: empty")
         os.environ[TOKEN_ENV] = token
-app.command("node", help="Run one node in the foreground until SIGTERM/SIGINT.")(node_command())
-app.add_typer(cluster_app, name="cluster")
-app.add_typer(group_app, name="group")
-app.add_typer(kv_app, name="kv")
-app.add_typer(ha_app, name="ha")
-app.add_typer(ledger_app, name="ledger")
-app.add_typer(bookie_app, name="bookie")
-app.add_typer(member_app, name="member")
-app.add_typer(topic_app, name="topic")
-app.add_typer(consumer_group_app, name="consumer-group")
-app.command("produce")(produce)
-app.command("consume")(consume)
-app.command("status")(status)
-app.command("append")(append)
-app.command("read")(read)
-app.command("transfer-leader")(transfer_leader)
-app.command("bench")(bench)
-app.command("soak")(soak)
+# Every command: its name, the module defining it, the object there, and whether it is a command or a group of
+# them. A run imports only the module of the command it runs (the whole list for --help or a mistyped name):
+# importing all of them cost every command a third of a second before it did anything.
+COMMANDS: tuple[tuple[str, str, str, str], ...] = (
+    ("node", ".node", "node_command", "factory"),
+    ("cluster", ".cluster", "cluster_app", "group"),
+    ("group", ".groups", "group_app", "group"),
+    ("kv", ".kv", "kv_app", "group"),
+    ("ha", ".ha", "ha_app", "group"),
+    ("ledger", ".ledgers", "ledger_app", "group"),
+    ("bookie", ".ledgers", "bookie_app", "group"),
+    ("member", ".members", "member_app", "group"),
+    ("topic", ".topics", "topic_app", "group"),
+    ("consumer-group", ".topics", "consumer_group_app", "group"),
+    ("produce", ".topics", "produce", "command"),
+    ("consume", ".topics", "consume", "command"),
+    ("status", ".data", "status", "command"),
+    ("append", ".data", "append", "command"),
+    ("read", ".data", "read", "command"),
+    ("transfer-leader", ".data", "transfer_leader", "command"),
+    ("bench", ".bench", "bench", "command"),
+    ("soak", ".soak", "soak", "command"),
+)
+_registered: set[str] = set()
+
+
+def register(names: set[str] | None = None) -> typer.Typer:
+    """Add the commands `names` (None: every one) to `app`, importing their modules now."""
+    for name, module, attr, kind in COMMANDS:
+        if name in _registered or (names is not None and name not in names):
+            continue
+        obj = getattr(import_module(module, __package__), attr)
+        if kind == "factory":
+            app.command(name, help="Run one node in the foreground until SIGTERM/SIGINT.")(obj())
+        elif kind == "group":
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name)(obj)
+        _registered.add(name)
+    return app
+
+
+def _command_of(args: list[str]) -> str | None:
+    """The command a command line runs (its first word that is not a global option or its value)."""
+    i = 0
+    while i < len(args):
+        if args[i] in GLOBAL_OPTIONS:
+            i += 2
+        elif args[i].startswith("-"):
+            return None  # --help, or an option typer will refuse
+        else:
+            return args[i]
+    return None
 
 
 # The options of every command (the callback above): taken anywhere on the command line, as etcdctl and kubectl
@@ -116,6 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     # setup_logging() (stderr, warnings) when they start.
     try:
         args = hoist_global_options(sys.argv[1:] if argv is None else list(argv))
+        command = _command_of(args)
+        register({command} if any(command == c[0] for c in COMMANDS) else None)
         code = app(args=args, prog_name="quorumlog", standalone_mode=False)
     except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # `quorumlog ledger`: its help
         e.show()
@@ -127,16 +154,27 @@ def main(argv: list[str] | None = None) -> None:
         error_line(ResponseCode.BAD_REQUEST, (f"{ctx.command_path}: " if ctx is not None else "")
                    + e.format_message() + (" (see --help)" if ctx is not None else ""))
         code = EXIT_USAGE
-    except click_exceptions.Abort:  # (stdin closed under a prompt)
+    except typer.Abort:  # (stdin closed under a prompt)
         code = 1
     except SystemExit as e:
         code = e.code
     except KeyboardInterrupt:  # pragma: no cover
         code = 130
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # `quorumlog ... | head`: the reader left; say nothing more at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = code or 1
     raise SystemExit(code if isinstance(code, int) else 0)
 
 
-__all__ = ["EXIT_USAGE", "app", "hoist_global_options", "main"]
+def __getattr__(name: str):
+    if name == "full_app":  # every command registered: what tests drive with typer's CliRunner
+        return register()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["EXIT_USAGE", "app", "full_app", "hoist_global_options", "main", "register"]
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
-"""The log store: segmented data files, fixed-width index, checkpoint, recovery (layer 1)."""
+"""The log store: segmented data files, fixed-width index, checkpoint, recovery (layer 1).
 
-from ..format.log_entry import Entry, Records
-from .base import LogStore, LogView, ProducerBatch
-from .config import StoreConfig
-from .file_store import FileStore
-from .files import atomic_write_file
-from .memory import MemoryStore
-from .recovery import RecoveryError
+Its parts are imported at first use: a module that needs only `store.base` (the state machines, a client)
+does not load the file store.
+"""
+
+from ..lazy import lazy_exports
+
+_LAZY = {
+    "Entry": "..format.log_entry", "Records": "..format.log_entry",
+    "LogStore": ".base", "LogView": ".base", "ProducerBatch": ".base",
+    "StoreConfig": ".config", "FileStore": ".file_store", "atomic_write_file": ".files",
+    "MemoryStore": ".memory", "RecoveryError": ".recovery",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "Entry", "FileStore", "LogStore", "LogView", "MemoryStore", "ProducerBatch", "Records", "RecoveryError",

@@ -10,13 +10,18 @@
     loop.py        uvloop when available: run(main), install_event_loop_policy()
 """
 
-from .codec import decode, encode
-from .client_connection import ClientConnection
-from .peer_links import PeerLinks, PeerLinkStats
-from .server import ClientSession, TransportServer, TransportStats
-from .frames import MAX_FRAME_BYTES, NEED_DATA, Frame, FrameDecoder
-from .handshake import NODE_LINK, PROTOCOL_VERSION, Role
-from .loop import install_event_loop_policy, run
+from ..lazy import lazy_exports
+
+# Imported at first use: a client needs the codec and its connection, not the server or the peer links.
+_LAZY = {
+    "decode": ".codec", "encode": ".codec", "ClientConnection": ".client_connection",
+    "PeerLinks": ".peer_links", "PeerLinkStats": ".peer_links",
+    "ClientSession": ".server", "TransportServer": ".server", "TransportStats": ".server",
+    "MAX_FRAME_BYTES": ".frames", "NEED_DATA": ".frames", "Frame": ".frames", "FrameDecoder": ".frames",
+    "NODE_LINK": ".handshake", "PROTOCOL_VERSION": ".handshake", "Role": ".handshake",
+    "install_event_loop_policy": ".loop", "run": ".loop",
+}
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "ClientConnection", "ClientSession", "Frame", "FrameDecoder", "MAX_FRAME_BYTES", "NEED_DATA", "NODE_LINK",

@@ -15,7 +15,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from quorumlog.cli.main import app
+from quorumlog.cli.main import full_app as app
 
 from client.fake_cluster import FakeCluster  # tests/ is on sys.path (rootdir-relative packages)
 
@@ -286,3 +286,17 @@ def test_a_consumer_generation_reads_as_term_and_number():
     from quorumlog.cli.topics import generation_text
 
     assert [generation_text(g) for g in (0, 7, 3 << 32, (3 << 32) + 2)] == ["0", "7", "3.0", "3.2"]
+
+
+def test_a_command_imports_only_what_it_runs():
+    """Start-up is import time: `status` must not load the other commands, the store, the node or the
+    certificate library (together they were two thirds of its start-up)."""
+    code = ("import sys; from quorumlog.cli.main import register; register({'status'}); "
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                check=True).stdout.split())
+    assert "quorumlog.cli.data" in loaded and "quorumlog.client.client" in loaded
+    for heavy in ("quorumlog.cli.cluster", "quorumlog.cli.ledgers", "quorumlog.cli.topics", "quorumlog.cli.bench",
+                  "quorumlog.store.file_store", "quorumlog.server.node", "quorumlog.transport.server",
+                  "quorumlog.client.ledgers", "cryptography", "pyspark"):
+        assert heavy not in loaded, heavy

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from quorumlog.cli.main import app
+from quorumlog.cli.main import full_app as app
 from quorumlog.soak.runner import ALL_KINDS
 
 pytestmark = pytest.mark.timeout(120)
