@@ -43,9 +43,12 @@ bench: system-deps install
 	$(BIN)/python bench/bookie.py
 	$(BIN)/python bench/ledgers.py
 
-# The long soaks (minutes each): the Raft group's every fault kind, and the ledgers' (figures in bench/results/).
+# The long soaks (minutes each): the Raft group's every fault kind, a master/slave group's, and the ledgers'
+# (figures in bench/results/).
 soak: system-deps install
 	$(BIN)/python -m quorumlog.soak --seed 1 --cycles 110 --out bench/results/soak-$$(date +%F).json
+	$(BIN)/python -m quorumlog.soak --mode master-slave --seed 3 --cycles 110 \
+		--out bench/results/soak-master-slave-$$(date +%F).json
 	$(BIN)/python -m quorumlog.soak.ledgers --seed 2 --cycles 110 --out bench/results/soak-ledgers-$$(date +%F).json
 
 clean:
