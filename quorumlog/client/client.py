@@ -102,7 +102,8 @@ class Client:
         self._accumulator: Accumulator | None = None
         self._kv_calls: KvCalls | None = None
         self._located = False  # the `_meta` lookup of the group's members was tried (_locate_group)
-        self._unreachable: list[str] = []  # the last leader discovery's unreachable members, with why
+        # the last leader discovery's unreachable members: (id, address, why), for the error if none leads
+        self._unreachable: list[tuple[str, str, str]] = []
         self._closed = False
         self._close_done = False
         self.frames_sent = 0  # AppendRequest frames sent (first tries and retries), for tests and bench
@@ -294,7 +295,9 @@ class Client:
             self._discovery = asyncio.ensure_future(self._discover_leader())
         leader = await asyncio.shield(self._discovery)
         if leader is None:
-            why = "; ".join(self._unreachable[:3])
+            if self._unreachable and len(self._unreachable) == len(self.peers):
+                raise NetworkError(unreachable_summary(self._unreachable))  # the cause first, said once
+            why = "; ".join(f"{nid}: {error}" for nid, _, error in self._unreachable[:3])
             raise NotLeader("no leader known yet (election in progress or members unreachable"
                             + (f": {why})" if why else ")"))
         self._leader_id = leader
@@ -313,7 +316,7 @@ class Client:
                 if err is not None and not is_retriable(err):
                     fatal = err
                 if not st.reachable:
-                    self._unreachable.append(f"{st.id}: {st.error}")  # (why, for the error if none leads)
+                    self._unreachable.append((st.id, st.address, str(err) if err is not None else st.error))
                     continue
                 if st.role in WRITABLE_ROLES:
                     return st.id if st.id in self.peers else None
@@ -544,6 +547,20 @@ class Client:
 
         resp: MemberChangeResponse = await self._leader_call(request, f"{change} {node_id}")
         return resp.index
+
+
+def unreachable_summary(failures: list[tuple[str, str, str]]) -> str:
+    """Why no member answered, the cause first: members that failed alike share one line ("cannot connect to
+    every member: [Errno 111] Connection refused (n0 127.0.0.1:7001, n1 127.0.0.1:7002)"), not one hint each."""
+    by_cause: dict[str, list[str]] = {}
+    for node_id, address, error in failures:
+        by_cause.setdefault(error.replace(address, "{member}"), []).append(f"{node_id} {address}")
+    if len(by_cause) == 1:
+        (cause, members), = by_cause.items()
+        return (cause.replace("{member}", "every member") if "{member}" in cause else f"every member: {cause}") \
+            + f" ({', '.join(members)})"
+    return "no member answered: " + "; ".join(f"{', '.join(members)}: {cause.replace('{member}', 'it')}"
+                                              for cause, members in by_cause.items())
 
 
 def _cut_short(e: QuorumLogError, cut: bool, last: BaseException | None) -> bool:

@@ -146,7 +146,9 @@ class ClientConnection:
         except ssl.SSLError as e:
             raise NetworkError(describe_ssl_error(e, host, port)) from None
         except OSError as e:
-            raise NetworkError(f"cannot connect to {host}:{port}: {e}") from None
+            # (by errno: asyncio's own message names the address again, uvloop's does not)
+            why = f"[Errno {e.errno}] {os.strerror(e.errno)}" if e.errno else str(e)
+            raise NetworkError(f"cannot connect to {host}:{port}: {why}") from None
         self._protocol = proto
         assert proto.transport is not None
         proto.transport.write(encode_hello(Hello(group, client_name, Role.CLIENT, token)))

@@ -462,3 +462,35 @@ def test_writers_that_append_in_a_loop_keep_sharing_frames():
             assert sum(len(f.bodies) for f in frames) == 640
             assert len(frames) <= 640 // 8, len(frames)
     run(go())
+
+
+def test_no_member_reachable_says_why_once():
+    """Every member refusing the connection is a network error led by its cause, said once for all members,
+    not NOT_LEADER with one hint per member."""
+    import socket
+
+    ports = []
+    for _ in range(3):  # ports nobody listens on: bound, then closed
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    peers = ",".join(f"n{i}=127.0.0.1:{p}" for i, p in enumerate(ports))
+
+    async def go():
+        async with quorumlog.Client(peers, timeout_ms=400) as c:
+            with pytest.raises(quorumlog.errors.NetworkError) as e:
+                await c.append(b"x")
+        return str(e.value)
+
+    message = run(go())
+    assert message.startswith("cannot connect to every member: [Errno 111] Connection refused (") and \
+        message.count("Connection refused") == 1, message
+    assert all(f"127.0.0.1:{p}" in message for p in ports)
+
+
+def test_members_failing_differently_are_each_named():
+    from quorumlog.client.client import unreachable_summary
+
+    assert unreachable_summary([("n0", "h:1", "cannot connect to h:1: refused"),
+                                ("n1", "h:2", "h:2 closed the connection during the handshake")]) == \
+        "no member answered: n0 h:1: cannot connect to it: refused; n1 h:2: it closed the connection during the handshake"
