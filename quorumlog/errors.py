@@ -1,13 +1,26 @@
-"""Errors carry a ResponseCode and say whether a retry may succeed (aiokafka's shape)."""
+"""Errors carry a ResponseCode and say whether a retry may succeed (aiokafka's shape): one declared class per
+code, registered by its code as it is declared, so `QuorumLogError.for_code(code)` gives the class a caller
+catches. A protocol error says whose fault it was (h11's split): RemoteProtocolError when the peer sent
+garbage (the connection is closed, nothing else), LocalProtocolError when this side tried to send what the
+protocol cannot carry (our bug)."""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from .codes import ResponseCode
 
 
 class QuorumLogError(Exception):
-    code: ResponseCode = ResponseCode.UNKNOWN
-    retriable: bool = False
+    code: ClassVar[ResponseCode] = ResponseCode.UNKNOWN
+    retriable: ClassVar[bool] = False
+    _by_code: ClassVar[dict[ResponseCode, type["QuorumLogError"]]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:  # a class that declares a code is the one for_code gives for it
+            assert cls.code not in QuorumLogError._by_code, f"{cls.code.name} declared twice"
+            QuorumLogError._by_code[cls.code] = cls
 
     def __init__(self, message: str = "", *, leader_id: str | None = None) -> None:
         super().__init__(message or self.code.name)
@@ -15,70 +28,249 @@ class QuorumLogError(Exception):
 
     @staticmethod
     def for_code(code: int, message: str = "", *, leader_id: str | None = None) -> "QuorumLogError":
-        cls = _BY_CODE.get(ResponseCode.of(code), QuorumLogError)
-        err = cls(message or ResponseCode.of(code).name, leader_id=leader_id)
-        if cls is QuorumLogError:
-            err.code = ResponseCode.of(code)
-        return err
+        rc = ResponseCode.of(code)
+        cls = QuorumLogError._by_code.get(rc)
+        if cls is None:  # a code without a class of its own (or from a newer peer): the base, with that code
+            err = QuorumLogError(message or rc.name, leader_id=leader_id)
+            err.code = rc  # type: ignore[misc]  (an instance attribute over the ClassVar, for this one only)
+            return err
+        return cls(message or rc.name, leader_id=leader_id)
 
 
-def _error(name: str, code: ResponseCode, retriable: bool) -> type[QuorumLogError]:
-    return type(name, (QuorumLogError,), {"code": code, "retriable": retriable})
+class NotLeader(QuorumLogError):
+    """This node does not lead the group; `leader_id` names the one it knows, if any."""
+    code = ResponseCode.NOT_LEADER
+    retriable = True
 
 
-NotLeader = _error("NotLeader", ResponseCode.NOT_LEADER, True)
-UnknownGroup = _error("UnknownGroup", ResponseCode.UNKNOWN_GROUP, False)
-UnknownMember = _error("UnknownMember", ResponseCode.UNKNOWN_MEMBER, False)
-DiskFull = _error("DiskFull", ResponseCode.DISK_FULL, False)
-DiskError = _error("DiskError", ResponseCode.DISK_ERROR, False)
-TermChanged = _error("TermChanged", ResponseCode.TERM_CHANGED, True)
-WaitQuorumAckTimeout = _error("WaitQuorumAckTimeout", ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, True)
-LeaderPendingFull = _error("LeaderPendingFull", ResponseCode.LEADER_PENDING_FULL, True)
-LeaderTransferring = _error("LeaderTransferring", ResponseCode.LEADER_TRANSFERRING, True)
-EmptyBatch = _error("EmptyBatch", ResponseCode.REQUEST_WITH_EMPTY_BODYS, False)
-IndexOutOfRange = _error("IndexOutOfRange", ResponseCode.INDEX_OUT_OF_RANGE, False)
-EntryTooLarge = _error("EntryTooLarge", ResponseCode.ENTRY_TOO_LARGE, False)
-BadRequest = _error("BadRequest", ResponseCode.BAD_REQUEST, False)
-CorruptEntry = _error("CorruptEntry", ResponseCode.CORRUPT_ENTRY, False)
-ProtocolError = _error("ProtocolError", ResponseCode.PROTOCOL_ERROR, False)
-NetworkError = _error("NetworkError", ResponseCode.NETWORK_ERROR, True)
-Timeout = _error("Timeout", ResponseCode.TIMEOUT, True)
-DuplicateSequenceTooOld = _error("DuplicateSequenceTooOld", ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, False)
-MetadataVersionConflict = _error("MetadataVersionConflict", ResponseCode.METADATA_VERSION_CONFLICT, False)
-WatchCompacted = _error("WatchCompacted", ResponseCode.WATCH_COMPACTED, False)
-NoSuchKey = _error("NoSuchKey", ResponseCode.NO_SUCH_KEY, False)
-ConfigChangeInProgress = _error("ConfigChangeInProgress", ResponseCode.CONFIG_CHANGE_IN_PROGRESS, True)
-MemberExists = _error("MemberExists", ResponseCode.MEMBER_EXISTS, False)
-LearnerNotCaughtUp = _error("LearnerNotCaughtUp", ResponseCode.LEARNER_NOT_CAUGHT_UP, True)
-LastVoter = _error("LastVoter", ResponseCode.LAST_VOTER, False)
-NewQuorumNotAlive = _error("NewQuorumNotAlive", ResponseCode.NEW_QUORUM_NOT_ALIVE, False)
-NodeInUse = _error("NodeInUse", ResponseCode.NODE_IN_USE, False)
-GroupExists = _error("GroupExists", ResponseCode.GROUP_EXISTS, False)
-LedgerFenced = _error("LedgerFenced", ResponseCode.LEDGER_FENCED, False)
-LedgerClosed = _error("LedgerClosed", ResponseCode.LEDGER_CLOSED, False)
-NoSuchLedger = _error("NoSuchLedger", ResponseCode.NO_SUCH_LEDGER, False)
-NoSuchEntry = _error("NoSuchEntry", ResponseCode.NO_SUCH_ENTRY, False)
-BookieReadOnly = _error("BookieReadOnly", ResponseCode.BOOKIE_READ_ONLY, True)
-NotEnoughBookies = _error("NotEnoughBookies", ResponseCode.NOT_ENOUGH_BOOKIES, True)
-LedgerRecoveryFailed = _error("LedgerRecoveryFailed", ResponseCode.LEDGER_RECOVERY_FAILED, True)
-Unauthorized = _error("Unauthorized", ResponseCode.UNAUTHORIZED, False)
-FlushSlaveTimeout = _error("FlushSlaveTimeout", ResponseCode.FLUSH_SLAVE_TIMEOUT, True)
-SlaveNotAvailable = _error("SlaveNotAvailable", ResponseCode.SLAVE_NOT_AVAILABLE, True)
-InSyncReplicasNotEnough = _error("InSyncReplicasNotEnough", ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, True)
-IllegalGeneration = _error("IllegalGeneration", ResponseCode.ILLEGAL_GENERATION, False)
-TopicNotExist = _error("TopicNotExist", ResponseCode.TOPIC_NOT_EXIST, False)
-OffsetTooSmall = _error("OffsetTooSmall", ResponseCode.OFFSET_TOO_SMALL, False)
-OffsetTooBig = _error("OffsetTooBig", ResponseCode.OFFSET_TOO_BIG, False)
+class UnknownGroup(QuorumLogError):
+    """No group of that name is served by the node asked."""
+    code = ResponseCode.UNKNOWN_GROUP
 
-_BY_CODE: dict[ResponseCode, type[QuorumLogError]] = {
-    cls.code: cls
-    for cls in (
-        NotLeader, UnknownGroup, UnknownMember, DiskFull, DiskError, TermChanged, WaitQuorumAckTimeout,
-        LeaderPendingFull, LeaderTransferring, EmptyBatch, IndexOutOfRange, EntryTooLarge, BadRequest,
-        CorruptEntry, ProtocolError, NetworkError, Timeout, DuplicateSequenceTooOld, MetadataVersionConflict,
-        WatchCompacted, NoSuchKey, ConfigChangeInProgress, MemberExists, LearnerNotCaughtUp, LastVoter,
-        NewQuorumNotAlive, NodeInUse, GroupExists, LedgerFenced, LedgerClosed, NoSuchLedger, NoSuchEntry, BookieReadOnly,
-        NotEnoughBookies, LedgerRecoveryFailed, Unauthorized, FlushSlaveTimeout, SlaveNotAvailable,
-        InSyncReplicasNotEnough, IllegalGeneration, TopicNotExist, OffsetTooSmall, OffsetTooBig,
-    )
-}
+
+class UnknownMember(QuorumLogError):
+    """The node, member or consumer named is not one the group knows."""
+    code = ResponseCode.UNKNOWN_MEMBER
+
+
+class DiskFull(QuorumLogError):
+    """Refused before anything was written: the disk guard found too little space."""
+    code = ResponseCode.DISK_FULL
+
+
+class DiskError(QuorumLogError):
+    """Refused before anything was written: the disk returned an error."""
+    code = ResponseCode.DISK_ERROR
+
+
+class TermChanged(QuorumLogError):
+    """The leader's term moved on while the request waited."""
+    code = ResponseCode.TERM_CHANGED
+    retriable = True
+
+
+class WaitQuorumAckTimeout(QuorumLogError):
+    """Written, but not acknowledged by a quorum in time: the outcome is unknown, retry idempotently."""
+    code = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+    retriable = True
+
+
+class LeaderPendingFull(QuorumLogError):
+    """The leader has too many requests waiting: back off and retry."""
+    code = ResponseCode.LEADER_PENDING_FULL
+    retriable = True
+
+
+class LeaderTransferring(QuorumLogError):
+    """Leadership is being handed over: retry at the new leader."""
+    code = ResponseCode.LEADER_TRANSFERRING
+    retriable = True
+
+
+class EmptyBatch(QuorumLogError):
+    """A request with no entries."""
+    code = ResponseCode.REQUEST_WITH_EMPTY_BODYS
+
+
+class IndexOutOfRange(QuorumLogError):
+    """An index outside the log's [begin, end)."""
+    code = ResponseCode.INDEX_OUT_OF_RANGE
+
+
+class EntryTooLarge(QuorumLogError):
+    """An entry or batch over its size limit."""
+    code = ResponseCode.ENTRY_TOO_LARGE
+
+
+class BadRequest(QuorumLogError):
+    """The request is malformed or names impossible values."""
+    code = ResponseCode.BAD_REQUEST
+
+
+class CorruptEntry(QuorumLogError):
+    """A record failed its CRC."""
+    code = ResponseCode.CORRUPT_ENTRY
+
+
+class ProtocolError(QuorumLogError):
+    """Frames that break the wire protocol: see LocalProtocolError and RemoteProtocolError."""
+    code = ResponseCode.PROTOCOL_ERROR
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes the protocol does not allow: its connection is closed, nothing else is touched."""
+
+
+class LocalProtocolError(ProtocolError, ValueError):
+    """This side tried to send what the protocol cannot carry (a field out of its wire range): a bug here.
+    Also a ValueError, what encoders raised before it existed."""
+
+
+class NetworkError(QuorumLogError):
+    """The connection failed or closed."""
+    code = ResponseCode.NETWORK_ERROR
+    retriable = True
+
+
+class Timeout(QuorumLogError):
+    """No answer in time."""
+    code = ResponseCode.TIMEOUT
+    retriable = True
+
+
+class DuplicateSequenceTooOld(QuorumLogError):
+    """An idempotent retry older than the batches remembered for its client."""
+    code = ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD
+
+
+class MetadataVersionConflict(QuorumLogError):
+    """A compare-and-set lost: the key's version is not the one expected."""
+    code = ResponseCode.METADATA_VERSION_CONFLICT
+
+
+class WatchCompacted(QuorumLogError):
+    """A watch from a revision older than the kept history: list again, then watch."""
+    code = ResponseCode.WATCH_COMPACTED
+
+
+class NoSuchKey(QuorumLogError):
+    """No such key in the metadata store."""
+    code = ResponseCode.NO_SUCH_KEY
+
+
+class ConfigChangeInProgress(QuorumLogError):
+    """Another membership change has not finished."""
+    code = ResponseCode.CONFIG_CHANGE_IN_PROGRESS
+    retriable = True
+
+
+class MemberExists(QuorumLogError):
+    """The member is in the group already."""
+    code = ResponseCode.MEMBER_EXISTS
+
+
+class LearnerNotCaughtUp(QuorumLogError):
+    """The learner does not hold every committed entry yet."""
+    code = ResponseCode.LEARNER_NOT_CAUGHT_UP
+    retriable = True
+
+
+class LastVoter(QuorumLogError):
+    """Removing it would leave the group without a voter."""
+    code = ResponseCode.LAST_VOTER
+
+
+class NewQuorumNotAlive(QuorumLogError):
+    """The configuration asked for could not reach its own quorum."""
+    code = ResponseCode.NEW_QUORUM_NOT_ALIVE
+
+
+class NodeInUse(QuorumLogError):
+    """The node still hosts groups or ledger fragments."""
+    code = ResponseCode.NODE_IN_USE
+
+
+class GroupExists(QuorumLogError):
+    """A group of that name exists."""
+    code = ResponseCode.GROUP_EXISTS
+
+
+class LedgerFenced(QuorumLogError):
+    """The ledger was fenced by a recovery: this writer may add no more."""
+    code = ResponseCode.LEDGER_FENCED
+
+
+class LedgerClosed(QuorumLogError):
+    """The ledger is closed."""
+    code = ResponseCode.LEDGER_CLOSED
+
+
+class NoSuchLedger(QuorumLogError):
+    """No such ledger."""
+    code = ResponseCode.NO_SUCH_LEDGER
+
+
+class NoSuchEntry(QuorumLogError):
+    """No such entry in the ledger."""
+    code = ResponseCode.NO_SUCH_ENTRY
+
+
+class BookieReadOnly(QuorumLogError):
+    """The bookie takes no adds (disk over its threshold)."""
+    code = ResponseCode.BOOKIE_READ_ONLY
+    retriable = True
+
+
+class NotEnoughBookies(QuorumLogError):
+    """Too few writable bookies for the ensemble."""
+    code = ResponseCode.NOT_ENOUGH_BOOKIES
+    retriable = True
+
+
+class LedgerRecoveryFailed(QuorumLogError):
+    """Recovery could not hear enough bookies."""
+    code = ResponseCode.LEDGER_RECOVERY_FAILED
+    retriable = True
+
+
+class Unauthorized(QuorumLogError):
+    """The token is missing or wrong."""
+    code = ResponseCode.UNAUTHORIZED
+
+
+class FlushSlaveTimeout(QuorumLogError):
+    """Written, but not held by enough in-sync members in time (the entry stays)."""
+    code = ResponseCode.FLUSH_SLAVE_TIMEOUT
+    retriable = True
+
+
+class SlaveNotAvailable(QuorumLogError):
+    """No slave is connected to the master."""
+    code = ResponseCode.SLAVE_NOT_AVAILABLE
+    retriable = True
+
+
+class InSyncReplicasNotEnough(QuorumLogError):
+    """The SyncStateSet is smaller than min_in_sync_replicas."""
+    code = ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH
+    retriable = True
+
+
+class IllegalGeneration(QuorumLogError):
+    """A consumer group's generation moved on: rejoin."""
+    code = ResponseCode.ILLEGAL_GENERATION
+
+
+class TopicNotExist(QuorumLogError):
+    """No such topic."""
+    code = ResponseCode.TOPIC_NOT_EXIST
+
+
+class OffsetTooSmall(QuorumLogError):
+    """A queue offset below the queue's first."""
+    code = ResponseCode.OFFSET_TOO_SMALL
+
+
+class OffsetTooBig(QuorumLogError):
+    """A queue offset beyond the queue's end."""
+    code = ResponseCode.OFFSET_TOO_BIG

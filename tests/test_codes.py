@@ -1,3 +1,5 @@
+import pytest
+
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import EntryTooLarge, NotLeader, QuorumLogError
 
@@ -22,7 +24,39 @@ def test_error_for_code_maps_class_and_retriable():
 
 def test_every_code_of_ours_raises_its_own_error_class():
     # (DLedger's peer-protocol codes below 1000 stay generic: a client never acts on them one by one)
-    from quorumlog.errors import _BY_CODE
+    from quorumlog.errors import QuorumLogError
+    _BY_CODE = QuorumLogError._by_code
 
     missing = [c.name for c in ResponseCode if c >= 1000 and c not in _BY_CODE]
     assert missing == []
+
+
+def test_a_protocol_error_says_whose_fault_it_was():
+    """Garbage from the peer is a RemoteProtocolError; a message this side cannot encode is a
+    LocalProtocolError (still a ValueError for older callers); both are ProtocolErrors with its code."""
+    from quorumlog.errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+    from quorumlog.transport import codec
+    from quorumlog.transport.frames import FrameDecoder
+    from quorumlog.wire.client import StatusRequest
+
+    buffers = codec.encode(StatusRequest(7))
+    frame = b"".join(bytes(b) for b in buffers)
+    kind = frame[4]
+    with pytest.raises(RemoteProtocolError):
+        codec.decode(kind, frame[5:] + b"trailing garbage")
+    with pytest.raises(LocalProtocolError) as e:
+        codec.encode(StatusRequest(-1))  # a request id is a u64 on the wire
+    assert isinstance(e.value, ValueError) and isinstance(e.value, ProtocolError)
+    assert e.value.code == ResponseCode.PROTOCOL_ERROR and type(QuorumLogError.for_code(e.value.code)) is ProtocolError
+    d = FrameDecoder(max_frame_bytes=16)
+    with pytest.raises(RemoteProtocolError):
+        d.feed(b"\x7f\xff\xff\xff" + b"x")  # a length prefix nobody may trust
+        d.next_frame()
+
+
+def test_an_error_class_is_declared_once_per_code():
+    import quorumlog.errors as errors
+
+    with pytest.raises(AssertionError, match="declared twice"):
+        class Again(errors.QuorumLogError):  # noqa: F841
+            code = ResponseCode.NOT_LEADER

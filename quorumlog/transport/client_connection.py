@@ -10,7 +10,7 @@ import os
 import ssl
 from typing import Any
 
-from ..errors import NetworkError, ProtocolError, QuorumLogError, Timeout
+from ..errors import NetworkError, ProtocolError, QuorumLogError, RemoteProtocolError, Timeout
 from ..wire.client import ClientRequest, ClientResponse
 from . import codec
 from ._io import _WRITE_HIGH_WATER_BYTES, _WRITE_LOW_WATER_BYTES, _nodelay, _WriteCork
@@ -60,10 +60,10 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                     elif kind == Kind.HELLO_ERROR:
                         self.hello_reply.set_result(decode_hello_error(payload))
                     else:
-                        raise ProtocolError(f"expected a handshake reply, got frame kind {kind}")
+                        raise RemoteProtocolError(f"expected a handshake reply, got frame kind {kind}")
                     continue
                 if kind not in CLIENT_RESPONSE_KINDS:
-                    raise ProtocolError(f"frame kind {kind} on a client connection")
+                    raise RemoteProtocolError(f"frame kind {kind} on a client connection")
                 conn._on_response(codec.decode(kind, payload))
         except ProtocolError as e:
             conn._broken(NetworkError(f"protocol error from server: {e}"))

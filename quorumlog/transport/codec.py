@@ -9,7 +9,7 @@ Layout of every payload: a fixed struct, then variable fields in a fixed order �
 (u16 length, 0xFFFF = None), free text (u32 length), and last the raw bytes (records, bodies, JSON).
 Integers are big-endian; indexes and terms i64, request and client ids u64, codes i32.
 
-Any malformed payload raises ProtocolError and nothing else: the decoder must survive garbage from the
+Any malformed payload raises RemoteProtocolError and nothing else: the decoder must survive garbage from the
 network. Record *contents* are not checked here (the store checks magic, sizes, CRCs on append).
 """
 
@@ -21,7 +21,7 @@ import sys
 from typing import Any, Callable
 
 from ..codes import ResponseCode
-from ..errors import CorruptEntry, ProtocolError
+from ..errors import CorruptEntry, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..format.log_entry import Records
 from ..format.producer_state import decode_snapshot
 from ..wire.client import (
@@ -106,7 +106,7 @@ def _short(s: str | None) -> bytes:
         return b"\xff\xff"
     raw = s.encode("utf-8")
     if len(raw) > MAX_SHORT_STR_BYTES:
-        raise ValueError(f"string too long to encode ({len(raw)} bytes)")
+        raise LocalProtocolError(f"string too long to encode ({len(raw)} bytes)")
     return _U16.pack(len(raw)) + raw
 
 
@@ -127,7 +127,7 @@ class _Reader:
     def take(self, n: int) -> memoryview:
         end = self.pos + n
         if n < 0 or end > len(self.view):
-            raise ProtocolError(f"payload truncated: need {n} bytes at {self.pos}, have {len(self.view)}")
+            raise RemoteProtocolError(f"payload truncated: need {n} bytes at {self.pos}, have {len(self.view)}")
         out = self.view[self.pos:end]
         self.pos = end
         return out
@@ -141,7 +141,7 @@ class _Reader:
     def short_str(self) -> str:
         s = self.short()
         if s is None:
-            raise ProtocolError("missing required string")
+            raise RemoteProtocolError("missing required string")
         return s
 
     def text(self) -> str:
@@ -150,7 +150,7 @@ class _Reader:
 
     def end(self) -> None:
         if self.pos != len(self.view):
-            raise ProtocolError(f"{len(self.view) - self.pos} trailing bytes in payload")
+            raise RemoteProtocolError(f"{len(self.view) - self.pos} trailing bytes in payload")
 
 
 def _frame(kind: Kind, head: bytes, tail: list[Buffer] | None = None, tail_size: int = 0) -> list[Buffer]:
@@ -173,10 +173,10 @@ def _chunks_of(records: Records | None) -> tuple[list[Buffer], int]:
 def _records(has: int, first: int, last: int, size: int, r: _Reader) -> Records | None:
     if not has:
         if first or last or size:
-            raise ProtocolError("record fields set without records")
+            raise RemoteProtocolError("record fields set without records")
         return None
     if size > len(r.view) - r.pos:
-        raise ProtocolError(f"records truncated: header says {size} bytes, {len(r.view) - r.pos} left")
+        raise RemoteProtocolError(f"records truncated: header says {size} bytes, {len(r.view) - r.pos} left")
     view = r.take(size)
     return Records(first, last, (view,) if size else (), size)
 
@@ -338,7 +338,7 @@ def _enc_bookie_resp(m: BookieOpResponse) -> list[Buffer]:
 
 def _enc_topic_req(m: TopicRequest) -> list[Buffer]:
     if len(m.bodies) > MAX_APPEND_BODIES:
-        raise ValueError(f"{len(m.bodies)} messages in one request")
+        raise LocalProtocolError(f"{len(m.bodies)} messages in one request")
     parts: list[Buffer] = [_TOPIC_REQ.pack(m.request_id, m.queue_id, m.offset, m.max_messages, m.wait_ms, m.client_id,
                                            m.seq, len(m.bodies)), _short(m.op), _short(m.topic), _text(m.tags)]
     for b in m.bodies:
@@ -425,15 +425,15 @@ KIND_OF: dict[type, Kind] = {
 
 
 def encode(msg: AnyMessage) -> list[Buffer]:
-    """Whole frame(s) for msg as buffers for writelines. Raises ValueError for a message we cannot encode
-    (a field out of its wire range) — that is our bug, not the peer's."""
+    """Whole frame(s) for msg as buffers for writelines. Raises LocalProtocolError (a ValueError) for a message we cannot
+    encode (a field out of its wire range) — that is our bug, not the peer's."""
     enc = _ENCODERS.get(type(msg))
     if enc is None:
         raise TypeError(f"not a wire message: {type(msg).__name__}")
     try:
         return enc(msg)
     except struct.error as e:
-        raise ValueError(f"cannot encode {type(msg).__name__}: {e}") from None
+        raise LocalProtocolError(f"cannot encode {type(msg).__name__}: {e}") from None
 
 
 def encoded_size(buffers: list[Buffer]) -> int:
@@ -445,7 +445,7 @@ def _push_type(v: int) -> PushType:
     try:
         return PushType(v)
     except ValueError:
-        raise ProtocolError(f"unknown push type {v}") from None
+        raise RemoteProtocolError(f"unknown push type {v}") from None
 
 
 def _dec_vote_req(p: memoryview) -> VoteRequest:
@@ -454,7 +454,7 @@ def _dec_vote_req(p: memoryview) -> VoteRequest:
     frm, to = r.short_str(), r.short_str()
     r.end()
     if flags & ~(_FLAG_PRE_VOTE | _FLAG_LEADERSHIP_TRANSFER):
-        raise ProtocolError(f"unknown vote flags {flags:#x}")
+        raise RemoteProtocolError(f"unknown vote flags {flags:#x}")
     return VoteRequest(frm, to, term, last_index, last_term, bool(flags & _FLAG_PRE_VOTE),
                        bool(flags & _FLAG_LEADERSHIP_TRANSFER))
 
@@ -467,7 +467,7 @@ def _dec_vote_resp(p: memoryview) -> VoteResponse:
     try:
         res = VoteResult(result)
     except ValueError:
-        raise ProtocolError(f"unknown vote result {result}") from None
+        raise RemoteProtocolError(f"unknown vote result {result}") from None
     return VoteResponse(frm, to, term, res, bool(pre_vote))
 
 
@@ -479,11 +479,11 @@ def _dec_hb_req(p: memoryview) -> HeartbeatRequest:
     if r.pos < len(p):
         flags = r.take(1)[0]
         if not flags or flags & ~(_HB_QUIESCE | _HB_READ_SEQ):
-            raise ProtocolError(f"heartbeat: bad flags {flags:#x}")
+            raise RemoteProtocolError(f"heartbeat: bad flags {flags:#x}")
         if flags & _HB_READ_SEQ:
             (read_seq,) = _U64.unpack(r.take(_U64.size))
             if not read_seq:
-                raise ProtocolError("heartbeat: read round 0 is sent as no round")
+                raise RemoteProtocolError("heartbeat: read round 0 is sent as no round")
     r.end()
     quiesce = bool(flags & _HB_QUIESCE)
     return HeartbeatRequest(frm, to, term, committed, quiesce, read_seq)
@@ -497,7 +497,7 @@ def _dec_hb_resp(p: memoryview) -> HeartbeatResponse:
     if r.pos < len(p):
         (read_seq,) = _U64.unpack(r.take(_U64.size))
         if not read_seq:
-            raise ProtocolError("heartbeat answer: read round 0 is sent as no round")
+            raise RemoteProtocolError("heartbeat answer: read round 0 is sent as no round")
     r.end()
     return HeartbeatResponse(frm, to, term, ResponseCode.of(code), read_seq)
 
@@ -506,7 +506,7 @@ def _dec_push_req(p: memoryview) -> PushRequest:
     (term, push_type, committed, prev_index, prev_term, first, last, flags, r_first, r_last,
      size) = _PUSH_REQ.unpack_from(p)
     if flags & ~(_PUSH_HAS_RECORDS | _PUSH_HAS_PRODUCERS):
-        raise ProtocolError(f"unknown push flags {flags:#x}")
+        raise RemoteProtocolError(f"unknown push flags {flags:#x}")
     r = _Reader(p, _PUSH_REQ.size)
     frm, to = r.short_str(), r.short_str()
     producers = None
@@ -516,7 +516,7 @@ def _dec_push_req(p: memoryview) -> PushRequest:
         try:
             decode_snapshot(producers)
         except CorruptEntry as e:
-            raise ProtocolError(f"push carries a bad producer state: {e}") from None
+            raise RemoteProtocolError(f"push carries a bad producer state: {e}") from None
     records = _records(flags & _PUSH_HAS_RECORDS, r_first, r_last, size, r)
     r.end()
     return PushRequest(frm, to, term, _push_type(push_type), committed, prev_index, prev_term, first, last,
@@ -546,7 +546,7 @@ def _dec_ha_report(p: memoryview) -> HaReport:
     frm, to = r.short_str(), r.short_str()
     r.end()
     if offset < 0 or hello > 1:
-        raise ProtocolError(f"HA report: bad offset {offset} or flag {hello}")
+        raise RemoteProtocolError(f"HA report: bad offset {offset} or flag {hello}")
     return HaReport(frm, to, epoch, offset, bool(hello))
 
 
@@ -557,7 +557,7 @@ def _dec_ha_transfer(p: memoryview) -> HaTransfer:
     data = r.take(size)
     r.end()
     if offset < 0 or reset > 1 or (reset and size):
-        raise ProtocolError(f"HA transfer: bad offset {offset}, reset flag {reset} or data with a reset")
+        raise RemoteProtocolError(f"HA transfer: bad offset {offset}, reset flag {reset} or data with a reset")
     return HaTransfer(frm, to, epoch, offset, confirm, data, bool(reset))
 
 
@@ -573,11 +573,11 @@ def _dec_ha_epochs(p: memoryview) -> HaEpochs:
 def _dec_append_req(p: memoryview) -> AppendRequest:
     request_id, client_id, seq, n = _APPEND_REQ.unpack_from(p)
     if n > MAX_APPEND_BODIES or _APPEND_REQ.size + 4 * n > len(p):
-        raise ProtocolError(f"bad body count {n}")
+        raise RemoteProtocolError(f"bad body count {n}")
     sizes = struct.unpack_from(f">{n}I", p, _APPEND_REQ.size)
     r = _Reader(p, _APPEND_REQ.size + 4 * n)
     if sum(sizes) != len(p) - r.pos:
-        raise ProtocolError(f"body sizes add up to {sum(sizes)}, payload has {len(p) - r.pos}")
+        raise RemoteProtocolError(f"body sizes add up to {sum(sizes)}, payload has {len(p) - r.pos}")
     # bytes, as the contract says (callers may hash or sort them); sliced in a plain loop rather than
     # through _Reader.take (bounds are already checked by the sum above): ~20% less time for 1024 bodies.
     bodies = []
@@ -702,7 +702,7 @@ def _dec_kv_resp(p: memoryview) -> KvResponse:
     for _ in range(count):
         (ver, create, mod, has_value, size) = _KV_ITEM.unpack_from(r.take(_KV_ITEM.size))
         if has_value > 1 or (not has_value and size):
-            raise ProtocolError("kv item: bad value flag")
+            raise RemoteProtocolError("kv item: bad value flag")
         key = r.text()
         value = bytes(r.take(size))
         items.append(KvItem(key, value if has_value else None, ver, create, mod))
@@ -715,7 +715,7 @@ def _bookie_op(value: int) -> BookieOp:
     try:
         return BookieOp(value)
     except ValueError:
-        raise ProtocolError(f"unknown bookie op {value}") from None
+        raise RemoteProtocolError(f"unknown bookie op {value}") from None
 
 
 def _dec_bookie_req(p: memoryview) -> BookieOpRequest:
@@ -738,7 +738,7 @@ def _dec_bookie_resp(p: memoryview) -> BookieOpResponse:
 def _dec_topic_req(p: memoryview) -> TopicRequest:
     request_id, queue_id, offset, max_messages, wait_ms, client_id, seq, n = _TOPIC_REQ.unpack_from(p)
     if n > MAX_APPEND_BODIES:
-        raise ProtocolError(f"{n} messages in one request")
+        raise RemoteProtocolError(f"{n} messages in one request")
     r = _Reader(p, _TOPIC_REQ.size)
     op = r.short_str()
     topic = r.short_str()
@@ -767,7 +767,7 @@ def _dec_topic_resp(p: memoryview) -> TopicResponse:
         fields.byteswap()
     sizes = fields[4::_PULLED_FIELDS]
     if min(sizes, default=0) < 0:
-        raise ProtocolError("pulled message: negative size")
+        raise RemoteProtocolError("pulled message: negative size")
     blob = r.take(sum(sizes))
     r.end()
     return TopicResponse(request_id, ResponseCode.of(code), leader_id, min_offset, max_offset, next_offset,
@@ -837,11 +837,11 @@ def decode(kind: int, payload: Buffer) -> AnyMessage:
     """The message in one frame's payload. Raises ProtocolError (only) when it is not a valid message."""
     dec = _DECODERS.get(kind)
     if dec is None:
-        raise ProtocolError(f"unknown frame kind {kind}")
+        raise RemoteProtocolError(f"unknown frame kind {kind}")
     view = payload if isinstance(payload, memoryview) else memoryview(payload)
     try:
         return dec(view)
     except ProtocolError:
         raise
     except (struct.error, ValueError, UnicodeDecodeError, IndexError, OverflowError, TypeError) as e:
-        raise ProtocolError(f"malformed {Kind(kind).name} payload: {e}") from None
+        raise RemoteProtocolError(f"malformed {Kind(kind).name} payload: {e}") from None

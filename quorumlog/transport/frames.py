@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
-from ..errors import ProtocolError
+from ..errors import LocalProtocolError, RemoteProtocolError
 
 FRAME_HEADER = struct.Struct(">IB")  # length (kind + payload), kind
 FRAME_HEADER_SIZE = FRAME_HEADER.size
@@ -118,9 +118,9 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._broken:
-            raise ProtocolError("decoder already failed")
+            raise LocalProtocolError("decoder already failed")
         if self._eof:
-            raise ProtocolError("data after end of stream")
+            raise LocalProtocolError("data after end of stream")
         if not data:
             return
         assert self._direct is None, "feed() while a frame is received in place (use buffer_updated)"
@@ -167,11 +167,11 @@ class FrameDecoder:
         """The peer closed its side. Raises ProtocolError if a frame was cut in half."""
         self._eof = True
         if self.buffered_bytes:
-            raise ProtocolError(f"connection closed inside a frame ({self.buffered_bytes} bytes pending)")
+            raise RemoteProtocolError(f"connection closed inside a frame ({self.buffered_bytes} bytes pending)")
 
     def next_frame(self) -> Frame | _NeedData:
         if self._broken:
-            raise ProtocolError("decoder already failed")
+            raise LocalProtocolError("decoder already failed")
         if self._chunk is not None:
             frame = self._from_chunk()
             if frame is not NEED_DATA:
@@ -183,7 +183,7 @@ class FrameDecoder:
     def _check_length(self, length: int) -> None:
         if length < MIN_FRAME_BYTES or length > self.max_frame_bytes:
             self._broken = True
-            raise ProtocolError(f"bad frame length {length} (max_frame_bytes={self.max_frame_bytes})")
+            raise RemoteProtocolError(f"bad frame length {length} (max_frame_bytes={self.max_frame_bytes})")
 
     def _from_chunk(self) -> Frame | _NeedData:
         chunk, pos = self._chunk, self._chunk_pos

@@ -25,7 +25,7 @@ from enum import IntEnum
 from typing import Callable
 
 from ..codes import ResponseCode
-from ..errors import ProtocolError
+from ..errors import ProtocolError, RemoteProtocolError
 from .frames import FRAME_HEADER
 from .kinds import Kind
 
@@ -99,7 +99,7 @@ def _read_short(p: memoryview, pos: int) -> tuple[str | None, int]:
     if n == 0xFFFF:
         return None, pos
     if pos + n > len(p):
-        raise ProtocolError("handshake string truncated")
+        raise RemoteProtocolError("handshake string truncated")
     return str(p[pos:pos + n], "utf-8"), pos + n
 
 
@@ -135,7 +135,7 @@ def _guard(fn):
         except ProtocolError:
             raise
         except (struct.error, ValueError, UnicodeDecodeError, IndexError) as e:
-            raise ProtocolError(f"malformed handshake: {e}") from None
+            raise RemoteProtocolError(f"malformed handshake: {e}") from None
     wrapped.__name__ = fn.__name__
     wrapped.__doc__ = fn.__doc__
     return wrapped
@@ -156,13 +156,13 @@ def decode_hello(p: memoryview) -> Hello:
     if version >= 3:
         address, pos = _read_short(p, pos)
     if pos != len(p):
-        raise ProtocolError("trailing bytes in Hello")
+        raise RemoteProtocolError("trailing bytes in Hello")
     if group is None or node_id is None:
-        raise ProtocolError("Hello without group or node id")
+        raise RemoteProtocolError("Hello without group or node id")
     try:
         r = Role(role)
     except ValueError:
-        raise ProtocolError(f"unknown role {role}") from None
+        raise RemoteProtocolError(f"unknown role {role}") from None
     return Hello(group, node_id, r, token, version, bytes(magic), address)
 
 
@@ -172,7 +172,7 @@ def decode_hello_ok(p: memoryview) -> HelloOk:
     group, pos = _read_short(p, _HELLO_OK.size)
     node_id, pos = _read_short(p, pos)
     if pos != len(p) or group is None or node_id is None:
-        raise ProtocolError("malformed HelloOk")
+        raise RemoteProtocolError("malformed HelloOk")
     return HelloOk(group, node_id, version)
 
 
@@ -180,7 +180,7 @@ def decode_hello_ok(p: memoryview) -> HelloOk:
 def decode_hello_error(p: memoryview) -> HelloError:
     code, n = _HELLO_ERROR.unpack_from(p)
     if _HELLO_ERROR.size + n != len(p):
-        raise ProtocolError("malformed HelloError")
+        raise RemoteProtocolError("malformed HelloError")
     return HelloError(ResponseCode.of(code), str(p[_HELLO_ERROR.size:], "utf-8", "replace"))
 
 
@@ -188,7 +188,7 @@ def decode_hello_error(p: memoryview) -> HelloError:
 def decode_group_select(p: memoryview) -> str:
     group, pos = _read_short(p, 0)
     if group is None or pos != len(p):
-        raise ProtocolError("malformed GroupSelect")
+        raise RemoteProtocolError("malformed GroupSelect")
     return group
 
 

@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import NetworkError, ProtocolError, QuorumLogError
+from ..errors import NetworkError, ProtocolError, QuorumLogError, RemoteProtocolError
 from ..wire.messages import Message
 from . import codec
 from ._io import (
@@ -71,14 +71,14 @@ class _LinkProtocol(asyncio.Protocol):
             self.decoder.feed(data)
             while (frame := self.decoder.next_frame()) is not NEED_DATA:
                 if self.hello_reply.done():
-                    raise ProtocolError("unexpected data on an outbound peer link")
+                    raise RemoteProtocolError("unexpected data on an outbound peer link")
                 kind, payload = frame
                 if kind == Kind.HELLO_OK:
                     self.hello_reply.set_result(decode_hello_ok(payload))
                 elif kind == Kind.HELLO_ERROR:
                     self.hello_reply.set_result(decode_hello_error(payload))
                 else:
-                    raise ProtocolError(f"expected a handshake reply, got frame kind {kind}")
+                    raise RemoteProtocolError(f"expected a handshake reply, got frame kind {kind}")
         except ProtocolError as e:
             self._set_lost(e)
             assert self.transport is not None
@@ -250,7 +250,7 @@ class _PeerLink:
             raise err
         assert isinstance(reply, HelloOk)
         if reply.node_id != self.peer_id or reply.group != links.group:
-            raise ProtocolError(f"expected {self.peer_id}@{links.group}, reached {reply.node_id}@{reply.group}")
+            raise RemoteProtocolError(f"expected {self.peer_id}@{links.group}, reached {reply.node_id}@{reply.group}")
         self.stats.connected = True
         self.stats.connects += 1
         log.info("peer link up node=%s peer=%s address=%s:%d", links.node_id, self.peer_id, self.host, self.port)

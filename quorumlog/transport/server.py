@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable
 
 from ..codes import ResponseCode
-from ..errors import ProtocolError
+from ..errors import ProtocolError, RemoteProtocolError
 from ..wire.client import ClientRequest, ClientResponse
 from ..wire.messages import Message
 from . import codec
@@ -293,15 +293,15 @@ class _ServerConnection(asyncio.BufferedProtocol):
             self.group = decode_group_select(payload)
             return
         if kind not in PEER_KINDS:
-            raise ProtocolError(f"frame kind {kind} on a peer connection")
+            raise RemoteProtocolError(f"frame kind {kind} on a peer connection")
         msg = codec.decode(kind, payload)
         if msg.frm != self.node_id:
-            raise ProtocolError(f"message from {msg.frm!r} on the link of {self.node_id!r}")
+            raise RemoteProtocolError(f"message from {msg.frm!r} on the link of {self.node_id!r}")
         self.server.on_peer_message(self.group, msg)
 
     def _on_client_frame(self, kind: int, payload: memoryview) -> None:
         if kind not in CLIENT_REQUEST_KINDS:
-            raise ProtocolError(f"frame kind {kind} on a client connection")
+            raise RemoteProtocolError(f"frame kind {kind} on a client connection")
         request = codec.decode(kind, payload)
         assert self.session is not None
         self.in_flight += 1
