@@ -1,8 +1,9 @@
 /* The record codec's hot loops in C: one call per batch instead of Python work per entry.
  *
  * quorumlog/format/log_entry.py stays the reference: every function here must give byte-identical output to the
- * pure-Python encoder and accept exactly the records the Python checks accept (codec.py falls back to Python
- * when this module is missing or QUORUMLOG_PURE_PYTHON=1; tests/store/test_fastcodec.py compares the two).
+ * pure-Python encoder and accept exactly the records the Python checks accept (log_entry.py picks this module
+ * once at import, checks that the layout constants it exports match its own, and falls back to Python when it
+ * is missing or QUORUMLOG_PURE_PYTHON=1; tests/format/test_fastcodec.py compares the two).
  *
  * Layout (big-endian, INTERFACES.md "Entry on disk"), offsets in the 56-byte header:
  *   0 magic i32 | 4 total_size i32 | 8 index i64 | 16 term i64 | 24 pos i64 | 32 channel i32 |
@@ -291,8 +292,9 @@ done:
 }
 
 /* ---- scan ----------------------------------------------------------------------------------------------- */
-/* scan(buf, off, end, expected_index, prev_chain, check_chain, pos_base, room, max_body, check_tag, max_count,
- *      want_units) -> (n, off, last_chain, last_term, units or None, tags)
+/* scan(buf, off, end, *, expected_index=None, prev_chain=None, check_chain=False, pos_base=None, room=0,
+ *      max_body=-1, check_tag=False, max_count=-1, want_units=False) -> (n, off, last_chain, last_term, units
+ *      or None, tags)
  *
  * Accepts records from `off` while every check holds and stops *before* the first one that fails (or at
  * `end`, or after max_count records); it never raises for bad data: the caller's Python check then runs on
@@ -302,14 +304,17 @@ done:
  *   pos == pos_base + off; body CRC; chain CRC (check_chain; prev_chain None skips the first record's).
  * tags: (client_id, seq, first index of the batch, index) of every accepted producer-tagged record.
  * units: index units (pos from the record) of accepted records when want_units. */
-static PyObject *py_scan(PyObject *self, PyObject *args) {
+static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"buf", "off", "end", "expected_index", "prev_chain", "check_chain", "pos_base", "room",
+                             "max_body", "check_tag", "max_count", "want_units", NULL};
     Py_buffer b;
-    Py_ssize_t off, end, room, max_count;
-    long long max_body;
-    PyObject *exp_obj, *prev_obj, *pos_obj;
-    int check_chain, check_tag, want_units;
-    if (!PyArg_ParseTuple(args, "y*nnOOpOnLpnp:scan", &b, &off, &end, &exp_obj, &prev_obj, &check_chain, &pos_obj,
-                          &room, &max_body, &check_tag, &max_count, &want_units))
+    Py_ssize_t off, end, room = 0, max_count = -1;
+    long long max_body = -1;
+    PyObject *exp_obj = Py_None, *prev_obj = Py_None, *pos_obj = Py_None;
+    int check_chain = 0, check_tag = 0, want_units = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*nn|$OOpOnLpnp:scan", kwlist, &b, &off, &end, &exp_obj,
+                                     &prev_obj, &check_chain, &pos_obj, &room, &max_body, &check_tag, &max_count,
+                                     &want_units))
         return NULL;
     PyObject *result = NULL, *tags = NULL, *units = NULL;
     uint8_t *ubuf = NULL;
@@ -720,9 +725,10 @@ static PyMethodDef methods[] = {
      "encode_headers(same arguments as encode) -> (headers, units, last_chain)"},
     {"write_records", py_write_records, METH_VARARGS,
      "write_records(fd, offset, headers, bodies, tag) -> (bytes written, errno or 0)"},
-    {"scan", py_scan, METH_VARARGS,
-     "scan(buf, off, end, expected_index, prev_chain, check_chain, pos_base, room, max_body, check_tag,"
-     " max_count, want_units) -> (n, off, last_chain, last_term, units, tags)"},
+    {"scan", (PyCFunction)(void (*)(void))py_scan, METH_VARARGS | METH_KEYWORDS,
+     "scan(buf, off, end, *, expected_index=None, prev_chain=None, check_chain=False, pos_base=None, room=0,"
+     " max_body=-1, check_tag=False, max_count=-1, want_units=False) -> (n, off, last_chain, last_term, units,"
+     " tags)"},
     {"relocate", py_relocate, METH_VARARGS,
      "relocate(buf, start, end, first_pos, first_index) -> (records bytearray, units)"},
     {"record_columns", py_record_columns, METH_O,
@@ -738,10 +744,26 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastcodec",
-                                    "quorumlog's record codec hot loops in C (see codec.py).", -1, methods,
+                                    "quorumlog's record codec hot loops in C (see format/log_entry.py).", -1,
+                                    methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastcodec(void) {
     crc_init();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    /* The layout this module was compiled with: log_entry.py checks each against its own at import. */
+    if (PyModule_AddObject(m, "ENTRY_MAGIC", PyLong_FromUnsignedLong(ENTRY_MAGIC)) < 0 ||
+        PyModule_AddObject(m, "INDEX_MAGIC", PyLong_FromUnsignedLong(INDEX_MAGIC)) < 0 ||
+        PyModule_AddIntConstant(m, "HEADER_SIZE", HEADER_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "UNIT_SIZE", UNIT_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "CHAIN_SIZE", CHAIN_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "TAG_SIZE", TAG_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "CHANNEL_PRODUCER_TAG", CHANNEL_PRODUCER_TAG) < 0 ||
+        PyModule_AddIntConstant(m, "CHANNEL_BATCH_CONTINUES", CHANNEL_BATCH_CONTINUES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

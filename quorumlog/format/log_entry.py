@@ -61,8 +61,9 @@ crc32c = _crc32c.crc32c
 
 # The compiled fast path (quorumlog/format/_fastcodec.c): the same records and the same accept/reject
 # decisions as the Python below, which stays the reference. Optional at build time; QUORUMLOG_PURE_PYTHON=1
-# forces the Python path (tests, before/after measurements). Looked up at call time, so tests can set it
-# to None to compare both paths in one process.
+# forces the Python path (tests, before/after measurements). Chosen once, at import, as `compiled` (the C
+# module, or None); the store and the readers call it there. Tests that compare both paths in one process
+# set `log_entry.compiled` to None for the Python one.
 PURE_PYTHON_ENV = "QUORUMLOG_PURE_PYTHON"
 
 
@@ -79,15 +80,22 @@ def load_compiled(module: str):
 
 
 def _load_fast():
-    return load_compiled("quorumlog.format._fastcodec")
+    fast = load_compiled("quorumlog.format._fastcodec")
+    if fast is not None:  # a module built from another layout would write records no reader here accepts
+        layout = {"ENTRY_MAGIC": ENTRY_MAGIC, "INDEX_MAGIC": INDEX_MAGIC, "HEADER_SIZE": HEADER_SIZE,
+                  "UNIT_SIZE": INDEX_UNIT_SIZE, "CHAIN_SIZE": CHAIN.size, "TAG_SIZE": PRODUCER_TAG_SIZE,
+                  "CHANNEL_PRODUCER_TAG": CHANNEL_PRODUCER_TAG, "CHANNEL_BATCH_CONTINUES": CHANNEL_BATCH_CONTINUES}
+        wrong = {k: (getattr(fast, k, None), v) for k, v in layout.items() if getattr(fast, k, None) != v}
+        assert not wrong, f"_fastcodec was compiled for another record layout (theirs, ours): {wrong}"
+    return fast
 
 
-_fast = _load_fast()
+compiled = _load_fast()
 
 
 def compiled_codec() -> str | None:
     """Which record codec runs: 'C (sse4.2)' / 'C (table)' for the extension, None for pure Python."""
-    return f"C ({_fast.crc_backend()})" if _fast is not None else None
+    return f"C ({compiled.crc_backend()})" if compiled is not None else None
 
 
 def record_columns(buf):
@@ -96,14 +104,14 @@ def record_columns(buf):
     entries left out. None without the compiled codec, or when a record is malformed (callers then take the
     Python path, which raises the reference error). Boundaries and sizes only: CRCs are the serving store's
     job."""
-    return _fast.record_columns(buf) if _fast is not None else None
+    return compiled.record_columns(buf) if compiled is not None else None
 
 
 def record_positions(buf):
     """record_columns without copying the bodies: (n, index, term, timestamp_us, body_starts, body_ends), the
     user bodies' places in `buf` as native int32s (producer tags left out, no-op entries too). None as
     record_columns gives None."""
-    return _fast.record_positions(buf) if _fast is not None else None
+    return compiled.record_positions(buf) if compiled is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +199,7 @@ def encode_records_and_units(first_index: int, term: int, bodies: Sequence[bytes
     every entry (CHANNEL_NOOP); every entry but the batch's last carries CHANNEL_BATCH_CONTINUES, and so
     does this part's last entry when the batch goes on in the next segment (`ends_batch` False).
     """
-    fast = _fast
+    fast = compiled
     if fast is not None:
         return fast.encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc, tag, channel,
                            ends_batch)
@@ -207,7 +215,7 @@ def encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes],
     concatenation is the records). Compiled: [records], one buffer built in one C call (CRC and copy in one
     pass over each body). Pure Python: [header, body, header, body, ...], handing the kernel the caller's
     bodies (~0.4 µs per 1 KiB entry against ~1.1-1.6 for joining them in Python first)."""
-    fast = _fast
+    fast = compiled
     if fast is not None:
         records, units, chain = fast.encode(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc,
                                             tag, channel, ends_batch)
@@ -233,7 +241,7 @@ def encode_for_write(first_index: int, term: int, bodies: Sequence[bytes], times
                      ends_batch: bool = True) -> tuple[RecordParts | list, bytes, int]:
     """What FileStore writes for a batch: RecordParts (compiled) or encode_parts_and_units' list (pure
     Python); either way, the bytes written are encode_records_and_units' records."""
-    fast = _fast
+    fast = compiled
     if fast is None:
         return _py_encode_parts_and_units(first_index, term, bodies, timestamp_ms, first_pos, prev_chain_crc, tag,
                                           channel, ends_batch)
@@ -246,7 +254,7 @@ def encode_for_write(first_index: int, term: int, bodies: Sequence[bytes], times
 def write_record_parts(fd: int, offset: int, parts: RecordParts) -> int:
     """Write parts at offset (one pwritev per IOV_MAX buffers); returns the bytes written, raises OSError with
     `.written` set to what went out before the error."""
-    written, err = _fast.write_records(fd, offset, parts.headers, parts.bodies, parts.tag)
+    written, err = compiled.write_records(fd, offset, parts.headers, parts.bodies, parts.tag)
     if err:
         e = OSError(err, os.strerror(err))
         e.written = written  # type: ignore[attr-defined]
@@ -300,13 +308,12 @@ def iter_records(buf) -> Iterator[tuple[RecordHeader, memoryview]]:
     Compiled: one C scan checks the whole buffer first; damaged buffers go through the Python walk, which
     yields the good records and raises at the bad one exactly as before.
     """
-    fast = _fast
+    fast = compiled
     if fast is not None:
         view = memoryview(buf)
         if view.c_contiguous and view.itemsize == 1:
             end = len(view)
-            _n, stop, _chain, _term, _units, _tags = fast.scan(view, 0, end, None, None, False, None, 0, -1, False,
-                                                               -1, False)
+            _n, stop, _chain, _term, _units, _tags = fast.scan(view, 0, end)
             if stop == end:
                 return _iter_checked(view)
     return _py_iter_records(buf)

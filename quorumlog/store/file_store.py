@@ -353,12 +353,12 @@ class FileStore(RecoverOnOpen):
         chunks: list[memoryview] = []
         total_bytes = 0
         index = start
-        fast = log_entry._fast
+        fast = log_entry.compiled
         while index <= stop:
             if fast is not None:  # the checked prefix in one C call; what stops it is handled below in Python
-                n, off2, chain, _term, _u, _t = fast.scan(seg.view, off, seg.size_bytes, index, prev_chain, True,
-                                                          seg.start, MIN_BLANK_SIZE, -1, True, stop - index + 1,
-                                                          False)
+                n, off2, chain, _term, _u, _t = fast.scan(
+                    seg.view, off, seg.size_bytes, expected_index=index, prev_chain=prev_chain, check_chain=True,
+                    pos_base=seg.start, room=MIN_BLANK_SIZE, check_tag=True, max_count=stop - index + 1)
                 if n:
                     index += n
                     off = off2
@@ -396,7 +396,7 @@ class FileStore(RecoverOnOpen):
         segment touched, (its view, record_positions-like columns of the entries found there). None when the
         compiled codec is missing, an entry below the checked ones is asked for, or a unit or header is off:
         the caller then reads the range, every record checked."""
-        fast = log_entry._fast
+        fast = log_entry.compiled
         wanted = memoryview(indexes).cast("q")
         if fast is None or not wanted:
             return None if fast is None else []
@@ -447,9 +447,10 @@ class FileStore(RecoverOnOpen):
         if not bodies:
             raise EmptyBatch("empty batch")
         channel = log_entry.CHANNEL_NOOP if noop else 0
-        if log_entry._fast is not None:  # one C call instead of three passes over the bodies
+        fast = log_entry.compiled
+        if fast is not None:  # one C call instead of three passes over the bodies
             lengths = None
-            body_total, body_max = log_entry._fast.body_sizes(bodies)
+            body_total, body_max = fast.body_sizes(bodies)
         else:
             lengths = list(map(len, bodies))
             body_total, body_max = sum(lengths), max(lengths)
@@ -502,7 +503,7 @@ class FileStore(RecoverOnOpen):
         self._check_writable()
         expected = self._end + 1
         prev_chain: int | None = self._end_chain if (self._end >= self._begin or self._begin == 0) else None
-        if log_entry._fast is not None and self._append_records_fast(view, expected, prev_chain):
+        if log_entry.compiled is not None and self._append_records_fast(view, expected, prev_chain):
             return self._end
         starts: list[int] = []
         sizes: list[int] = []
@@ -570,14 +571,15 @@ class FileStore(RecoverOnOpen):
         record is good and they fit in the active segment; False leaves the case to the Python path, which
         raises the reference error for a bad record (the C scan accepts exactly what the Python loop does)."""
         n_bytes = len(view)
-        n, end_off, chain, term, _units, tags = log_entry._fast.scan(
-            view, 0, n_bytes, expected, prev_chain, True, None, 0, self.max_entry_bytes + PRODUCER_TAG_SIZE, True,
-            -1, False)
+        fast = log_entry.compiled
+        n, end_off, chain, term, _units, tags = fast.scan(
+            view, 0, n_bytes, expected_index=expected, prev_chain=prev_chain, check_chain=True,
+            max_body=self.max_entry_bytes + PRODUCER_TAG_SIZE, check_tag=True)
         seg = self._data[-1]
         pos = self._write_pos
         if n == 0 or end_off != n_bytes or pos + n_bytes + MIN_BLANK_SIZE > seg.end:
             return False
-        buf, units = log_entry._fast.relocate(view, 0, n_bytes, pos, expected)
+        buf, units = fast.relocate(view, 0, n_bytes, pos, expected)
         self._commit_write([(seg, pos, buf)], [], units, expected, expected + n - 1, term, chain, pos + n_bytes, tags)
         return True
 

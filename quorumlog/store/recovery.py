@@ -79,7 +79,7 @@ def scan_forward(segs: list[Segment], seg_i: int, off: int, expected_index: int,
     last_index, last_chain = expected_index - 1, prev_chain if prev_chain is not None else 0
     seg = segs[seg_i]
     reason: str | None = None
-    fast = log_entry._fast
+    fast = log_entry.compiled
     while True:
         size = seg.size_bytes
         if off == size:  # a blank filled the segment before
@@ -100,8 +100,9 @@ def scan_forward(segs: list[Segment], seg_i: int, off: int, expected_index: int,
             off = size
             continue
         if fast is not None:  # the run of good records in one C call; whatever stops it is judged below
-            n, off2, chain, term, run_units, _tags = fast.scan(seg.view, off, size, expected_index, prev_chain, True,
-                                                               seg.start, MIN_BLANK_SIZE, -1, True, -1, True)
+            n, off2, chain, term, run_units, _tags = fast.scan(
+                seg.view, off, size, expected_index=expected_index, prev_chain=prev_chain, check_chain=True,
+                pos_base=seg.start, room=MIN_BLANK_SIZE, check_tag=True, want_units=True)
             if n:
                 if off == 0:
                     firsts[seg_i] = expected_index

@@ -61,6 +61,19 @@ def test_pure_python_switch(monkeypatch):
     assert log_entry._load_fast() is fast
 
 
+@needs_fast
+def test_the_compiled_codec_is_checked_against_the_layout_at_import(monkeypatch):
+    """The C module exports the layout it was compiled with; a mismatch is refused when it is loaded, not
+    found later as records no reader accepts. Its flags are keywords (a positional one is refused)."""
+    assert (fast.HEADER_SIZE, fast.UNIT_SIZE, fast.ENTRY_MAGIC) == (log_entry.HEADER_SIZE, log_entry.INDEX_UNIT_SIZE,
+                                                                   log_entry.ENTRY_MAGIC)
+    monkeypatch.setattr(fast, "HEADER_SIZE", 64)
+    with pytest.raises(AssertionError, match="HEADER_SIZE"):
+        log_entry._load_fast()
+    with pytest.raises(TypeError):
+        fast.scan(b"", 0, 0, None)
+
+
 @pytest.fixture(params=["sse4.2", "table"])
 def crc_backend(request):
     if fast is None:
@@ -123,7 +136,7 @@ def test_public_encoders_agree_both_ways(monkeypatch):
     compiled = (log_entry.encode_records_and_units(5, 2, bodies, 9, 100, 3, b"t" * 20, log_entry.CHANNEL_NOOP),
                 log_entry.encode_batch(5, 2, bodies, 9, 100, 3, (1, 2)),
                 b"".join(log_entry.encode_parts_and_units(5, 2, bodies, 9, 100, 3)[0]))
-    monkeypatch.setattr(log_entry, "_fast", None)
+    monkeypatch.setattr(log_entry, "compiled", None)
     pure = (log_entry.encode_records_and_units(5, 2, bodies, 9, 100, 3, b"t" * 20, log_entry.CHANNEL_NOOP),
             log_entry.encode_batch(5, 2, bodies, 9, 100, 3, (1, 2)),
             b"".join(log_entry.encode_parts_and_units(5, 2, bodies, 9, 100, 3)[0]))
@@ -173,7 +186,8 @@ def test_scan_matches_check_record(crc_backend, bodies, first, chain, seg_start,
     records, _units, _ = log_entry._py_encode_parts_and_units(first, 1, bodies, 5, seg_start, chain, tag, channel)
     seg = _damage(b"".join(records), damage) + bytes(room)  # room < 8: the last record leaves no room for a blank
     prev = chain if known_prev else None
-    got = fast.scan(seg, 0, len(seg), first, prev, True, seg_start, log_entry.MIN_BLANK_SIZE, -1, True, -1, True)
+    got = fast.scan(seg, 0, len(seg), expected_index=first, prev_chain=prev, check_chain=True, pos_base=seg_start,
+                    room=log_entry.MIN_BLANK_SIZE, check_tag=True, want_units=True)
     assert got == _ref_segment_scan(memoryview(seg), 0, len(seg), seg_start, first, prev)
 
 
@@ -186,7 +200,7 @@ def test_iter_records_same_records_and_error(monkeypatch, bodies, tag, channel, 
     buf = _damage(b"".join(records), damage)
     results = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "compiled", fast if mode == "compiled" else None)
         got = []
         try:
             for h, body in log_entry.iter_records(buf):
@@ -233,7 +247,7 @@ def test_follower_append_records_same_verdict(tmp_path_factory, monkeypatch, pre
     push = _damage(b"".join(records), damage)
     results = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "compiled", fast if mode == "compiled" else None)
         d = tmp_path_factory.mktemp(mode)
         s = _push_store(d, "f", prefix)
         try:
@@ -277,7 +291,7 @@ def test_reads_and_recovery_same_verdict(tmp_path_factory, monkeypatch, batches,
     shutil.copytree(d / "g", pristine)
     results = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "compiled", fast if mode == "compiled" else None)
         work = d / mode
         shutil.copytree(pristine, work)
 
@@ -314,7 +328,7 @@ def test_write_records_writes_the_encoded_records(tmp_path):
 
 @needs_fast
 def test_write_records_reports_errors_and_refuses_mismatched_bodies(tmp_path, monkeypatch):
-    monkeypatch.setattr(log_entry, "_fast", fast)  # also under QUORUMLOG_PURE_PYTHON=1
+    monkeypatch.setattr(log_entry, "compiled", fast)  # also under QUORUMLOG_PURE_PYTHON=1
     headers, _u, _c = fast.encode_headers(0, 1, [b"abc"], 1, 0, 0, None, 0, True)
     fd = os.open(tmp_path / "f", os.O_RDONLY | os.O_CREAT)
     try:
@@ -342,7 +356,7 @@ def test_file_store_writes_the_same_files(tmp_path_factory, monkeypatch, batches
                       disk_full_ratio=1.0, checkpoint_interval_ms=10 ** 9)
     trees = []
     for mode in ("compiled", "pure"):
-        monkeypatch.setattr(log_entry, "_fast", fast if mode == "compiled" else None)
+        monkeypatch.setattr(log_entry, "compiled", fast if mode == "compiled" else None)
         d = tmp_path_factory.mktemp(mode)
         s = FileStore(str(d / "g"), cfg)
         try:

@@ -31,7 +31,7 @@ def walk(request, monkeypatch):
     from quorumlog.format import log_entry
     from quorumlog.meta import state_machine
 
-    if request.param == "compiled" and log_entry._fast is None:
+    if request.param == "compiled" and log_entry.compiled is None:
         pytest.skip("compiled codec not built")
     if request.param == "python":
         monkeypatch.setattr(state_machine, "record_columns", lambda chunk: None)

@@ -142,12 +142,12 @@ def test_compiled_columns_equal_the_python_path(batches, damage, data):
             return CorruptEntry
 
     compiled = outcome()
-    saved = log_entry._fast
-    log_entry._fast = None
+    saved = log_entry.compiled
+    log_entry.compiled = None
     try:
         pure = outcome()
     finally:
-        log_entry._fast = saved
+        log_entry.compiled = saved
     if pure is CorruptEntry:
         assert compiled is CorruptEntry
     else:

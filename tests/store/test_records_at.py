@@ -16,7 +16,7 @@ from quorumlog.format import log_entry
 from quorumlog.format.log_entry import decode_records
 from quorumlog.store import FileStore, StoreConfig
 
-pytestmark = pytest.mark.skipif(log_entry._fast is None, reason="the compiled codec is not built")
+pytestmark = pytest.mark.skipif(log_entry.compiled is None, reason="the compiled codec is not built")
 SMALL = StoreConfig(data_segment_size_bytes=4096, index_segment_size_bytes=32 * 8, max_entry_bytes=1024,
                     disk_full_ratio=1.0, checkpoint_interval_ms=0)
 
