@@ -28,7 +28,7 @@ from typing import Any, Iterable, NamedTuple
 from crc32c import crc32c
 
 from ..codes import ResponseCode
-from ..errors import BadRequest, MetadataVersionConflict, QuorumLogError, TopicNotExist
+from ..errors import BadRequest, GroupExists, MetadataVersionConflict, QuorumLogError, TopicNotExist
 from ..peers import Address, parse_peers
 from ..topic.message import (DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode,
                              encode_fields)
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 TOPICS_PREFIX = "topics/"
 DEFAULT_QUEUES = 8
 MAX_QUEUES = 1024
+FIRST_TOPIC_GROUP = "topics"  # the topic group `topic create` makes on a cluster that has none
 
 
 class SendResult(NamedTuple):  # (a tuple: a producer makes one per message)
@@ -192,9 +193,23 @@ class TopicAdmin:
                 out.append(p.group)
         return sorted(out)
 
+    async def _first_topic_group(self) -> str:
+        """A cluster with no topic group yet gets one, as a Kafka or RocketMQ user expects `topic create` to just
+        work: FIRST_TOPIC_GROUP, a Raft group on up to three nodes. Two creates racing share it."""
+        try:
+            await self._groups.create(FIRST_TOPIC_GROUP, replicas=min(3, len(self._groups.nodes)),
+                                      state_machine="topics")
+        except GroupExists:
+            pass
+        if FIRST_TOPIC_GROUP not in await self.topic_groups():
+            raise BadRequest(f"no group carries topics, and the group {FIRST_TOPIC_GROUP!r} exists without "
+                             f"them: create one with `quorumlog group create G --state-machine topics`")
+        return FIRST_TOPIC_GROUP
+
     async def create(self, name: str, queues: int = DEFAULT_QUEUES, groups: list[str] | None = None, *,
                      retention_ms: int = 0, retention_bytes: int = 0) -> list[str]:
-        """Create `name` with `queues` queues spread round robin over `groups` (default: every topic group);
+        """Create `name` with `queues` queues spread round robin over `groups` (default: every topic group, or a
+        first one made now when the cluster has none);
         returns the group of each queue; MetadataVersionConflict if it exists. Retention (0: unlimited) is the
         age on the log's clock and the bytes per queue past which messages go (topic/dispatcher.py)."""
         _check_name(name)
@@ -202,10 +217,7 @@ class TopicAdmin:
             raise BadRequest(f"queues {queues}: 1..{MAX_QUEUES}")
         available = await self.topic_groups()
         if groups is None:
-            groups = available
-            if not groups:
-                raise BadRequest("no group carries topics: create one with `quorumlog group create G "
-                                 "--state-machine topics`")
+            groups = available or [await self._first_topic_group()]
         else:
             missing = [g for g in groups if g not in available]
             if missing:

@@ -378,6 +378,12 @@ def test_ledger_and_bookie_commands_write_read_describe_recover_list_delete(clus
 
 def test_topic_commands_create_produce_consume_describe(cluster):
     d, _ = cluster
+    # the first topic of a cluster without a topic group makes one, as a Kafka or RocketMQ user expects
+    assert cli_json("topic", "create", "first", "--cluster", d, "--queues", "2") == \
+        {"topic": "first", "queues": ["topics", "topics"]}
+    assert cli_json("group", "describe", "topics", "--cluster", d)["members"] == ["n0", "n1", "n2"]
+    assert cli_json("topic", "delete", "first", "--cluster", d) == {"topic": "first", "deleted": True}
+    cli_json("group", "delete", "topics", "--cluster", d)
     cli_json("group", "create", "t1", "--cluster", d, "--state-machine", "topics")
     assert cli_json("topic", "create", "orders", "--cluster", d, "--queues", "4", "--spread") == \
         {"topic": "orders", "queues": ["t1"] * 4}
