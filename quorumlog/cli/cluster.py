@@ -21,13 +21,14 @@ from rich.table import Table
 
 from ..client import Client
 from ..client.groups import GroupAdmin
+from ..client.kv import META_GROUP
 from ..errors import QuorumLogError
 from ..codes import ResponseCode
 from ..config import ConfigError, load_config
 from ..peers import format_address, format_peers
 from ..transport.tls import TLS_CA_ENV
-from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, run, setup_logging,
-                     usage)
+from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, resolve_target, run,
+                     setup_logging, usage)
 
 cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_is_help=True)
 
@@ -480,6 +481,51 @@ async def _wait_answering(peers: dict, group: str, node_id: str, proc: subproces
             if time.monotonic() > deadline:
                 raise TimeoutError(f"node {node_id} did not answer within {timeout_s:g} s")
             await asyncio.sleep(POLL_INTERVAL_S * 2)
+
+
+@cluster_app.command("init")
+def init(peers: str = typer.Option(..., "--peers", help="Every node, as each was started: n0=host:port,..."),
+         group: str = typer.Option("default", "--group", help="The group the nodes were started with (`quorumlog "
+                                   "node --group`)"),
+         timeout_s: float = typer.Option(60.0, "--timeout-s", min=0.1, help="Wait this long for every node"),
+         json_out: bool = JsonOpt) -> None:
+    """Bootstrap nodes started by hand (`quorumlog node`, one per host): make the cluster's metadata group
+    `_meta` on them and record every node. Run it again with a node added to --peers to record the node that
+    joined (it changes nothing else). `cluster up` does this itself for the nodes it starts."""
+    setup_logging()
+    nodes = resolve_target(peers, None, None).peers
+
+    async def go() -> dict:
+        deadline = time.monotonic() + timeout_s
+        async with GroupAdmin(nodes, timeout_ms=int(timeout_s * 1000)) as admin:
+            while True:  # `_meta` is placed on every node (up to five): all of them must answer first
+                statuses = await admin.cluster_status()
+                silent = sorted(n for n, st in statuses.items() if not isinstance(st, dict))
+                if not silent:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{', '.join(silent)} did not answer within {timeout_s:g} s: "
+                                       f"{statuses[silent[0]]}")
+                await asyncio.sleep(POLL_INTERVAL_S)
+            meta_on = sorted(n for n, st in statuses.items() if any(g["group"] == META_GROUP for g in st["groups"]))
+            created = not meta_on
+            if created:
+                meta_on = list((await admin.create_meta()).members)
+                await admin.record_group(group, list(nodes))
+            else:
+                await admin.record_nodes(nodes)
+        return {"meta": sorted(meta_on), "created": created, "nodes": sorted(nodes)}
+
+    try:
+        result = run(go())
+    except TimeoutError as e:
+        die(ResponseCode.TIMEOUT, f"cluster init: {e}")
+    if json_out:
+        print_json(result)
+    else:
+        out_console.print(("made `_meta` on " if result["created"] else "`_meta` exists on ")
+                          + f"{', '.join(result['meta'])}; nodes recorded: {', '.join(result['nodes'])}",
+                          highlight=False)
 
 
 @cluster_app.command("add-node")
