@@ -212,6 +212,8 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
                                 "(one master, placed to spread leaders, the rest slaves; the nodes' own Raft group "
                                 "is then `_nodes`)"),
        ack: str = typer.Option("sync", "--ack", help="master-slave: sync (SYNC_MASTER) or async (ASYNC_MASTER)"),
+       slave_read_enable: bool = typer.Option(False, "--slave-read-enable",
+                                              help="master-slave: slaves serve reads (up to the confirm offset)"),
        config: Optional[str] = typer.Option(None, "--config", help="TOML config file passed to every node"),
        settings: Optional[List[str]] = typer.Option(None, "--set", help="KEY=VALUE config for every node (repeat)"),
        timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up if no leader by then"),
@@ -298,7 +300,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             elected = run(wait_for_leader(peers, node_group, procs, timeout_s))
             run(bootstrap_meta(peers, node_group, timeout_s))
             if mode == "master-slave":
-                elected = run(create_master_slave(peers, group, ack, timeout_s))
+                elected = run(create_master_slave(peers, group, ack, timeout_s, slave_read_enable))
         except (RuntimeError, TimeoutError) as e:
             logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
             sys.stderr.write(logs + "\n")
@@ -394,12 +396,14 @@ async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_
         raise RuntimeError(f"creating the _meta group: {type(e).__name__} ({e.code.name}): {e}") from None
 
 
-async def create_master_slave(peers: dict[str, tuple[str, int]], group: str, ack: str, timeout_s: float) -> dict:
+async def create_master_slave(peers: dict[str, tuple[str, int]], group: str, ack: str, timeout_s: float,
+                              slave_read_enable: bool = False) -> dict:
     """The cluster's master/slave group on every node (the master on the first), once it has its master."""
     try:
         async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
             p = await admin.create(group, nodes=list(peers), mode="master-slave", master_slave={
-                "ack": ack, "min_in_sync_replicas": min(2, len(peers)) if ack == "sync" else 1})
+                "ack": ack, "min_in_sync_replicas": min(2, len(peers)) if ack == "sync" else 1,
+                "slave_read_enable": slave_read_enable})
     except QuorumLogError as e:
         raise RuntimeError(f"creating the master/slave group {group}: {type(e).__name__} ({e.code.name}): {e}") \
             from None

@@ -418,7 +418,7 @@ def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_
     base = free_base_port(3)
     try:
         up = cli_json("cluster", "up", "--nodes", "3", "--data-dir", d, "--base-port", str(base), "--mode",
-                      "master-slave", "--ack", "sync", "--timeout-s", "60", timeout_s=90)
+                      "master-slave", "--ack", "sync", "--slave-read-enable", "--timeout-s", "60", timeout_s=90)
         assert (up["mode"], up["group"], up["node_group"]) == ("master-slave", "default", "_nodes")
         master = up["leader_id"]
         r = cli_json("append", "--cluster", d, "a", "b")
@@ -432,6 +432,11 @@ def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_
         deadline = time.monotonic() + 15  # (the master grows its SyncStateSet by slaves caught up, every 0.5 s)
         while not all(x.get("in_sync") for x in cli_json("status", "--cluster", d)):
             assert time.monotonic() < deadline, cli_json("status", "--cluster", d)
+            time.sleep(0.2)
+        slave = next(n for n in ("n0", "n1", "n2") if n != master)  # --slave-read-enable: a slave serves reads
+        deadline = time.monotonic() + 15  # (up to the confirm offset it has heard of)
+        while [e["body"] for e in cli_json("read", "--cluster", d, "--from", "0", "--node", slave)] != ["a", "b"]:
+            assert time.monotonic() < deadline
             time.sleep(0.2)
         r = cli("cluster", "up", "--nodes", "3", "--data-dir", str(tmp_path / "x"), "--mode", "paxos", check=False)
         assert r.returncode == 2 and "--mode" in r.stderr
