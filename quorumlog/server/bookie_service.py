@@ -28,6 +28,7 @@ from ..bookie.handler import BookieHandler
 from ..bookie.storage import BookieConfig, BookieStorage
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
+from ..store.disk_guard import used_ratio
 from .cluster_calls import BOOKIES_PREFIX
 from .durable_file import write_json_durably
 from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
@@ -135,8 +136,7 @@ class BookieService:
     def info(self) -> dict[str, Any]:
         s = self.storage
         assert s is not None
-        st = os.statvfs(self.dir)
-        used = 1 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+        used = used_ratio(self.dir)  # (the formula the node's status, the disk guard and read-only mode use)
         return {"bookie_id": self.id, "instance_id": s.instance_id, "state": self.state,
                 "disk_used": round(used, 4), "disk_error": None if s.disk_error is None else str(s.disk_error),
                 "ledgers": len(s.ledgers()), "limbo": len(self.limbo),

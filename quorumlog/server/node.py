@@ -83,6 +83,7 @@ class Node:
         self.failed: str | None = None
         self.disk_full = False
         self._disk_usage = (0, 0)  # used, total bytes of the data_dir filesystem
+        self._down_since_ms: dict[str, int] = {}  # the status page: when a node first failed to answer here
         self._disk_full_reported_s = 0.0
         # node-level liveness (_node_liveness): when we last heard each node, and those reported silent
         self._now_ms = now_ms()
@@ -563,6 +564,12 @@ class Node:
         the ledgers auto-recovery is re-replicating, the topics and the consumer groups' lag."""
         others = [n for n in self.known_addresses() if n != self.config.node_id]
         docs = await asyncio.gather(*(self.calls.node_status(n) for n in others))
+        now_ms = int(time.time() * 1000)
+        for d in docs:  # a node that stopped answering stays on the page, with since when (as this node saw it)
+            if "error" in d:
+                d["down_since_ms"] = self._down_since_ms.setdefault(d["id"], now_ms)
+            else:
+                self._down_since_ms.pop(d.get("id"), None)
         nodes = [self.node_status(), *docs]
         under = topics = consumer_groups = None  # (no `_meta` group, or it has no leader now)
         try:
@@ -573,7 +580,7 @@ class Node:
             topics, consumer_groups = self._topics_doc(topic_items, offset_items)
         except (QuorumLogError, OSError, asyncio.TimeoutError, ValueError):
             pass
-        doc = {"served_by": self.config.node_id, "time_ms": int(time.time() * 1000), "nodes": nodes,
+        doc = {"served_by": self.config.node_id, "time_ms": now_ms, "nodes": nodes,
                "ledgers_underreplicated": under, "topics": topics, "consumer_groups": consumer_groups}
         return "application/json", json.dumps(doc).encode()
 

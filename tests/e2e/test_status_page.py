@@ -1,7 +1,7 @@
-"""The status page (issue 17) in a real headless browser: Debian's chromium through its chromedriver and
+"""The status page in a real headless browser: Debian's chromium through its chromedriver and
 selenium, nothing downloaded. A `cluster up --tls` cluster with a token: the page loads with the token, shows
 the three nodes and the leader, and changes when the leader is killed (the page is served by a follower, so it
-keeps refreshing). Its screenshot goes to QUORUMLOG_SCREENSHOT_DIR (bench/results/ for the README) or the
+keeps refreshing), keeping the dead node visible in its groups and among the bookies. Its screenshot goes to QUORUMLOG_SCREENSHOT_DIR (bench/results/ for the README) or the
 test's temporary directory."""
 
 from __future__ import annotations
@@ -104,6 +104,14 @@ def test_the_status_page_shows_the_nodes_and_the_leader_and_follows_a_leader_kil
         assert new in {"n0", "n1", "n2"} - {leader}
         _wait(lambda: browser.find_element(By.CSS_SELECTOR, f"#nodes tr[data-node='{leader}']")
               .get_attribute("data-state") == "down", 30, "the killed leader never showed as unreachable")
+        # the dead member stays visible: in its groups' member lists and among the bookies, red, with how long
+        member = browser.find_element(By.CSS_SELECTOR, f"#groups tr[data-group='default'] [data-member='{leader}']")
+        assert member.get_attribute("data-state") == "down" and "down" in member.text, member.text
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#groups tr[data-group='default'] [data-member]")) == 3
+        assert browser.find_element(By.CSS_SELECTOR, f"#bookies tr[data-bookie='{leader}']") \
+            .get_attribute("data-state") == "down"
+        _wait(lambda: "unreachable for " in browser.find_element(By.CSS_SELECTOR, f"#nodes tr[data-node='{leader}']")
+              .text, 10, "the dead node's row never said for how long")
         # without the token the page says what is missing instead of showing anything
         browser.get(f"https://127.0.0.1:{follower['http_port']}/cluster")
         assert "unauthorized" in browser.find_element(By.TAG_NAME, "body").text
