@@ -58,6 +58,7 @@ def _global(token: Optional[str] = typer.Option(
 COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ("node", ".node", "node_command", "factory"),
     ("cluster", ".cluster", "cluster_app", "group"),
+    ("certs", ".certs", "certs_app", "group"),
     ("group", ".groups", "group_app", "group"),
     ("kv", ".kv", "kv_app", "group"),
     ("ha", ".ha", "ha_app", "group"),
@@ -110,11 +111,15 @@ def _command_of(args: list[str]) -> str | None:
 # The options of every command (the callback above): taken anywhere on the command line, as etcdctl and kubectl
 # take theirs, and handed to the callback in front of the command.
 GLOBAL_OPTIONS = ("--token", "--token-file", "--tls-ca")
+OWN_TLS_AND_TOKEN = ("node",)  # commands with options of those names of their own
 
 
 def hoist_global_options(argv: list[str]) -> list[str]:
     """`quorumlog append --token T x` → `quorumlog --token T append x`: every GLOBAL_OPTIONS occurrence (as
-    `--opt V` or `--opt=V`) before a `--` moves to the front, in order; the rest keeps its order."""
+    `--opt V` or `--opt=V`) before a `--` moves to the front, in order; the rest keeps its order. Not for
+    `node`, whose own --token, --token-file and --tls-ca are the node's settings."""
+    if _command_of(argv) in OWN_TLS_AND_TOKEN:
+        return list(argv)
     front: list[str] = []
     rest: list[str] = []
     i = 0

@@ -95,6 +95,9 @@ def test_global_options_are_taken_anywhere_on_the_command_line(tmp_path):
     assert hoist_global_options(["append", "--peers", "P", "--token", "T", "x", "--tls-ca=ca.pem"]) == \
         ["--token", "T", "--tls-ca=ca.pem", "append", "--peers", "P", "x"]
     assert hoist_global_options(["append", "--", "--token", "x"]) == ["append", "--", "--token", "x"]
+    node = ["node", "--id", "n0", "--tls-ca", "ca.pem", "--token-file", "t"]  # the node's own settings
+    assert hoist_global_options(node) == node
+    assert hoist_global_options(["--token", "T", *node]) == ["--token", "T", *node]
     # through the real command: the callback sees them (its own checks answer), typer no "No such option"
     for args in (["status", "--peers", "n0=127.0.0.1:1", "--tls-ca", str(tmp_path / "no.pem")],
                  ["append", "x", "--peers", "n0=127.0.0.1:1", "--token-file", str(tmp_path / "no-token")],
