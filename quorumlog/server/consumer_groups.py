@@ -5,11 +5,12 @@ on each client instead, from views that may disagree, so two consumers can hold 
   starts empty: members' heartbeats get UNKNOWN_MEMBER and they join again. Its generations start at its Raft
   term << 32, above every generation an earlier leader handed out, so a member of an old generation is refused
   by every later coordinator.
-- join: the member's topics (from `topics/T` in the store) join the group's queues (the union over members);
-  every change of members or queues is a new generation. heartbeat: SUCCESS with the current assignment, or
-  ILLEGAL_GENERATION (rejoin) / UNKNOWN_MEMBER (expired: join again). A member silent for its session
-  timeout leaves (checked every TICK_MS).
-- commit: checked against the generation and the owner of each queue, then written as one batch of puts
+- join: the member's topics (from `topics/T` in the store) join the group's queues (the union over members,
+  each topic's queues shared among its own subscribers); every change of members or queues is a new
+  generation. A queue moves only once its old holder gave it up (cooperative, group_coordinator.py).
+  heartbeat: SUCCESS with the current assignment, or ILLEGAL_GENERATION (rejoin) / UNKNOWN_MEMBER (expired:
+  join again). A member silent for its own session timeout leaves (checked every TICK_MS).
+- commit: checked against the generation and the holder of each queue, then written as one batch of puts
   (`offsets/<group>/<topic>/<queue>` = the next offset to read) through the group's log; answered once
   committed. A member that lost a queue cannot commit it: ILLEGAL_GENERATION.
 """
@@ -81,7 +82,7 @@ class ConsumerGroupService:
                                                               "owners": []})
                 return answer(ResponseCode.SUCCESS, body={
                     "group": group, "generation": c.generation, "members": sorted(c.last_seen),
-                    "owners": [[t, q, c.owner.get((t, q))] for t, q in c.queues]})
+                    "owners": [[t, q, c.holder.get((t, q))] for t, q in c.queues]})
             member = str(b["member"])
             if c is None:
                 return answer(ResponseCode.UNKNOWN_MEMBER, f"{member} is not a member of {group}: join")
@@ -115,8 +116,7 @@ class ConsumerGroupService:
         if c is None:
             c = self.coordinators[group] = GroupCoordinator(group, [], session_timeout_ms=timeout,
                                                             generation=max(self._term, 0) << 32)
-        c.session_timeout_ms = timeout
-        c.join(member, now, queues)
+        c.join(member, now, queues, session_timeout_ms=timeout)
         log.info("consumer group %s: %s joined, generation %d, members %s", group, member, c.generation,
                  sorted(c.last_seen))
         answer(ResponseCode.SUCCESS, body=_assignment(c, member))
