@@ -138,14 +138,33 @@ class KvService:
             self._spawn(sm.save_snapshot())
         if sm.needs_snapshot and not self._installing:
             self._installing = True
+            self._tell_core(True)
             self._spawn(self._install_snapshot())
 
-    async def _install_snapshot(self) -> None:
-        """Fetch the leader's snapshot until one covers what our log lacks, then apply on from it."""
+    def _tell_core(self, needed: bool) -> None:
+        """A Raft member takes no leadership while it needs a snapshot (raft/core.py SnapshotNeeded)."""
+        tell = getattr(self.replica, "on_snapshot_needed", None)  # (a master/slave member has no Raft core)
+        if tell is not None:
+            tell(needed)
+
+    def _snapshot_source(self, attempt: int) -> str | None:
+        """The leader; never ourselves (a member that leads while it needs a snapshot would ask itself forever):
+        then the other members in turn, one of which holds a snapshot that covers our gap."""
         r = self.replica
+        leader = r.leader_id
+        if leader is not None and leader != r.config.node_id and leader in r.links:
+            return leader
+        others = sorted(r.links)
+        return others[attempt % len(others)] if others else None
+
+    async def _install_snapshot(self) -> None:
+        """Fetch a snapshot until one covers what our log lacks, then apply on from it."""
+        r = self.replica
+        attempt = 0
         try:
             while r.sm.needs_snapshot and not r.stopping:
-                leader = r.leader_id
+                leader = self._snapshot_source(attempt)
+                attempt += 1
                 address = r.links.get(leader) if leader else None
                 if address is None:
                     await asyncio.sleep(SNAPSHOT_RETRY_S)
@@ -178,6 +197,8 @@ class KvService:
         finally:
             self._installing = False
         if not r.stopping:
+            if not r.sm.needs_snapshot:
+                self._tell_core(False)
             self.on_commit(r.store.committed_index)
 
     def status(self) -> dict[str, Any]:
