@@ -170,6 +170,19 @@ class KVStore:
             self._compacted_through = history[0].revision
         history.append(change)
 
+    def retried_outcome(self, index: int, op: str, key: str, expected_version: int | None) -> Result:
+        """The answer to a retry of the write applied at `index` (the log deduplicated it) when its own result
+        is no longer kept (pushed out, or a restart). An unconditional put or delete always succeeded. A
+        compare-and-set succeeded for sure only if it is still the key's last change; otherwise it may have
+        conflicted or been overwritten since, so the answer is "outcome unknown" (DUPLICATE_SEQUENCE_TOO_OLD:
+        read the key and decide) — never a SUCCESS the write may not have had."""
+        current = self._kv.get(key)
+        if expected_version is None:
+            return Result(ResponseCode.SUCCESS, current.version if current and op == "put" else 0, self.revision)
+        if op == "put" and current is not None and current.mod_revision == index:
+            return Result(ResponseCode.SUCCESS, current.version, self.revision)
+        return Result(ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, current.version if current else 0, self.revision)
+
     # -- reads -------------------------------------------------------------------------------------------
     def get(self, key: str) -> KeyValue | None:
         return self._kv.get(key)

@@ -119,17 +119,17 @@ class KvService:
                                           items=items))
             return
         result = sm.result_of(index)
+        message = f"{req.op} {req.key!r}: version is {result.version if result else 0}"
         if result is None:
             # a retry of a write applied long ago (deduplicated by the core): its result is no longer kept
-            current = kv.get(req.key)
-            r._send(p.session, KvResponse(p.client_request_id, ResponseCode.SUCCESS,
-                                          version=current.version if current else 0, revision=kv.revision))
-            return
+            expected = None if req.expected_version == -1 else req.expected_version
+            result = kv.retried_outcome(index, req.op, req.key, expected)
+            message = (f"{req.op} {req.key!r}: a retry of the write at index {index}, whose outcome is no longer "
+                       f"known: read the key (version {result.version}) and decide")
         r.metrics.count_request(result.code.name)
         r._send(p.session, KvResponse(p.client_request_id, result.code, version=result.version,
                                       revision=result.revision,
-                                      message="" if result.code == ResponseCode.SUCCESS else
-                                      f"{req.op} {req.key!r}: version is {result.version}"))
+                                      message="" if result.code == ResponseCode.SUCCESS else message))
 
     # -- applying, snapshots -------------------------------------------------------------------------------
     def on_commit(self, committed: int) -> None:

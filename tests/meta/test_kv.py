@@ -121,3 +121,17 @@ def test_matches_a_dict_model_and_replicas_agree(cmds):
     assert {e.key: (e.value, e.version) for e in kv.list()} == model
     assert kv.snapshot() == replica.snapshot()
     assert KVStore.restore(kv.snapshot()).list() == kv.list()
+
+
+def test_the_outcome_of_a_retried_write_whose_result_is_gone():
+    from quorumlog.codes import ResponseCode
+    from quorumlog.meta.kv import KVStore, encode_delete, encode_put
+    kv = KVStore()
+    kv.apply(0, encode_put("k", b"1"))
+    kv.apply(1, encode_put("k", b"2", 7))  # conflicted
+    kv.apply(2, encode_put("k", b"3", 1))  # took
+    kv.apply(3, encode_delete("gone", 1))  # conflicted (absent)
+    assert kv.retried_outcome(1, "put", "k", 7).code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD
+    assert kv.retried_outcome(2, "put", "k", 1).code == ResponseCode.SUCCESS
+    assert kv.retried_outcome(3, "delete", "gone", 1).code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD
+    assert kv.retried_outcome(0, "put", "k", None).code == ResponseCode.SUCCESS
