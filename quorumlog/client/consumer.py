@@ -272,9 +272,11 @@ class Consumer:
                 p = task.result()
             except (OffsetTooSmall, OffsetTooBig) as e:
                 # retention deleted it: the earliest kept; beyond the end (a bad commit): the end, so nothing
-                # that fills the gap is skipped
+                # that fills the gap is skipped. Never forward on OFFSET_TOO_BIG: a deposed leader that does not
+                # know it yet answers it from its shorter log while the group's end (which `offsets` may get
+                # from the new leader) is past our offset; jumping there would skip messages
                 lo, hi = await self._tc.offsets(*q)
-                to = lo if isinstance(e, OffsetTooSmall) else hi
+                to = lo if isinstance(e, OffsetTooSmall) else min(hi, self._fetch[q])
                 log.warning("consumer %s: %s/%d offset %d: %s; reset to %d", self.member_id, *q, self._fetch[q],
                             e.code.name, to)
                 self._fetch[q] = self._consumed[q] = to
