@@ -67,3 +67,65 @@ def test_a_member_that_needs_a_snapshot_never_asks_itself_for_it():
     assert service._snapshot_source(0) == "n3"
     replica.leader_id = None
     assert service._snapshot_source(1) == "n3"
+
+
+class _Runner:
+    def __init__(self, snapshots: list[tuple[int, bytes]]) -> None:
+        self.snapshots = snapshots
+        self.taken = 0
+
+    def take_snapshot(self) -> tuple[int, bytes]:
+        self.taken += 1
+        return self.snapshots[min(self.taken, len(self.snapshots)) - 1]
+
+
+class _Loopback:
+    """A connection to a member's KvService: each call is answered by its on_request."""
+
+    def __init__(self, service: KvService, sent: list) -> None:
+        self.service, self.sent, self.calls, self._rid = service, sent, [], 0
+
+    def next_request_id(self) -> int:
+        self._rid += 1
+        return self._rid
+
+    async def call(self, req: KvRequest, timeout_ms: int):
+        self.calls.append(req)
+        self.service.on_request("session", req)
+        return self.sent.pop()
+
+
+def _member(runner: _Runner, state_machine: str = "topics"):
+    sent: list = []
+    replica = SimpleNamespace(sm=SimpleNamespace(runner=runner), stopping=False, state_machine=state_machine,
+                              group="t1", _send=lambda session, resp: sent.append(resp))
+    service = KvService(replica)
+    return service, _Loopback(service, sent)
+
+
+def test_a_snapshot_larger_than_a_frame_is_fetched_in_chunks(monkeypatch):
+    from quorumlog.server import kv_service
+    from quorumlog.server.kv_service import fetch_snapshot
+    monkeypatch.setattr(kv_service, "SNAPSHOT_CHUNK_BYTES", 30)  # (a frame holds 64 MiB: 30 bytes stand for it)
+    data = bytes(range(100))
+    runner = _Runner([(41, data), (57, b"newer" * 40)])
+    service, conn = _member(runner)
+    assert asyncio.run(fetch_snapshot(conn)) == data
+    assert [c.expected_version for c in conn.calls] == [0, 30, 60, 90] and runner.taken == 1
+    # the member moved on to a newer snapshot between chunks: the fetch is refused, and starts again
+    service._serving = (57, b"newer" * 40)
+    from quorumlog.errors import QuorumLogError
+    try:
+        asyncio.run(_resume(conn, 41, 30))
+        raise AssertionError("a chunk of another snapshot was served")
+    except QuorumLogError as e:
+        assert e.code == ResponseCode.INCONSISTENT_STATE
+
+
+async def _resume(conn: _Loopback, index: int, offset: int):
+    resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot_chunk", revision=index,
+                                     expected_version=offset), 1_000)
+    if resp.code != ResponseCode.SUCCESS:
+        from quorumlog.errors import QuorumLogError
+        raise QuorumLogError.for_code(resp.code, resp.message)
+    return resp
