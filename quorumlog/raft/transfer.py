@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 # A preferred leader that handed leadership to us gets it back only after this many election timeouts.
 HAND_BACK_AFTER_TIMEOUTS = 20
+# A preferred leader that refused leadership (it needs a snapshot) is asked again only after this many.
+RETRY_REFUSED_AFTER_TIMEOUTS = 5
 
 
 class LeadershipTransfer:
@@ -134,6 +136,10 @@ class LeadershipTransfer:
         if preferred == self.handed_by and core.now_ms < self.handed_at_ms + HAND_BACK_AFTER_TIMEOUTS * \
                 core.config.election_timeout_max_ms:
             return
+        refused = self.refused_at_ms.get(preferred)
+        if refused is not None and core.now_ms < refused + RETRY_REFUSED_AFTER_TIMEOUTS * \
+                core.config.election_timeout_max_ms:
+            return  # it needed a snapshot a moment ago: do not hold appends to ask it again so soon
         if self._caught_up(preferred):
             self.start(None, preferred)
 
