@@ -120,7 +120,8 @@ class Consumer:
         tells the coordinator they are free for their new owner (which starts from that commit)."""
         for _ in range(MAX_JOIN_ROUNDS):
             sent = time.monotonic()
-            got = await self._call("join", {"topics": self.topics, "session_timeout_ms": self.session_timeout_ms})
+            got = await self._call("join", {"topics": self.topics, "session_timeout_ms": self.session_timeout_ms,
+                                            "owned": [list(q) for q in self.assignment]})
             self._heard = sent
             self.generation = got["generation"]
             owned = tuple((t, q) for t, q in got["queues"])

@@ -12,6 +12,11 @@ assignment (a heartbeat in the new generation: by then it stopped pulling and co
 left, or went silent past its own session timeout is the queue handed to its new owner, in a further
 generation. No queue ever has two holders.
 
+A coordinator that replaces another (a new `_meta` leader) does not know who still consumes what: members
+rejoining declare the queues they hold (`owned`, Kafka's owned partitions), which stay theirs, and a queue
+nobody declared is handed out only from `hand_free_after_ms` on, once the members still consuming have had
+time to hear of the new coordinator and rejoin.
+
     c = GroupCoordinator("cg", queues=[("T", 0), ("T", 1)], session_timeout_ms=10_000)
     g = c.join("c1", now_ms)            -> Assignment(generation, queues): the queues c1 holds from now
     c.heartbeat("c1", generation, now)  -> ResponseCode (SUCCESS, ILLEGAL_GENERATION: rejoin, UNKNOWN_MEMBER)
@@ -42,7 +47,7 @@ class Assignment:
 
 class GroupCoordinator:
     def __init__(self, group: str, queues: list[Queue], *, session_timeout_ms: int = 10_000,
-                 generation: int = 0) -> None:
+                 generation: int = 0, hand_free_after_ms: int = 0) -> None:
         self.group = group
         self.queues = sorted(queues)
         self.session_timeout_ms = session_timeout_ms  # (a member's own, given at its join, takes precedence)
@@ -54,29 +59,49 @@ class GroupCoordinator:
         self.owner: dict[Queue, str] = {}  # the member each queue goes to in this generation
         self.holder: dict[Queue, str] = {}  # the member that may consume it now: handed it, not yet given it up
         self.subscriptions: dict[str, frozenset[Queue]] = {}  # member -> the queues of its topics
+        self.hand_free_after_ms = hand_free_after_ms  # (see the module's docstring)
+        self.now_ms = 0  # the latest time an event carried
 
     def _subscribes(self, member: str, queue: Queue) -> bool:
         wanted = self.subscriptions.get(member)
         return wanted is None or queue in wanted  # (a member that named no topics takes any of the group's)
 
     def _rebalance(self) -> None:
-        """A new generation. Each queue goes to one of the members subscribed to its topic (never to one that
-        did not ask for it), the one holding the fewest so far: a queue stays with its holder on a tie, so
-        fewer queues have to be revoked."""
+        """A new generation. Each topic's queues go to the members subscribed to it (never to one that did not
+        ask for it), evenly: a holder keeps up to its fair share of what it holds (fewer queues are revoked),
+        the rest go to the subscribers with the fewest."""
         self.generation += 1
-        load = dict.fromkeys(self.last_seen, 0)
         self.owner = {}
+        total = dict.fromkeys(self.last_seen, 0)
+        by_topic: dict[str, list[Queue]] = {}
         for q in self.queues:
-            takers = [m for m in sorted(load) if self._subscribes(m, q)]
-            if takers:
+            by_topic.setdefault(q[0], []).append(q)
+        for qs in by_topic.values():
+            takers = [m for m in sorted(total) if self._subscribes(m, qs[0])]
+            if not takers:
+                continue
+            share = -(-len(qs) // len(takers))  # (ceil: every taker ends with share or share - 1... or fewer)
+            load = dict.fromkeys(takers, 0)
+            rest = []
+            for q in qs:
                 held = self.holder.get(q)
-                m = min(takers, key=lambda m: (load[m], m != held, m))
+                if held in load and load[held] < share:
+                    self.owner[q] = held
+                    load[held] += 1
+                else:
+                    rest.append(q)
+            for q in rest:
+                m = min(takers, key=lambda m: (load[m], total[m], m))
                 self.owner[q] = m
                 load[m] += 1
+            for m, n in load.items():
+                total[m] += n
 
     def _assigned(self, member: str) -> tuple[Queue, ...]:
-        """The queues `member` owns in this generation that nobody else still holds."""
-        return tuple(q for q in self.queues if self.owner.get(q) == member and self.holder.get(q, member) == member)
+        """The queues `member` owns in this generation that nobody else still holds (nor may still hold)."""
+        free = self.now_ms >= self.hand_free_after_ms
+        return tuple(q for q in self.queues if self.owner.get(q) == member
+                     and self.holder.get(q, member if free else None) == member)
 
     def assignment(self, member: str) -> Assignment:
         return Assignment(self.generation, self._assigned(member))
@@ -96,11 +121,17 @@ class GroupCoordinator:
         return any(self.owner.get(q) not in (None, member) for q in freed)
 
     def join(self, member: str, now_ms: int, queues: list[Queue] | None = None, *,
-             session_timeout_ms: int | None = None) -> Assignment:
+             session_timeout_ms: int | None = None, owned: list[Queue] = ()) -> Assignment:
         """`member` joins (or confirms it is here); `queues`, the queues of the topics it subscribes to: the
-        group shares out the union of its members' queues, each topic's among its own subscribers."""
+        group shares out the union of its members' queues, each topic's among its own subscribers. `owned`:
+        the queues it holds now (from an earlier coordinator); they stay its own unless another holds them."""
         new = member not in self.last_seen
+        self._advance(now_ms)
         self.last_seen[member] = now_ms
+        for q in owned:
+            if q not in self.holder and (queues is None or q in queues):
+                self.holder[q] = member
+                new = True
         if session_timeout_ms is not None:
             self.timeouts[member] = session_timeout_ms
         if queues is not None:
@@ -130,6 +161,7 @@ class GroupCoordinator:
         queues that assignment left out, which go to their new owners in a new generation."""
         if member not in self.last_seen:
             return ResponseCode.UNKNOWN_MEMBER  # (it expired: join again)
+        self._advance(now_ms)
         self.last_seen[member] = now_ms
         if generation != self.generation:
             return ResponseCode.ILLEGAL_GENERATION
@@ -148,7 +180,9 @@ class GroupCoordinator:
         return ResponseCode.SUCCESS
 
     def tick(self, now_ms: int) -> list[str]:
-        """Members silent past their session timeout leave (their queues move); returns them."""
+        """Members silent past their session timeout leave (their queues move); returns them. Queues nobody
+        declared are handed out once hand_free_after_ms has passed (a new generation: their owners rejoin)."""
+        self._advance(now_ms)
         gone = [m for m, t in self.last_seen.items()
                 if now_ms - t > self.timeouts.get(m, self.session_timeout_ms)]
         for m in gone:
@@ -157,3 +191,11 @@ class GroupCoordinator:
         if gone:
             self._rebalance()
         return gone
+
+    def _advance(self, now_ms: int) -> None:
+        """Time moves on; when the grace ends, queues nobody declared become free: a new generation tells
+        their owners (at their next heartbeat) to rejoin and take them."""
+        was_free = self.now_ms >= self.hand_free_after_ms
+        self.now_ms = max(self.now_ms, now_ms)
+        if not was_free and self.now_ms >= self.hand_free_after_ms and any(q not in self.holder for q in self.owner):
+            self._rebalance()

@@ -21,7 +21,8 @@ def _service(topics: dict[str, int]):
         kv.apply(i, encode_put(f"topics/{name}", json.dumps({"queues": [{} for _ in range(queues)]}).encode()))
     answers = []
     replica = SimpleNamespace(state_machine="kv", stopping=False, sm=SimpleNamespace(kv=kv),
-                              core=SimpleNamespace(role=Role.LEADER, term=3, leader_id="n1"),
+                              core=SimpleNamespace(role=Role.LEADER, term=3, leader_id="n1",
+                                                   leader_since_ms=0),
                               _send=lambda session, resp: answers.append(resp))
     return ConsumerGroupService(replica), answers
 
@@ -53,7 +54,7 @@ def test_each_member_is_expired_by_its_own_session_timeout(monkeypatch):
 def test_a_topics_queues_go_only_to_members_that_subscribe_to_it(monkeypatch):
     async def main() -> None:
         service, answers = _service({"A": 4, "B": 3})
-        monkeypatch.setattr(consumer_groups, "_now_ms", lambda: 5)
+        monkeypatch.setattr(consumer_groups, "_now_ms", lambda: 1_000_000)
         _call(service, answers, "join", member="a", topics=["A"])
         code, got = _call(service, answers, "join", member="b", topics=["B"])
         assert code == ResponseCode.SUCCESS and sorted(map(tuple, got["queues"])) == [("B", 0), ("B", 1), ("B", 2)]

@@ -89,19 +89,17 @@ class Member:
     its session expired (it has not heard from the coordinator for that long)."""
 
     def __init__(self, c: GroupCoordinator, name: str, queues: list | None = None, timeout_ms: int | None = None):
-        self.c, self.name, self.queues, self.timeout_ms = c, name, queues, timeout_ms
+        self.c, self.name, self.queues, self.timeout_ms = c, name, queues, timeout_ms  # (queues: its topics')
         self.generation, self.consuming = -1, frozenset()
 
     def join(self, now: int) -> None:
-        a = self.c.join(self.name, now, self.queues, session_timeout_ms=self.timeout_ms)
+        a = self.c.join(self.name, now, self.queues, session_timeout_ms=self.timeout_ms, owned=sorted(self.consuming))
         self.generation, self.consuming = a.generation, frozenset(a.queues)
 
     def heartbeat(self, now: int) -> ResponseCode:
         code = self.c.heartbeat(self.name, self.generation, now)
-        if code == ResponseCode.UNKNOWN_MEMBER:
-            self.consuming = frozenset()  # (it stopped on its own a session timeout after its last answer)
         if code != OK:
-            self.join(now)
+            self.join(now)  # (declaring what it holds: after an expiry, nothing — it stopped on its own)
         return code
 
 
@@ -206,3 +204,45 @@ def test_each_member_keeps_its_own_session_timeout():
         assert c.tick(t) == []  # the patient member, silent for up to 30 s, is within its session timeout
     assert c.tick(30_001) == ["patient"]
     assert c.tick(31_001) == ["hasty"]
+
+
+def test_a_new_coordinator_keeps_declared_queues_and_hands_undeclared_ones_only_after_the_grace():
+    """A new `_meta` leader's coordinator knows nobody: a's rejoin must not hand it the queues b still consumes
+    under the old coordinator (b hears of the new one only at its next heartbeat)."""
+    c = GroupCoordinator("cg", [], generation=7 << 32, hand_free_after_ms=5_000)
+    a, b = Member(c, "a", QUEUES), Member(c, "b", QUEUES)
+    a.consuming, b.consuming = frozenset(QUEUES[:4]), frozenset(QUEUES[4:])  # (from the old coordinator)
+    a.generation = b.generation = 6 << 32
+
+    def join(m: Member, now: int) -> None:
+        got = m.c.join(m.name, now, m.queues, owned=sorted(m.consuming))
+        m.generation, m.consuming = got.generation, frozenset(got.queues)
+
+    join(a, 100)
+    assert a.consuming == set(QUEUES[:4])
+    assert_one_consumer_per_queue([a, b])
+    join(b, 300)
+    assert b.consuming == set(QUEUES[4:])
+    settle(c, [a, b], 400)
+    assert a.consuming == set(QUEUES[:4]) and b.consuming == set(QUEUES[4:])
+    # b dies instead: its queues (nobody declared them) go to a once the grace has passed
+    c2 = GroupCoordinator("cg", [], generation=8 << 32, hand_free_after_ms=5_000)
+    a.c = c2
+    join(a, 100)
+    assert a.consuming == set(QUEUES[:4])
+    c2.tick(4_999)
+    a.heartbeat(4_999)
+    assert a.consuming == set(QUEUES[:4])
+    c2.tick(5_000)
+    a.heartbeat(5_000)
+    assert a.consuming == set(QUEUES)
+
+
+def test_the_grace_ends_at_a_heartbeat_as_well_as_at_a_tick():
+    c = GroupCoordinator("cg", [], hand_free_after_ms=1_000)
+    a = Member(c, "a", QUEUES)
+    a.join(0)
+    assert a.consuming == set()
+    for t in range(200, 1_201, 200):
+        a.heartbeat(t)  # (the member's heartbeats come before the service's tick)
+    assert a.consuming == set(QUEUES)
