@@ -80,7 +80,7 @@ class GroupCoordinator:
             takers = [m for m in sorted(total) if self._subscribes(m, qs[0])]
             if not takers:
                 continue
-            share = -(-len(qs) // len(takers))  # (ceil: every taker ends with share or share - 1... or fewer)
+            share = -(-len(qs) // len(takers))  # (ceil: what a holder may keep of what it holds)
             load = dict.fromkeys(takers, 0)
             rest = []
             for q in qs:
