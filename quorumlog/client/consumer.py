@@ -7,8 +7,10 @@
 
 - Joins the group at the coordinator (the `_meta` leader, server/consumer_groups.py) and gets its queues with
   a generation; heartbeats every heartbeat_interval_ms; when told ILLEGAL_GENERATION (the members or queues
-  changed) or UNKNOWN_MEMBER (its session expired, or the coordinator moved) it joins again and drops what
-  it had fetched from queues it no longer owns.
+  changed) or UNKNOWN_MEMBER (its session expired, or the coordinator moved) it joins again. A queue it lost
+  is given up before anyone else gets it (cooperative rebalancing): its pull is cancelled, what was fetched
+  from it dropped, what was delivered committed, then a heartbeat confirms. Unheard by the coordinator for a
+  session timeout, it delivers nothing more until it has joined again.
 - Reads each owned queue from its committed offset (`offsets/<group>/<topic>/<queue>` in `_meta`), or from
   `start_from` (earliest | latest) when the group has none; an offset retention deleted resets to the
   queue's earliest. One long poll per owned queue is kept outstanding, so a message is delivered as soon as
@@ -38,6 +40,7 @@ from .topics import TopicClient, TopicMessage
 log = logging.getLogger(__name__)
 
 Queue = tuple[str, int]
+MAX_JOIN_ROUNDS = 4  # a join, then one more once the queues it gave up moved (a few more if the group moves on)
 
 
 class Consumer:
@@ -69,6 +72,7 @@ class Consumer:
         self._buffer: deque[TopicMessage] = deque()
         self._pulls: dict[Queue, tuple[int, asyncio.Task]] = {}  # queue -> (generation, its pull)
         self._rejoin = True
+        self._heard = 0.0  # when the last heartbeat the coordinator answered was sent (monotonic s)
         self._heartbeat: asyncio.Task | None = None
         self._next_commit = 0.0
         self._closed = False
@@ -111,22 +115,52 @@ class Consumer:
         return json.loads(resp.body or b"{}")
 
     async def _join(self) -> None:
-        got = await self._call("join", {"topics": self.topics, "session_timeout_ms": self.session_timeout_ms})
-        self.generation = got["generation"]
-        owned = tuple((t, q) for t, q in got["queues"])
-        self._cancel_pulls(set(owned))
-        self._buffer = deque(m for m in self._buffer if (m.topic, m.queue_id) in owned)
-        for q in owned:
-            if q in self.assignment and q in self._fetch:
-                continue  # still ours: keep our place
-            self._fetch[q] = self._consumed[q] = self._committed[q] = await self._start_offset(q)
-        for q in set(self._fetch) - set(owned):
-            for d in (self._fetch, self._consumed, self._committed):
-                d.pop(q, None)
-        self.assignment = owned
-        self._rejoin = False
-        self._next_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
-        log.info("consumer %s of %s: generation %d, queues %s", self.member_id, self.group, self.generation, owned)
+        """Join (again) and apply the assignment. Queues it lost are given up the cooperative way: their pulls
+        stop, what was fetched from them is dropped, what was delivered is committed, and only then a heartbeat
+        tells the coordinator they are free for their new owner (which starts from that commit)."""
+        for _ in range(MAX_JOIN_ROUNDS):
+            sent = time.monotonic()
+            got = await self._call("join", {"topics": self.topics, "session_timeout_ms": self.session_timeout_ms,
+                                            "owned": [list(q) for q in self.assignment]})
+            self._heard = sent
+            self.generation = got["generation"]
+            owned = tuple((t, q) for t, q in got["queues"])
+            revoked = [q for q in self._fetch if q not in owned]
+            self._cancel_pulls(set(owned))
+            self._buffer = deque(m for m in self._buffer if (m.topic, m.queue_id) in owned)
+            if revoked:
+                await self._commit_revoked(revoked)
+            for q in revoked:
+                for d in (self._fetch, self._consumed, self._committed):
+                    d.pop(q, None)
+            for q in owned:
+                if q in self._fetch:
+                    continue  # still ours: keep our place
+                self._fetch[q] = self._consumed[q] = self._committed[q] = await self._start_offset(q)
+            self.assignment = owned
+            self._rejoin = False
+            self._next_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
+            log.info("consumer %s of %s: generation %d, queues %s, gave up %s", self.member_id, self.group,
+                     self.generation, owned, revoked)
+            if not revoked:
+                return
+            try:  # (the queues it gave up move now, in a new generation: join it)
+                await self._call("heartbeat", {"generation": self.generation})
+                return
+            except (IllegalGeneration, UnknownMember):
+                continue
+        self._rejoin = True  # (the group keeps moving: the next delivery tries again)
+
+    async def _commit_revoked(self, revoked: list[Queue]) -> None:
+        """Commit what was delivered from queues being given up: their holder may, until it confirms."""
+        todo = {f"{t}/{q}": self._consumed[(t, q)] for t, q in revoked
+                if self._consumed.get((t, q), -1) > self._committed.get((t, q), -1)}
+        if not todo:
+            return
+        try:
+            await self._call("commit", {"generation": self.generation, "offsets": todo})
+        except (IllegalGeneration, UnknownMember) as e:  # (its session expired: the next owner redelivers)
+            log.info("consumer %s: commit of the queues it gives up refused: %s", self.member_id, e)
 
     async def _start_offset(self, q: Queue) -> int:
         got = await self._meta.kv_get(offset_key(self.group, *q))
@@ -141,7 +175,9 @@ class Consumer:
             if self._rejoin:
                 continue
             try:
+                sent = time.monotonic()
                 await self._call("heartbeat", {"generation": self.generation})
+                self._heard = sent
             except (IllegalGeneration, UnknownMember):
                 self._rejoin = True  # the iterator joins again before it delivers anything more
             except QuorumLogError as e:
@@ -200,6 +236,10 @@ class Consumer:
     async def _ready(self) -> bool:
         """Before delivering: join again if told to, auto-commit when due. False if the group moved on (the
         caller starts over, joining first)."""
+        if time.monotonic() - self._heard > self.session_timeout_ms / 1000:
+            # unheard for a session timeout: the coordinator may have given our queues away, so deliver
+            # nothing more before joining again (a heartbeat sent after this moment renews the session)
+            self._rejoin = True
         if self._rejoin:
             await self._join()
         if time.monotonic() >= self._next_commit:
@@ -233,9 +273,11 @@ class Consumer:
                 p = task.result()
             except (OffsetTooSmall, OffsetTooBig) as e:
                 # retention deleted it: the earliest kept; beyond the end (a bad commit): the end, so nothing
-                # that fills the gap is skipped
+                # that fills the gap is skipped. Never forward on OFFSET_TOO_BIG: a deposed leader that does not
+                # know it yet answers it from its shorter log while the group's end (which `offsets` may get
+                # from the new leader) is past our offset; jumping there would skip messages
                 lo, hi = await self._tc.offsets(*q)
-                to = lo if isinstance(e, OffsetTooSmall) else hi
+                to = lo if isinstance(e, OffsetTooSmall) else min(hi, self._fetch[q])
                 log.warning("consumer %s: %s/%d offset %d: %s; reset to %d", self.member_id, *q, self._fetch[q],
                             e.code.name, to)
                 self._fetch[q] = self._consumed[q] = to

@@ -10,7 +10,8 @@ state rely on exactly that.
 
 Watchers resume from a revision: the last `history_limit` changes are kept (`changes_since`); a revision
 older than that answers WATCH_COMPACTED (list again, then watch from the list's revision), as etcd's
-compaction does. A snapshot holds the map and the applied index, not the history.
+compaction does. A snapshot holds the map, the applied index and the history (its newest changes up to
+MAX_SNAPSHOT_HISTORY_BYTES), so a restart or a snapshot install does not compact watches that were fine.
 
 Sans-I/O: no clock, no threads, no files. The node runtime decides when entries are committed and applies
 them; the same code runs in the simulator.
@@ -30,13 +31,18 @@ from ..format.log_entry import crc32c
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 1 << 20
 DEFAULT_HISTORY_LIMIT = 10_000
+# The history a snapshot carries, at most: far below the 64 MiB frame a snapshot is fetched in (a full
+# history of 1 MiB values would not fit); older changes are compacted in the snapshot.
+MAX_SNAPSHOT_HISTORY_BYTES = 4 << 20
 
 _PUT, _DELETE = 1, 2
 _CMD = struct.Struct(">BBqH")  # op, has_expected, expected_version, key size; key; [value size u32; value]
 _U32 = struct.Struct(">I")
 _SNAP_HEAD = struct.Struct(">IHqqI")  # magic, version, applied_index, revision, key count
 _SNAP_KEY = struct.Struct(">HIqqq")  # key size, value size, create_revision, mod_revision, version
-_SNAP_MAGIC, _SNAP_VERSION = 0x514C4B56, 1  # "QLKV"
+_SNAP_HISTORY = struct.Struct(">qI")  # compacted through (revision), change count
+_SNAP_CHANGE = struct.Struct(">qqHBI")  # revision, version, key size, has value, value size
+_SNAP_MAGIC, _SNAP_VERSION = 0x514C4B56, 2  # "QLKV"; version 1 had no history
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +176,19 @@ class KVStore:
             self._compacted_through = history[0].revision
         history.append(change)
 
+    def retried_outcome(self, index: int, op: str, key: str, expected_version: int | None) -> Result:
+        """The answer to a retry of the write applied at `index` (the log deduplicated it) when its own result
+        is no longer kept (pushed out, or a restart). An unconditional put or delete always succeeded. A
+        compare-and-set succeeded for sure only if it is still the key's last change; otherwise it may have
+        conflicted or been overwritten since, so the answer is "outcome unknown" (DUPLICATE_SEQUENCE_TOO_OLD:
+        read the key and decide) — never a SUCCESS the write may not have had."""
+        current = self._kv.get(key)
+        if expected_version is None:
+            return Result(ResponseCode.SUCCESS, current.version if current and op == "put" else 0, self.revision)
+        if op == "put" and current is not None and current.mod_revision == index:
+            return Result(ResponseCode.SUCCESS, current.version, self.revision)
+        return Result(ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD, current.version if current else 0, self.revision)
+
     # -- reads -------------------------------------------------------------------------------------------
     def get(self, key: str) -> KeyValue | None:
         return self._kv.get(key)
@@ -194,7 +213,7 @@ class KVStore:
 
     # -- snapshots -----------------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        """The map and the applied index, deterministic (keys in order), CRC-protected."""
+        """The map, the applied index and the watch history, deterministic (keys in order), CRC-protected."""
         parts = [_SNAP_HEAD.pack(_SNAP_MAGIC, _SNAP_VERSION, self.applied_index, self.revision, len(self._kv))]
         for key in self._sorted:
             kv = self._kv[key]
@@ -202,18 +221,43 @@ class KVStore:
             parts.append(_SNAP_KEY.pack(len(raw), len(kv.value), kv.create_revision, kv.mod_revision, kv.version))
             parts.append(raw)
             parts.append(kv.value)
+        kept, compacted = self._snapshot_history()
+        parts.append(_SNAP_HISTORY.pack(compacted, len(kept)))
+        for c in kept:
+            raw = c.key.encode()
+            value = c.value if c.value is not None else b""
+            parts.append(_SNAP_CHANGE.pack(c.revision, c.version, len(raw), c.value is not None, len(value)))
+            parts.append(raw)
+            parts.append(value)
         body = b"".join(parts)
         return body + _U32.pack(crc32c(body))
 
+    def _snapshot_history(self) -> tuple[list[Change], int]:
+        """The newest changes that fit MAX_SNAPSHOT_HISTORY_BYTES, and the revision the rest is compacted to."""
+        kept: list[Change] = []
+        size = 0
+        compacted = self._compacted_through
+        for c in reversed(self._history):
+            cost = _SNAP_CHANGE.size + len(c.key.encode()) + len(c.value or b"")
+            if size + cost > MAX_SNAPSHOT_HISTORY_BYTES:
+                compacted = max(compacted, c.revision)
+                break
+            kept.append(c)
+            size += cost
+        kept.reverse()
+        return kept, compacted
+
     @classmethod
     def restore(cls, data: bytes, history_limit: int = DEFAULT_HISTORY_LIMIT) -> "KVStore":
-        """A store as of the snapshot: watchers of earlier revisions get WatchCompacted."""
+        """A store as of the snapshot, with the history it carries (a version 1 snapshot has none: watchers of
+        earlier revisions get WatchCompacted)."""
         if len(data) < _SNAP_HEAD.size + _U32.size or _U32.unpack_from(data, len(data) - 4)[0] != crc32c(data[:-4]):
             raise CorruptEntry("kv snapshot: crc mismatch or truncated")
         magic, version, applied, revision, n = _SNAP_HEAD.unpack_from(data, 0)
-        if magic != _SNAP_MAGIC or version != _SNAP_VERSION:
+        if magic != _SNAP_MAGIC or version not in (1, _SNAP_VERSION):
             raise CorruptEntry(f"kv snapshot: magic {magic:#x} version {version}")
         store = cls(history_limit)
+        store._compacted_through = revision
         off = _SNAP_HEAD.size
         try:
             for _ in range(n):
@@ -224,11 +268,21 @@ class KVStore:
                 value = bytes(data[off:off + value_size])
                 off += value_size
                 store._kv[key] = KeyValue(key, value, ver, create, mod)
+            if version >= 2:
+                store._compacted_through, count = _SNAP_HISTORY.unpack_from(data, off)
+                off += _SNAP_HISTORY.size
+                for _ in range(count):
+                    rev, ver, key_size, has_value, value_size = _SNAP_CHANGE.unpack_from(data, off)
+                    off += _SNAP_CHANGE.size
+                    key = data[off:off + key_size].decode()
+                    off += key_size
+                    value = bytes(data[off:off + value_size])
+                    off += value_size
+                    store._record(Change(rev, key, value if has_value else None, ver))
         except (struct.error, UnicodeDecodeError) as e:
             raise CorruptEntry(f"kv snapshot: {e}") from None
         if off != len(data) - 4:
             raise CorruptEntry("kv snapshot: length mismatch")
         store._sorted = sorted(store._kv)
         store.applied_index, store.revision = applied, revision
-        store._compacted_through = revision
         return store

@@ -37,7 +37,7 @@ from .read_index import ReadIndex
 from .transfer import LeadershipTransfer
 from .types import (EMPTY_READY, AppendBatch, AppendRecords, ChangeMembership, ClientAppend, ClientRead, Completion, Durable,
                     Event, HardState, NodeStatus, PeerSilent, RaftConfig, Ready, Receive, Role, Stored, StoreFailed,
-                    StoreRecovered, Tick, TransferLeadership)
+                    SnapshotNeeded, StoreRecovered, Tick, TransferLeadership)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class RaftCore:
         # back — else a leader handing leadership to its preferred leader, whose disk is full, ping-pongs with it
         # every few ms and neither commits anything (the master/slave soak, `_meta` on a full disk).
         self._store_full_until_ms = -(1 << 62)
+        self.needs_snapshot = False  # our state machine waits for a snapshot: we take no leadership (SnapshotNeeded)
         self._watermarks_moved = False
         # Batch boundaries a push may end at (pushes never split a client batch, so no node ever holds a torn
         # one that a later leader could commit half of): our own term's batch ends, and the end of the
@@ -302,6 +303,8 @@ class RaftCore:
             self.membership_changer.start(event)
         elif t is ClientRead:
             self.read_index.start(event.request_id)
+        elif t is SnapshotNeeded:
+            self._on_snapshot_needed(event.needed)
         elif t is PeerSilent:
             quiescence.on_peer_silent(event.node_id)  # (and it woke a quiet core that needs to hear it, above)
         else:
@@ -457,6 +460,8 @@ class RaftCore:
                 if m.quiesce:
                     self.quiescence.on_quiesce_heartbeat(m)
         elif t is HeartbeatResponse:
+            if member.role is _LEADER and m.code == ResponseCode.TAKE_LEADERSHIP_FAILED:
+                self.transfer.refused(m.frm)
             if member.role is _LEADER and m.frm in self.dispatchers:
                 prev_heard_ms = self.last_heard_ms[m.frm]
                 self.last_heard_ms[m.frm] = self.now_ms
@@ -484,6 +489,14 @@ class RaftCore:
                 if self.now_ms < self._store_full_until_ms:
                     log.warning("refusing to take leadership node=%s term=%d from=%s: disk full",
                                 member.node_id, member.term, m.frm)
+                    return
+                if self.needs_snapshot:
+                    # we could serve nothing (and would ask ourselves for the snapshot we lack): say so at once,
+                    # so the leader's transfer fails now rather than holding appends for an election timeout
+                    log.warning("refusing to take leadership node=%s term=%d from=%s: needs a snapshot",
+                                member.node_id, member.term, m.frm)
+                    self.send(HeartbeatResponse(member.node_id, m.frm, member.term,
+                                                ResponseCode.TAKE_LEADERSHIP_FAILED))
                     return
                 log.info("taking leadership node=%s term=%d from=%s", member.node_id, member.term, m.frm)
                 self.transfer.taken_from(m.frm)
@@ -593,6 +606,11 @@ class RaftCore:
                 log.info("disk full: transferring leadership node=%s term=%d to=%s", self.config.node_id,
                          self.member.term, successor)
                 self.transfer.start(None, successor)
+
+    def _on_snapshot_needed(self, needed: bool) -> None:
+        self.needs_snapshot = needed
+        if needed and self.member.role is _LEADER:
+            self.transfer.hand_over_for_snapshot()
 
     def _store_failed_successor(self) -> str | None:
         """The follower with the most of our log, if it holds everything committed (else it cannot win)."""

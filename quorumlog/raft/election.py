@@ -70,6 +70,8 @@ class LeaderElector:
         self.reset_timer()
         if core.now_ms < self.no_campaign_until_ms or not core.may_campaign:
             return  # a learner, a removed node, a joining node: no vote of its own to stand on
+        if core.needs_snapshot:
+            return  # no state to serve until a snapshot is installed: let a member that has it lead
         if core.config.pre_vote:
             self.start_pre_vote()
         else:

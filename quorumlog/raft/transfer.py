@@ -23,11 +23,13 @@ log = logging.getLogger(__name__)
 
 # A preferred leader that handed leadership to us gets it back only after this many election timeouts.
 HAND_BACK_AFTER_TIMEOUTS = 20
+# A preferred leader that refused leadership (it needs a snapshot) is asked again only after this many.
+RETRY_REFUSED_AFTER_TIMEOUTS = 5
 
 
 class LeadershipTransfer:
     __slots__ = ("core", "request_id", "to", "deadline_ms", "start_term", "take_sent", "preferred_retry_ms",
-                 "handed_by", "handed_at_ms")
+                 "handed_by", "handed_at_ms", "refused_at_ms")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
@@ -41,6 +43,7 @@ class LeadershipTransfer:
         # disk full or failing, an admin transfer, a shutdown) is not handed it straight back.
         self.handed_by: str | None = None
         self.handed_at_ms = 0
+        self.refused_at_ms: dict[str, int] = {}  # peer -> when it last refused to take leadership
 
     def taken_from(self, leader_id: str) -> None:
         self.handed_by, self.handed_at_ms = leader_id, self.core.now_ms
@@ -87,6 +90,29 @@ class LeadershipTransfer:
             core.complete(Completion(self.request_id, code, leader_id=core.member.leader_id))
         self.request_id, self.to, self.take_sent = None, None, False
 
+    def refused(self, peer: str) -> None:
+        """The transferee said it will not take leadership (it needs a snapshot): fail now, not at the deadline."""
+        self.refused_at_ms[peer] = self.core.now_ms
+        if self.active and self.take_sent and peer == self.to:
+            self._finish(ResponseCode.TAKE_LEADERSHIP_FAILED)
+
+    def hand_over_for_snapshot(self) -> None:
+        """We lead but our state machine needs a snapshot, which we would only ask ourselves for: hand over to
+        the follower holding most of our log that has not just refused (it needs one too)."""
+        core = self.core
+        if self.active:
+            return
+        recent = core.now_ms - 2 * core.config.election_timeout_max_ms
+        voters = [p for p in sorted(core.membership.voters & core.dispatchers.keys())
+                  if self.refused_at_ms.get(p, recent - 1) < recent]
+        if not voters:
+            return
+        best = max(voters, key=lambda p: core.dispatchers[p].match_index)
+        if core.dispatchers[best].match_index >= core.committed_index:
+            log.info("needs a snapshot: transferring leadership node=%s term=%d to=%s", core.config.node_id,
+                     core.member.term, best)
+            self.start(None, best)
+
     def observe_leader(self, term: int, leader_id: str) -> None:
         if self.active and term > self.start_term:
             self._finish(ResponseCode.SUCCESS if leader_id == self.to else ResponseCode.TAKE_LEADERSHIP_FAILED)
@@ -96,7 +122,10 @@ class LeadershipTransfer:
         if self.active and core.now_ms >= self.deadline_ms:
             self._finish(ResponseCode.TAKE_LEADERSHIP_FAILED)
         elif core.member.role is Role.LEADER and not self.active:
-            self._maybe_prefer()
+            if core.needs_snapshot:
+                self.hand_over_for_snapshot()
+            else:
+                self._maybe_prefer()
 
     def _maybe_prefer(self) -> None:
         core = self.core
@@ -107,6 +136,10 @@ class LeadershipTransfer:
         if preferred == self.handed_by and core.now_ms < self.handed_at_ms + HAND_BACK_AFTER_TIMEOUTS * \
                 core.config.election_timeout_max_ms:
             return
+        refused = self.refused_at_ms.get(preferred)
+        if refused is not None and core.now_ms < refused + RETRY_REFUSED_AFTER_TIMEOUTS * \
+                core.config.election_timeout_max_ms:
+            return  # it needed a snapshot a moment ago: do not hold appends to ask it again so soon
         if self._caught_up(preferred):
             self.start(None, preferred)
 

@@ -169,8 +169,17 @@ class ClientRead:
     request_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotNeeded:
+    """This member's state machine cannot apply on from its log (the log was reset past what it applied): until
+    it installed a snapshot (needed=False) it holds no state to lead with, so it takes no leadership — no
+    campaign, no TakeLeadership — and a leader in that state hands leadership to a follower."""
+
+    needed: bool
+
+
 Event = (Tick | Receive | ClientAppend | ClientRead | Stored | Durable | StoreFailed | StoreRecovered
-         | TransferLeadership | ChangeMembership | PeerSilent)
+         | TransferLeadership | ChangeMembership | PeerSilent | SnapshotNeeded)
 
 
 # -- actions ---------------------------------------------------------------------------------------

@@ -5,11 +5,14 @@ on each client instead, from views that may disagree, so two consumers can hold 
   starts empty: members' heartbeats get UNKNOWN_MEMBER and they join again. Its generations start at its Raft
   term << 32, above every generation an earlier leader handed out, so a member of an old generation is refused
   by every later coordinator.
-- join: the member's topics (from `topics/T` in the store) join the group's queues (the union over members);
-  every change of members or queues is a new generation. heartbeat: SUCCESS with the current assignment, or
-  ILLEGAL_GENERATION (rejoin) / UNKNOWN_MEMBER (expired: join again). A member silent for its session
-  timeout leaves (checked every TICK_MS).
-- commit: checked against the generation and the owner of each queue, then written as one batch of puts
+- join: the member's topics (from `topics/T` in the store) join the group's queues (the union over members,
+  each topic's queues shared among its own subscribers), and the queues it holds (`owned`); every change of
+  members or queues is a new generation. A queue moves only once its old holder gave it up (cooperative,
+  group_coordinator.py); a new leader's coordinator hands out a queue nobody declared only REJOIN_GRACE_MS
+  after its term began.
+  heartbeat: SUCCESS with the current assignment, or ILLEGAL_GENERATION (rejoin) / UNKNOWN_MEMBER (expired:
+  join again). A member silent for its own session timeout leaves (checked every TICK_MS).
+- commit: checked against the generation and the holder of each queue, then written as one batch of puts
   (`offsets/<group>/<topic>/<queue>` = the next offset to read) through the group's log; answered once
   committed. A member that lost a queue cannot commit it: ILLEGAL_GENERATION.
 """
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK_MS = 500
+# A new leader's coordinators hand out a queue no rejoining member declared only this long after the term
+# began: members still consuming under the old coordinator hear of the new one at their next heartbeat.
+REJOIN_GRACE_MS = 5_000
 MIN_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS = 1_000, 300_000
 
 
@@ -42,6 +48,7 @@ class ConsumerGroupService:
         self.replica = replica
         self.coordinators: dict[str, GroupCoordinator] = {}
         self._term = -1
+        self._term_started_ms = 0
         self._ticker: asyncio.Task | None = None
 
     def on_request(self, session: Any, req: ConsumerGroupRequest) -> None:
@@ -66,6 +73,7 @@ class ConsumerGroupService:
             return answer(ResponseCode.BAD_REQUEST, f"consumer group {req.op}: {e}")
         if r.core.term != self._term:  # a new leadership: earlier coordinators' state is gone
             self._term = r.core.term
+            self._term_started_ms = getattr(r.core, "leader_since_ms", _now_ms())  # (the same monotonic clock)
             self.coordinators.clear()
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.ensure_future(self._tick())
@@ -81,7 +89,7 @@ class ConsumerGroupService:
                                                               "owners": []})
                 return answer(ResponseCode.SUCCESS, body={
                     "group": group, "generation": c.generation, "members": sorted(c.last_seen),
-                    "owners": [[t, q, c.owner.get((t, q))] for t, q in c.queues]})
+                    "owners": [[t, q, c.holder.get((t, q))] for t, q in c.queues]})
             member = str(b["member"])
             if c is None:
                 return answer(ResponseCode.UNKNOWN_MEMBER, f"{member} is not a member of {group}: join")
@@ -113,10 +121,11 @@ class ConsumerGroupService:
             queues += [(t, q) for q in range(len(json.loads(got.value)["queues"]))]
         c = self.coordinators.get(group)
         if c is None:
-            c = self.coordinators[group] = GroupCoordinator(group, [], session_timeout_ms=timeout,
-                                                            generation=max(self._term, 0) << 32)
-        c.session_timeout_ms = timeout
-        c.join(member, now, queues)
+            c = self.coordinators[group] = GroupCoordinator(
+                group, [], session_timeout_ms=timeout, generation=max(self._term, 0) << 32,
+                hand_free_after_ms=self._term_started_ms + REJOIN_GRACE_MS)
+        owned = [(str(t), int(q)) for t, q in b.get("owned", [])]
+        c.join(member, now, queues, session_timeout_ms=timeout, owned=owned)
         log.info("consumer group %s: %s joined, generation %d, members %s", group, member, c.generation,
                  sorted(c.last_seen))
         answer(ResponseCode.SUCCESS, body=_assignment(c, member))

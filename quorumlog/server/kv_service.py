@@ -6,7 +6,10 @@
   retry is deduplicated by the core; answered with the result that entry produced once applied.
 - watch: changes after a revision under a prefix, held while there are none (long poll); served by the
   member asked, in log order, so a client resuming from its last revision misses nothing.
-- snapshot: this member's state, for a member that must install one (state_machine_host.py).
+- snapshot: this member's state, for a member that must install one (state_machine_host.py); snapshot_chunk:
+  the same in pieces of SNAPSHOT_CHUNK_BYTES (request: revision = the snapshot's index, -1 for a new one,
+  expected_version = the byte offset; answer: revision = its index, version = its size), so a snapshot larger
+  than a frame (a topic group's consume queues can be) installs too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..errors import BadRequest, QuorumLogError, WatchCompacted
 from ..meta.kv import encode_delete, encode_put
 from ..raft.types import ClientAppend, ClientRead, Completion
 from ..transport.client_connection import ClientConnection
+from ..transport.frames import MAX_FRAME_BYTES
 from ..wire.client import KvItem, KvRequest, KvResponse
 
 if TYPE_CHECKING:
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 MAX_WATCH_WAIT_MS = 60_000
 SNAPSHOT_FETCH_TIMEOUT_MS = 10_000
 SNAPSHOT_RETRY_S = 0.2
+SNAPSHOT_CHUNK_BYTES = 16 << 20  # one answer's share of a snapshot: well inside a frame
+assert SNAPSHOT_CHUNK_BYTES + (1 << 20) < MAX_FRAME_BYTES
 
 
 class KvService:
@@ -38,6 +44,7 @@ class KvService:
         self.replica = replica
         self._tasks: set[asyncio.Task] = set()
         self._installing = False
+        self._serving: tuple[int, bytes] | None = None  # the snapshot being sent in chunks: (index, data)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -58,11 +65,13 @@ class KvService:
         if r.stopping:
             return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
         op = req.op
-        if r.state_machine != "kv" and op != "snapshot":
+        if r.state_machine != "kv" and op not in ("snapshot", "snapshot_chunk"):
             return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} runs {r.state_machine!r}, not a key/value store")
         if op == "snapshot":
             index, data = sm.runner.take_snapshot()
             return answer(ResponseCode.SUCCESS, revision=index, data=data)
+        if op == "snapshot_chunk":
+            return self._snapshot_chunk(req, answer)
         if op == "watch":
             return self._watch(session, req)
         if op in ("get", "list"):
@@ -83,7 +92,20 @@ class KvService:
             r._pending[rid] = _pending(r, session, req, "kv_write")
             r.step(ClientAppend(rid, (body,), req.client_id, req.seq))
             return None
-        return answer(ResponseCode.BAD_REQUEST, f"unknown kv op {op!r} (get, list, put, delete, watch)")
+        return answer(ResponseCode.BAD_REQUEST, f"unknown kv op {op!r} (get, list, put, delete, watch, "
+                                                f"snapshot, snapshot_chunk)")
+
+    def _snapshot_chunk(self, req: KvRequest, answer: Any) -> None:
+        """One piece of a snapshot: offset 0 takes a new one, which the later pieces are cut from."""
+        offset = req.expected_version
+        if offset <= 0 or self._serving is None:
+            self._serving = self.replica.sm.runner.take_snapshot()
+        index, data = self._serving
+        if (offset > 0 and req.revision != index) or not 0 <= offset <= len(data):
+            return answer(ResponseCode.INCONSISTENT_STATE, f"snapshot {req.revision} at byte {offset}: serving "
+                                                           f"{index} of {len(data)} bytes: start again")
+        return answer(ResponseCode.SUCCESS, revision=index, version=len(data),
+                      data=data[max(offset, 0):max(offset, 0) + SNAPSHOT_CHUNK_BYTES])
 
     async def _watch(self, session: Any, req: KvRequest) -> None:
         sm = self.replica.sm
@@ -119,17 +141,17 @@ class KvService:
                                           items=items))
             return
         result = sm.result_of(index)
+        message = f"{req.op} {req.key!r}: version is {result.version if result else 0}"
         if result is None:
             # a retry of a write applied long ago (deduplicated by the core): its result is no longer kept
-            current = kv.get(req.key)
-            r._send(p.session, KvResponse(p.client_request_id, ResponseCode.SUCCESS,
-                                          version=current.version if current else 0, revision=kv.revision))
-            return
+            expected = None if req.expected_version == -1 else req.expected_version
+            result = kv.retried_outcome(index, req.op, req.key, expected)
+            message = (f"{req.op} {req.key!r}: a retry of the write at index {index}, whose outcome is no longer "
+                       f"known: read the key (version {result.version}) and decide")
         r.metrics.count_request(result.code.name)
         r._send(p.session, KvResponse(p.client_request_id, result.code, version=result.version,
                                       revision=result.revision,
-                                      message="" if result.code == ResponseCode.SUCCESS else
-                                      f"{req.op} {req.key!r}: version is {result.version}"))
+                                      message="" if result.code == ResponseCode.SUCCESS else message))
 
     # -- applying, snapshots -------------------------------------------------------------------------------
     def on_commit(self, committed: int) -> None:
@@ -138,14 +160,33 @@ class KvService:
             self._spawn(sm.save_snapshot())
         if sm.needs_snapshot and not self._installing:
             self._installing = True
+            self._tell_core(True)
             self._spawn(self._install_snapshot())
 
-    async def _install_snapshot(self) -> None:
-        """Fetch the leader's snapshot until one covers what our log lacks, then apply on from it."""
+    def _tell_core(self, needed: bool) -> None:
+        """A Raft member takes no leadership while it needs a snapshot (raft/core.py SnapshotNeeded)."""
+        tell = getattr(self.replica, "on_snapshot_needed", None)  # (a master/slave member has no Raft core)
+        if tell is not None:
+            tell(needed)
+
+    def _snapshot_source(self, attempt: int) -> str | None:
+        """The leader; never ourselves (a member that leads while it needs a snapshot would ask itself forever):
+        then the other members in turn, one of which holds a snapshot that covers our gap."""
         r = self.replica
+        leader = r.leader_id
+        if leader is not None and leader != r.config.node_id and leader in r.links:
+            return leader
+        others = sorted(r.links)
+        return others[attempt % len(others)] if others else None
+
+    async def _install_snapshot(self) -> None:
+        """Fetch a snapshot until one covers what our log lacks, then apply on from it."""
+        r = self.replica
+        attempt = 0
         try:
             while r.sm.needs_snapshot and not r.stopping:
-                leader = r.leader_id
+                leader = self._snapshot_source(attempt)
+                attempt += 1
                 address = r.links.get(leader) if leader else None
                 if address is None:
                     await asyncio.sleep(SNAPSHOT_RETRY_S)
@@ -157,16 +198,13 @@ class KvService:
                                                        ssl_context=getattr(r.host, "client_tls", lambda: None)(),
                                                        server_hostname=leader)
                     try:
-                        resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot"),
-                                               SNAPSHOT_FETCH_TIMEOUT_MS)
+                        data = await fetch_snapshot(conn)
                     finally:
                         await conn.close()
-                    if resp.code != ResponseCode.SUCCESS:
-                        raise QuorumLogError.for_code(resp.code, resp.message)
                     started = time.perf_counter()
-                    await r.sm.install(resp.data)
+                    await r.sm.install(data)
                     log.warning("snapshot installed node=%s group=%s from=%s applied=%d bytes=%d in %.3f s",
-                                r.config.node_id, r.group, leader, r.sm.applied_index, len(resp.data),
+                                r.config.node_id, r.group, leader, r.sm.applied_index, len(data),
                                 time.perf_counter() - started)
                 except (QuorumLogError, OSError) as e:
                     log.warning("snapshot fetch from %s failed node=%s group=%s: %s", leader, r.config.node_id,
@@ -178,6 +216,8 @@ class KvService:
         finally:
             self._installing = False
         if not r.stopping:
+            if not r.sm.needs_snapshot:
+                self._tell_core(False)
             self.on_commit(r.store.committed_index)
 
     def status(self) -> dict[str, Any]:
@@ -196,6 +236,29 @@ class KvService:
             t.cancel()
         if self.replica.sm is not None:
             self.replica.sm.close()
+
+
+async def fetch_snapshot(conn: Any) -> bytes:
+    """A member's snapshot, chunk by chunk (one of any size); from a node that predates chunks, whole."""
+    parts: list[bytes] = []
+    index, offset = -1, 0
+    while True:
+        resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot_chunk", revision=index,
+                                         expected_version=offset), SNAPSHOT_FETCH_TIMEOUT_MS)
+        if resp.code == ResponseCode.BAD_REQUEST and offset == 0:  # (an older node: no chunks)
+            resp = await conn.call(KvRequest(conn.next_request_id(), "snapshot"), SNAPSHOT_FETCH_TIMEOUT_MS)
+            if resp.code != ResponseCode.SUCCESS:
+                raise QuorumLogError.for_code(resp.code, resp.message)
+            return resp.data
+        if resp.code != ResponseCode.SUCCESS:
+            raise QuorumLogError.for_code(resp.code, resp.message)
+        index = resp.revision
+        parts.append(resp.data)
+        offset += len(resp.data)
+        if offset >= resp.version:
+            return b"".join(parts)
+        if not resp.data:
+            raise QuorumLogError.for_code(ResponseCode.INCONSISTENT_STATE, f"empty chunk at byte {offset}")
 
 
 def _pending(r: "Replica", session: Any, req: KvRequest, kind: str) -> "_Pending":

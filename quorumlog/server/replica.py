@@ -30,7 +30,7 @@ from ..topic.dispatcher import TopicDispatcher
 from ..transport.handshake import ANY_MEMBER
 from ..raft.types import (
     AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Ready, Receive, Role,
-    StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
+    SnapshotNeeded, StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
 )
 from ..wire.client import (
     AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, HaControllerRequest, KvRequest,
@@ -538,6 +538,10 @@ class Replica:
     @property
     def leader_id(self) -> str | None:
         return self.core.leader_id
+
+    def on_snapshot_needed(self, needed: bool) -> None:
+        """The state machine waits for a snapshot (or installed it): the core takes no leadership meanwhile."""
+        self.step(SnapshotNeeded(needed))
 
     def read_refusal(self) -> str | None:
         return None  # (every member of a Raft group serves reads up to what it knows committed)

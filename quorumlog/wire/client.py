@@ -145,8 +145,9 @@ class KvRequest:
     """The metadata store (meta/kv.py) of the group the connection named, normally `_meta`. op "get" (key),
     "list" (key = prefix), "put" (key, value, expected_version), "delete" (key, expected_version), "watch"
     (key = prefix; changes after `revision`, held up to wait_ms while there are none) and "snapshot" (the
-    state machine's snapshot, for a member whose log was reset past what it applied). expected_version -1:
-    unconditional; 0: the key must not exist."""
+    state machine's snapshot, for a member whose log was reset past what it applied), or "snapshot_chunk"
+    (the same in pieces: revision = its index or -1, expected_version = byte offset; server/kv_service.py).
+    expected_version -1: unconditional; 0: the key must not exist."""
 
     request_id: int
     op: str

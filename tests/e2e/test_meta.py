@@ -153,3 +153,63 @@ def test_a_member_added_after_retention_installs_the_leaders_snapshot(tmp_path):
         asyncio.run(main())
     finally:
         cluster.stop()
+
+
+def test_a_preferred_leader_that_needs_a_snapshot_installs_it_before_it_leads(tmp_path):
+    """`_meta`'s preferred leader P is killed; the others write on and the follower F deletes its log below
+    P's end (its retention keeps only what its snapshot covers). Then the leader is killed and P comes back:
+    F leads, resets P, and P needs a snapshot. Handed leadership then (it is the preferred leader, its log
+    caught up), it would ask itself for that snapshot forever and `_meta` would answer no write: it refuses
+    leadership until it installed F's snapshot, then takes it."""
+    cluster = Cluster(str(tmp_path), n=3, extra_args=RETENTION_ARGS)
+
+    async def main() -> None:
+        await _create_meta(cluster, segment_bytes=SEGMENT_BYTES)
+        rows = await _meta_rows(cluster, list(cluster.nodes))
+        preferred = next(r["preferred_leader_id"] for r in rows.values() if r["preferred_leader_id"])
+        others = [n for n in cluster.nodes if n != preferred]
+        async with Client(cluster.peers, timeout_ms=15_000) as client:
+            await client.kv_put("k/first", b"before")
+            deadline = time.monotonic() + 20
+            while (await _meta_rows(cluster, [preferred]))[preferred]["role"] != "leader":
+                assert time.monotonic() < deadline, "the preferred leader never led"
+                await asyncio.sleep(0.1)
+            p_end = (await _meta_rows(cluster, [preferred]))[preferred]["end_index"]
+            cluster.nodes[preferred].kill9()
+        async with Client(cluster.peers_without(preferred), timeout_ms=15_000) as client:
+            for i in range(400):
+                await client.kv_put(f"k/{i % 100:03d}", b"%d:" % i + b"." * 1000)
+            deadline = time.monotonic() + 30
+            while True:
+                rows = await _meta_rows(cluster, others)
+                leader = next((n for n, r in rows.items() if r["role"] == "leader"), None)
+                follower = next((n for n in others if n != leader), None)
+                if leader and rows[follower]["begin_index"] > p_end + 1:
+                    break
+                assert time.monotonic() < deadline, ("the follower's retention never passed P's end", p_end, rows)
+                await client.kv_put("k/tick", b"x")
+                await asyncio.sleep(0.2)
+        cluster.nodes[leader].kill9()
+        cluster.nodes[preferred].start()
+        async with Client(cluster.peers_without(leader), timeout_ms=15_000, request_timeout_ms=3_000) as client:
+            deadline = time.monotonic() + 40
+            i = 0
+            while True:  # every write is answered while P installs its snapshot and then takes leadership
+                i += 1
+                await client.kv_put("k/after", b"%d" % i)
+                rows = await _meta_rows(cluster, [preferred, follower])
+                p = rows.get(preferred)
+                if p and p["role"] == "leader" and p["state_machine"]["snapshots_installed"] >= 1:
+                    break
+                assert time.monotonic() < deadline, (preferred, {n: (r["role"], r["begin_index"], r["end_index"],
+                                                                     r["state_machine"]) for n, r in rows.items()})
+                await asyncio.sleep(0.2)
+            await client.kv_put("k/last", b"led by the preferred leader")
+            assert (await client.kv_get("k/099"))[0].startswith(b"399:")
+        assert "installed a snapshot" in cluster.nodes[preferred].log_text()  # (it was reset)
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()

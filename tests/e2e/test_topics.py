@@ -196,13 +196,13 @@ def test_a_consumer_group_shares_queues_survives_a_dead_member_and_refuses_a_sta
             while len({m.body for ms in delivered.values() for m in ms}) < 120:
                 assert time.monotonic() < deadline, f"consumed {sum(map(len, delivered.values()))} of 120"
                 await asyncio.sleep(0.05)
-            # one generation (a learns of b's join at its next heartbeat): every queue has exactly one owner
+            # a learns of b's join at its next heartbeat and gives up half its queues, then b gets them: every
+            # queue ends with exactly one owner
             deadline = time.monotonic() + 10
-            while a.generation != b.generation:
-                assert time.monotonic() < deadline, "a never rejoined"
+            while a.generation != b.generation or not (a.assignment and b.assignment):
+                assert time.monotonic() < deadline, "the queues never moved"
                 await asyncio.sleep(0.05)
             assert sorted(a.assignment + b.assignment) == [("flights", q) for q in range(4)]
-            assert a.assignment and b.assignment
             # b dies without leaving (no commit, no leave): its queues move after the session timeout
             tb.cancel()
             b._heartbeat.cancel()
@@ -384,6 +384,59 @@ def test_topic_retention_by_size_and_time_and_a_consumer_resets_to_the_earliest_
                 await p.send("brief", b"after the bad commit")
                 m = await asyncio.wait_for(got, 10)
                 assert (m.body, m.queue_offset) == (b"after the bad commit", 12)
+
+    try:
+        cluster.start()
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+def test_a_rebalance_never_has_two_members_consume_one_queue(tmp_path):
+    """Member a reads a backlog; b joins while a is mid-queue. The queues b gets move only once a gave them up
+    (stopped pulling, committed what it delivered), so b starts where a stopped: no message reaches both."""
+    cluster = Cluster(str(tmp_path), n=3)
+
+    async def main() -> None:
+        await _topic_groups(cluster, "t1")
+        async with quorumlog.TopicAdmin(cluster.peers, timeout_ms=10_000) as admin:
+            await admin.create("orders", queues=4)
+        kw = _consumer_kw("orders", 10_000, max_messages=16)
+        delivered: dict[str, list] = defaultdict(list)
+
+        async def consume(c: quorumlog.Consumer, name: str) -> None:
+            async for m in c:
+                delivered[name].append(m)
+                await asyncio.sleep(0.0005)  # (a consumer that does some work per message)
+
+        async with quorumlog.Producer(cluster.peers, timeout_ms=10_000) as p:
+            bodies = [b"o%d" % i for i in range(2_000)]
+            for i in range(0, len(bodies), 100):
+                await asyncio.gather(*(p.send("orders", b, key=f"k{j}") for j, b in
+                                       enumerate(bodies[i:i + 100], start=i)))
+            a = quorumlog.Consumer(cluster.peers, member_id="a", **kw)
+            b = quorumlog.Consumer(cluster.peers, member_id="b", **kw)
+            await a.__aenter__()
+            ta = asyncio.ensure_future(consume(a, "a"))
+            deadline = time.monotonic() + 20
+            while len(delivered["a"]) < 200:
+                assert time.monotonic() < deadline, "a consumed nothing"
+                await asyncio.sleep(0.01)
+            await b.__aenter__()
+            tb = asyncio.ensure_future(consume(b, "b"))
+            deadline = time.monotonic() + 60
+            while len({m.body for ms in delivered.values() for m in ms}) < len(bodies):
+                assert time.monotonic() < deadline, f"consumed {sum(map(len, delivered.values()))}"
+                await asyncio.sleep(0.05)
+            assert a.assignment and b.assignment and set(a.assignment).isdisjoint(b.assignment)
+            ta.cancel()
+            tb.cancel()
+            await a.close()
+            await b.close()
+        by_a = {(m.queue_id, m.queue_offset) for m in delivered["a"]}
+        both = sorted(by_a & {(m.queue_id, m.queue_offset) for m in delivered["b"]})
+        assert not both, f"{len(both)} messages consumed by both members, first {both[:5]}"
+        _assert_in_order_never_skipping(delivered)
 
     try:
         cluster.start()

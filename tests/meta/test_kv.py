@@ -62,7 +62,9 @@ def test_watch_history_and_compaction():
     assert (last.key, last.value, last.version) == ("k1", None, 0)
 
 
-def test_a_snapshot_restores_the_same_store_and_compacts_older_watches():
+def test_a_snapshot_restores_the_same_store_and_its_watch_history():
+    """A restart (or a snapshot install) keeps the watch history: a watcher resuming from revision 0 in a
+    store of 40 revisions gets the changes, not WATCH_COMPACTED."""
     kv = KVStore()
     for i in range(1, 40):
         kv.apply(i, encode_put(f"k/{i % 7}", bytes([i]) * i))
@@ -73,10 +75,31 @@ def test_a_snapshot_restores_the_same_store_and_compacts_older_watches():
     assert (back.applied_index, back.revision) == (40, 40)
     assert back.list("k/") == kv.list("k/")
     assert back.changes_since(40) == []
-    with pytest.raises(WatchCompacted):
-        back.changes_since(39)
+    assert back.changes_since(0) == kv.changes_since(0) and len(back.changes_since(0)) == 40
     with pytest.raises(CorruptEntry):
         KVStore.restore(snap[:-1] + bytes([snap[-1] ^ 1]))
+
+
+def test_a_snapshot_carries_the_history_that_fits_and_compacts_the_rest():
+    from quorumlog.meta.kv import MAX_SNAPSHOT_HISTORY_BYTES, MAX_VALUE_BYTES
+    assert 3 * MAX_VALUE_BYTES < MAX_SNAPSHOT_HISTORY_BYTES <= 4 * MAX_VALUE_BYTES
+    kv = KVStore(history_limit=3)
+    for i in range(1, 6):
+        kv.apply(i, encode_put("k", b"%d" % i))
+    back = KVStore.restore(kv.snapshot(), history_limit=3)  # the store's own compaction is kept
+    assert [c.revision for c in back.changes_since(2)] == [3, 4, 5]
+    with pytest.raises(WatchCompacted):
+        back.changes_since(1)
+    big = KVStore()
+    value = b"v" * MAX_VALUE_BYTES
+    for i in range(1, 6):
+        big.apply(i, encode_put(f"k{i}", value))
+    snap = big.snapshot()
+    assert len(snap) < 5 * len(value) + MAX_SNAPSHOT_HISTORY_BYTES
+    back = KVStore.restore(snap)
+    assert [c.revision for c in back.changes_since(2)] == [3, 4, 5]  # the newest three fit
+    with pytest.raises(WatchCompacted):
+        back.changes_since(1)
 
 
 def test_bad_commands_are_refused_before_the_log_and_answered_alike_after_it():
@@ -121,3 +144,17 @@ def test_matches_a_dict_model_and_replicas_agree(cmds):
     assert {e.key: (e.value, e.version) for e in kv.list()} == model
     assert kv.snapshot() == replica.snapshot()
     assert KVStore.restore(kv.snapshot()).list() == kv.list()
+
+
+def test_the_outcome_of_a_retried_write_whose_result_is_gone():
+    from quorumlog.codes import ResponseCode
+    from quorumlog.meta.kv import KVStore, encode_delete, encode_put
+    kv = KVStore()
+    kv.apply(0, encode_put("k", b"1"))
+    kv.apply(1, encode_put("k", b"2", 7))  # conflicted
+    kv.apply(2, encode_put("k", b"3", 1))  # took
+    kv.apply(3, encode_delete("gone", 1))  # conflicted (absent)
+    assert kv.retried_outcome(1, "put", "k", 7).code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD
+    assert kv.retried_outcome(2, "put", "k", 1).code == ResponseCode.SUCCESS
+    assert kv.retried_outcome(3, "delete", "gone", 1).code == ResponseCode.DUPLICATE_SEQUENCE_TOO_OLD
+    assert kv.retried_outcome(0, "put", "k", None).code == ResponseCode.SUCCESS

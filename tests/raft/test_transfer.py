@@ -144,3 +144,51 @@ def test_a_node_whose_disk_has_room_again_takes_leadership_at_once():
     taken = c.transfer(leader, to)
     c.run_until(lambda: taken in c.completions, 500)
     assert c.completions[taken].code == ResponseCode.SUCCESS and c.leader() == to
+
+
+def test_a_preferred_leader_that_needs_a_snapshot_is_not_handed_leadership():
+    """Its log is caught up but its state machine waits for a snapshot (the log was reset past what it
+    applied): handed leadership it would ask itself for that snapshot forever and the group would answer no
+    write. It refuses at once, the leader keeps leading and taking appends, and it is handed leadership only
+    once it installed the snapshot."""
+    from quorumlog.raft.types import SnapshotNeeded
+    c = Cluster(3, preferred_leader_id="n2")
+    c.isolate("n2")
+    leader = c.elect()
+    c.step("n2", SnapshotNeeded(True))
+    since = len(c.sent)
+    c.heal()
+    transferring = 0
+    for i in range(50):  # 5 s; every append is answered within 300 ms
+        rid = c.append(leader, [b"w%d" % i])
+        c.run_until(lambda: rid in c.completions, 300)
+        if c.completions[rid].code == ResponseCode.LEADER_TRANSFERRING:
+            transferring += 1  # (an attempt to hand over, refused at once: asked again only seconds later)
+            continue
+        assert c.completions[rid].code == ResponseCode.SUCCESS, c.completions[rid]
+        c.run(100)
+    assert transferring <= 2
+    assert c.leaders() == [leader]
+    assert not any(isinstance(m, VoteRequest) and m.frm == "n2" for m in c.sent[since:])
+    c.step("n2", SnapshotNeeded(False))
+    c.run_until(lambda: c.leader() == "n2", 5_000)
+
+
+def test_a_member_that_needs_a_snapshot_does_not_campaign_and_a_leader_that_needs_one_hands_over():
+    from quorumlog.raft.types import SnapshotNeeded
+    c = Cluster(3)
+    leader = c.elect()
+    c.run(200)
+    a, b = (n for n in c.ids if n != leader)
+    c.step(a, SnapshotNeeded(True))
+    since = len(c.sent)
+    c.isolate(leader)
+    c.run_until(lambda: c.leader() == b, 5_000)
+    assert not any(isinstance(m, VoteRequest) and m.frm == a for m in c.sent[since:])
+    c.heal()
+    c.run(500)
+    c.step(b, SnapshotNeeded(True))  # the leader itself: it hands leadership over (to `leader`, not to a)
+    c.run_until(lambda: c.leader() not in (None, b), 5_000)
+    assert c.leader() == leader
+    c.run(2_000)
+    assert c.leaders() == [leader]
