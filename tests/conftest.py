@@ -1,6 +1,7 @@
 """Settings and shared fixtures for every test: node processes started by the tests inherit the settings through
 the environment."""
 
+import contextlib
 import os
 import subprocess
 
@@ -32,3 +33,12 @@ def tmpfs(tmp_path):
     yield mount
     for d in mounted:
         subprocess.run(["umount", "-l", d], capture_output=True)
+
+
+@pytest.fixture
+def plant():
+    """plant(*bugs): the Raft core with those bugs planted (quorumlog/sim/planted_raft.py) until the test ends."""
+    from quorumlog.sim.planted_raft import planted
+
+    with contextlib.ExitStack() as stack:
+        yield lambda *bugs: stack.enter_context(planted(bugs))

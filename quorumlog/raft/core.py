@@ -54,13 +54,6 @@ class RaftCore:
         self.log = log
         self.rng = rng
         self.now_ms = now_ms
-        bugs = config.planted_bugs
-        unknown = bugs - {"commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
-                          "change_before_term_commit", "promote_lagging_learner", "read_without_quorum",
-                          "read_before_term_commit"}
-        assert not unknown, f"unknown planted bugs {unknown}"
-        self._bug_commit_by_count = "commit_previous_term_by_count" in bugs
-        self._bug_ack_before_quorum = "ack_before_quorum" in bugs
 
         self.member = MemberState(config.node_id, hard_state)
         self.committed_index = log.committed_index
@@ -702,18 +695,23 @@ class RaftCore:
         return end
 
     # -- leader bookkeeping after each step --------------------------------------------------------------
+    def _commit_point(self) -> int:
+        """What the voters' watermarks commit now (QuorumAckChecker), cut back to a whole batch: `new` is in our
+        term, whose batches we wrote ourselves."""
+        voters = self.membership.voters
+        new = check_quorum_ack([d.watermark for p, d in self.dispatchers.items() if p in voters],
+                               self.durable_index if self.is_voter else None, self.quorum, self.member.term,
+                               self.log.term_at, self.committed_index)
+        if new > self.committed_index:
+            ends = self._batch_ends
+            k = bisect_right(ends, new) - 1
+            new = ends[k] if k >= 0 else self.committed_index
+        return new
+
     def _after_leader_step(self) -> None:
         if self._watermarks_moved:
             self._watermarks_moved = False
-            voters = self.membership.voters
-            new = check_quorum_ack([d.watermark for p, d in self.dispatchers.items() if p in voters],
-                                   self.durable_index if self.is_voter else None, self.quorum, self.member.term,
-                                   self.log.term_at, self.committed_index, self._bug_commit_by_count)
-            if new > self.committed_index and not self._bug_commit_by_count:
-                # Commit whole batches only: `new` is in our term, whose batches we wrote ourselves.
-                ends = self._batch_ends
-                k = bisect_right(ends, new) - 1
-                new = ends[k] if k >= 0 else self.committed_index
+            new = self._commit_point()
             if new > self.committed_index:
                 self._set_committed(new)
                 self.pending.complete_up_to(new, self._completions)
@@ -723,9 +721,6 @@ class RaftCore:
                 self.membership_changer.after_commit()
                 if self.member.role is not _LEADER:
                     return
-        if self._bug_ack_before_quorum:
-            # PLANTED BUG ack_before_quorum (test-only): answer clients once the leader alone stored the batch.
-            self.pending.complete_up_to(self.log.end_index, self._completions)
         self.membership_changer.after_leader_step()  # (a promotion it applies goes out in the pumps below)
         for d in self.dispatchers.values():
             d.pump()

@@ -149,17 +149,21 @@ class LeaderElector:
         granted = result is VoteResult.ACCEPT
         core.send(VoteResponse(core.config.node_id, m.frm, m.term if granted else term, result, pre_vote=True))
 
+    @staticmethod
+    def _voted_for_another(voted_for: str | None, candidate: str) -> bool:
+        """One vote per term: a second candidate of the term is refused."""
+        return voted_for not in (None, candidate)
+
     def on_vote_request(self, m: VoteRequest) -> None:
         """A real vote in our current term (term already raised to m.term by the caller)."""
         core = self.core
         member = core.member
         assert m.term == member.term
-        if member.voted_for not in (None, m.frm) and "double_vote" not in core.config.planted_bugs:
+        if self._voted_for_another(member.voted_for, m.frm):
             result = VoteResult.REJECT_ALREADY_VOTED
         elif member.role is Role.LEADER:
             result = VoteResult.REJECT_ALREADY_HAS_LEADER
         else:
-            # PLANTED BUG double_vote (test-only): the check above is skipped, a second candidate is granted.
             result = self._log_result(m)
         if result is VoteResult.ACCEPT:
             member.vote(m.frm)  # persisted by the Ready's hard_state before this response is sent

@@ -68,11 +68,11 @@ class EntryDispatcher:
         self.hold_until_ms = -(1 << 62)  # no COMPARE/TRUNCATE before this (a full follower: see above)
         self.probing = False  # one push in flight until the follower acknowledges one (a full follower)
         self.state = PushType.COMPARE
-        if "skip_compare" in core.config.planted_bugs:
-            # PLANTED BUG skip_compare (test-only): assume the follower already matches our whole log.
-            self._enter_append(core.log_end + 1)
-        else:
-            self._enter_compare(core.log_end)
+        self._first_push()
+
+    def _first_push(self) -> None:
+        """A new leader knows nothing of the follower's log: it compares from its own end first."""
+        self._enter_compare(self.core.log_end)
 
     # -- state changes -----------------------------------------------------------------------------
     def _enter_compare(self, index: int) -> None:

@@ -128,9 +128,7 @@ class EntryHandler:
         assert first <= end + 1
         prev = first - 1
         if prev > self.matched_end and prev >= log_view.begin_index:
-            # PLANTED BUG skip_compare (test-only) also trusts an APPEND without checking prev, as DLedger's
-            # follower does (it relies on the leader's COMPARE).
-            if "skip_compare" not in core.config.planted_bugs and not self._follows(prev, m):
+            if not self._append_follows(prev, m):
                 self.buffer.clear()
                 self._reply(m, ResponseCode.INCONSISTENT_STATE, first)
                 return False
@@ -178,6 +176,11 @@ class EntryHandler:
             self._ack_watermark(m)
         else:
             self._reply(m, ResponseCode.INCONSISTENT_TERM, c)
+
+    def _append_follows(self, prev: int, m: PushRequest) -> bool:
+        """An APPEND is taken only where it follows our log: checked here too, not only by the leader's
+        COMPARE (DLedger's follower trusts the COMPARE)."""
+        return self._follows(prev, m)
 
     def _follows(self, prev: int, m: PushRequest) -> bool:
         """Does the push's first record follow our entry `prev`? By term (Raft), or, when the leader no longer

@@ -22,17 +22,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PLANTED = frozenset({"change_before_term_commit", "promote_lagging_learner"})
-
 
 class MembershipChanger:
-    __slots__ = ("core", "_bug_early_change", "_bug_promote_lagging", "_promoting", "holding", "_held")
+    __slots__ = ("core", "_promoting", "holding", "_held")
 
     def __init__(self, core: "RaftCore") -> None:
         self.core = core
-        bugs = core.config.planted_bugs
-        self._bug_early_change = "change_before_term_commit" in bugs
-        self._bug_promote_lagging = "promote_lagging_learner" in bugs
         # A promotion waiting for its learner to hold every committed entry: (request, until when in ms, the
         # commit point when it came). While `holding`, client appends wait in `_held` (the final round below).
         self._promoting: tuple[ChangeMembership, int, int] | None = None
@@ -122,7 +117,7 @@ class MembershipChanger:
             return ResponseCode.LEADER_TRANSFERRING, ""
         if current.index > core.committed_index:
             return ResponseCode.CONFIG_CHANGE_IN_PROGRESS, f"configuration at {current.index} not committed yet"
-        if not self._own_term_committed() and not self._bug_early_change:
+        if not self._own_term_committed():
             # Ongaro, raft-dev 2015: a leader that changes the configuration before committing an entry of its
             # term may build on a configuration that a previous leader's uncommitted change already replaced on
             # other nodes, and two configurations without a common majority follow. Make sure such an entry
@@ -140,7 +135,7 @@ class MembershipChanger:
         if change is Change.PROMOTE:
             if node not in current.learners:
                 return ResponseCode.MEMBER_EXISTS, f"{node} is already a voter"
-            if not self._bug_promote_lagging and not self._caught_up(node):
+            if not self._caught_up(node):
                 return ResponseCode.LEARNER_NOT_CAUGHT_UP, f"{node} does not hold every committed entry yet"
             voters = current.voters | {node}
         else:

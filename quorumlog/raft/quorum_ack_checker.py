@@ -18,20 +18,16 @@ def quorum_index(watermarks: Iterable[int], quorum: int) -> int:
 
 
 def check_quorum_ack(peer_watermarks: Iterable[int], leader_durable_index: int | None, quorum: int,
-                     current_term: int, term_at: Callable[[int], int], committed_index: int,
-                     count_previous_terms: bool = False) -> int:
+                     current_term: int, term_at: Callable[[int], int], committed_index: int) -> int:
     """New committed index (never below `committed_index`).
 
     `peer_watermarks`: each voting follower's acknowledged durable index in this term; the leader counts itself
-    only up to its own durable index, and not at all (None) while it leads a configuration that removed it. `count_previous_terms` is the planted bug
-    "commit_previous_term_by_count" (test-only): it commits whatever a majority holds, whatever its term.
+    only up to its own durable index, and not at all (None) while it leads a configuration that removed it.
     """
     own = () if leader_durable_index is None else (leader_durable_index,)
     candidate = quorum_index([*own, *peer_watermarks], quorum)
     if candidate <= committed_index:
         return committed_index
-    if count_previous_terms:  # PLANTED BUG commit_previous_term_by_count: ignores Raft's current-term rule
-        return candidate
     # Terms never decrease along the log, so if entry `candidate` is of an earlier term, so is every entry
     # before it: nothing may be committed by counting until a current-term entry reaches the quorum.
     if term_at(candidate) != current_term:

@@ -57,8 +57,7 @@ class ReadIndex:
             core.complete(Completion(request_id, ResponseCode.NOT_LEADER, leader_id=core.member.leader_id))
             return
         deadline = core.now_ms + core.config.max_wait_ack_ms
-        if not self._own_term_committed() and "read_before_term_commit" not in core.config.planted_bugs:
-            # (PLANTED BUG read_before_term_commit, test-only: skips this wait)
+        if not self._own_term_committed():
             core.ensure_own_term_entry()
             self._blocked.append((request_id, deadline))
             return
@@ -66,8 +65,7 @@ class ReadIndex:
 
     def _begin(self, request_id: int, deadline_ms: int) -> None:
         core = self.core
-        if not core.voting_others or "read_without_quorum" in core.config.planted_bugs:
-            # we alone are the quorum (or PLANTED BUG read_without_quorum, test-only: a lease without a clock)
+        if self._alone():  # we alone are the quorum
             core.complete(Completion(request_id, ResponseCode.SUCCESS, core.committed_index, core.committed_index,
                                      core.member.term))
             return
@@ -91,6 +89,9 @@ class ReadIndex:
         self._sent = self.seq
         self._round_due = False
         return self.seq
+
+    def _alone(self) -> bool:
+        return not self.core.voting_others
 
     def _own_term_committed(self) -> bool:
         core = self.core

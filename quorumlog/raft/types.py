@@ -67,10 +67,6 @@ class RaftConfig:
     # no heartbeats and their election timers stand still; any proposal or message wakes them, and PeerSilent
     # (the runtime's node-level liveness) wakes a quiet follower whose leader's node went silent.
     quiesce: bool = False
-    # Test-only: plant a known bug so the simulator can prove its checker fails. Names:
-    # "commit_previous_term_by_count", "double_vote", "skip_compare", "ack_before_quorum",
-    # "change_before_term_commit", "promote_lagging_learner".
-    planted_bugs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         assert self.join or self.node_id in self.peers, f"{self.node_id} not in peers {self.peers}"

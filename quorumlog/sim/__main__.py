@@ -22,7 +22,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, choices=(3, 5), default=None, help="override the seed's node count")
     p.add_argument("--trace", action="store_true", help="print one line per delivered message/event/fault")
     p.add_argument("--bug", action="append", default=[], choices=PLANTED_BUGS,
-                   help="plant a known bug in the core (RaftConfig.planted_bugs); may repeat")
+                   help="plant a known bug in the core (sim/planted_raft.py); may repeat")
     p.add_argument("--stop-on-first", action="store_true", help="stop a --seeds run at the first failure")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per seed")
     p.add_argument("--jobs", type=int, default=1, help="worker processes for a --seeds run (results in seed order)")

@@ -35,6 +35,7 @@ from .liveness import NodeLiveness
 from .network import Network
 from .node import CoreFactory, SimNode
 from .options import SimOptions, world_seed
+from .planted_raft import planted
 from .scheduler import Scheduler
 from .trace import describe
 
@@ -93,7 +94,7 @@ class World:
                             max_push_batch_bytes=options.max_push_batch_bytes,
                             max_pending_pushes=options.max_pending_pushes,
                             max_wait_ack_ms=options.max_wait_ack_ms,
-                            planted_bugs=options.planted_bugs, quiesce=options.quiesce,
+                            quiesce=options.quiesce,
                             check_quorum=options.check_quorum)
         self.nodes: dict[str, SimNode] = {}
         for node_id in self.node_ids:
@@ -129,7 +130,12 @@ class World:
 
     # -- the run -----------------------------------------------------------------------------------
     def run(self) -> None:
-        """Run to the end of the liveness phase; raises Violation on the first broken invariant."""
+        """Run to the end of the liveness phase; raises Violation on the first broken invariant. The options'
+        planted bugs are in the core for the length of the run (sim/planted_raft.py)."""
+        with planted(self.options.planted_bugs):
+            self._run()
+
+    def _run(self) -> None:
         for node_id in self.node_ids:
             self.scheduler.after(self.rng.randrange(self.options.tick_ms), self._tick, node_id)
             if self.liveness is not None:

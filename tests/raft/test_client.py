@@ -217,8 +217,10 @@ def test_disk_full_on_the_leader_hands_over_to_a_caught_up_follower():
 
 
 @pytest.mark.parametrize("bug", [False, True])
-def test_ack_before_quorum_answers_before_any_follower_has_it(bug):
-    c, leader, followers = _cluster(planted_bugs=frozenset({"ack_before_quorum"}) if bug else frozenset())
+def test_ack_before_quorum_answers_before_any_follower_has_it(bug, plant):
+    if bug:
+        plant("ack_before_quorum")
+    c, leader, followers = _cluster()
     for f in followers:
         c.isolate(f)
     rid = c.append(leader, [b"x"])

@@ -99,8 +99,10 @@ def test_vote_is_persisted_before_the_grant_is_sent():
 
 
 @pytest.mark.parametrize("bug", [False, True])
-def test_one_vote_per_term_unless_double_vote_is_planted(bug):
-    core = _voter(planted_bugs=frozenset({"double_vote"}) if bug else frozenset())
+def test_one_vote_per_term_unless_double_vote_is_planted(bug, plant):
+    if bug:
+        plant("double_vote")
+    core = _voter()
     core.step(Receive(VoteRequest("n0", "n1", 1, -1, -1)))
     (resp,) = core.step(Receive(VoteRequest("n2", "n1", 1, -1, -1))).messages
     assert resp.granted is bug

@@ -22,13 +22,14 @@ TERM = 1
 
 
 class StandInCore:
+    bugs: frozenset[str] = frozenset()  # the stand-in's own planted bugs: a subclass sets them (planting())
+
     def __init__(self, config: RaftConfig, log, hard_state: HardState, rng: random.Random, now_ms: int) -> None:
         self.config = config
         self.log = log
         self.rng = rng
         self.now_ms = now_ms
         self.node_id = config.node_id
-        self.bugs = set(config.planted_bugs)
         self.next_index = {p: 0 for p in config.peers if p != self.node_id}
         self.match = {p: -1 for p in config.peers}
         self.pending: list[tuple[int, int, int]] = []  # (request_id, first, last)
@@ -119,3 +120,8 @@ class StandInCore:
     def status(self) -> NodeStatus:
         return NodeStatus(self.node_id, self.role, TERM, LEADER, self.log.begin_index, self.log.end_index,
                           self.committed)
+
+
+def planting(*bugs: str) -> type[StandInCore]:
+    """A stand-in core with `bugs` planted (ack_on_write, no_prev_check), as a core factory for World."""
+    return type("BuggyStandIn", (StandInCore,), {"bugs": frozenset(bugs)})

@@ -15,7 +15,7 @@ from quorumlog.sim.options import SimOptions
 from quorumlog.sim.scheduler import Scheduler
 from quorumlog.sim.world import World, run_seed
 
-from .standin import StandInCore
+from .standin import StandInCore, planting
 
 
 def standin_options(seed: int, **overrides) -> SimOptions:
@@ -27,9 +27,9 @@ def standin_options(seed: int, **overrides) -> SimOptions:
     return dataclasses.replace(SimOptions.from_seed(seed), **base)
 
 
-def run_standin(options: SimOptions) -> tuple[World, list[str]]:
+def run_standin(options: SimOptions, core: type[StandInCore] = StandInCore) -> tuple[World, list[str]]:
     lines: list[str] = []
-    world = World(options, StandInCore, lines.append)
+    world = World(options, core, lines.append)
     world.run()
     return world, lines
 
@@ -54,7 +54,7 @@ def test_same_seed_same_trace():
 
 def test_checker_catches_ack_before_commit():
     with pytest.raises(Violation) as info:
-        run_standin(standin_options(3, planted_bugs=frozenset({"ack_on_write"})))
+        run_standin(standin_options(3), planting("ack_on_write"))
     assert info.value.kind == "ack_before_commit"
 
 
