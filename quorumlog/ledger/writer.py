@@ -161,15 +161,22 @@ class LedgerWriterCore:
         self.md = metadata
         self._stripes = self._stripes_of(metadata)
         self._failed &= set(metadata.last_ensemble)  # replaced now
-        if self._failed:  # another bookie failed meanwhile: change again
+        self._retarget_pending(metadata)
+        if self._failed:  # another bookie failed meanwhile: change again (and send once it is replaced)
             self.changing = True
             self.requests.append(NeedEnsembleChange(self.lac + 1, frozenset(self._failed)))
             return
         for entry_id, add in sorted(self.pending.items()):
-            add.write_set = metadata.write_set(entry_id)
-            add.acks &= set(add.write_set)
             self._send(entry_id, add)
         self._advance()
+
+    def _retarget_pending(self, metadata: LedgerMetadata) -> None:
+        """Every pending add takes its write set in the new metadata at once, even while another change is due:
+        a replaced bookie has left every write set, so a late answer from it is never counted (the entry would
+        be acknowledged on bookies the metadata does not place it on, and recovery would close it away)."""
+        for entry_id, add in self.pending.items():
+            add.write_set = metadata.write_set(entry_id)
+            add.acks &= set(add.write_set)
 
     def ensemble_change_failed(self, code: ResponseCode) -> None:
         """NOT_ENOUGH_BOOKIES, or the metadata moved under us (a recovery: LEDGER_FENCED)."""
