@@ -393,3 +393,36 @@ def test_a_crash_between_a_checkpoints_index_chunks_loses_nothing(tmp_path):
         assert s.add_entries(1, [(10, body(1, 10), 9)]).result(10) is not None
     finally:
         s.close()
+
+
+def test_the_journal_without_flush_when_queue_empty_groups_every_kind_of_record(tmp_path):
+    """BookKeeper's default (journalFlushWhenQueueEmpty = false): the writer waits up to max_group_wait for a
+    group's bytes, counting single records, (head, body) records, a batch framed by C, and a repair (which has
+    none). Each kind is acknowledged and replayed; the journal thread lives on."""
+    from quorumlog.bookie.add_items import scan_adds
+    from quorumlog.wire.ledger import AddEntry, pack_adds, pack_entry
+
+    config = dataclasses.replace(SMALL, journal_flush_when_queue_empty=False, journal_max_group_wait_ms=5)
+    s = BookieStorage(str(tmp_path), config)
+    try:
+        batch = scan_adds(pack_adds([AddEntry("b", 2, e, pack_entry(e - 1, e + 1, body(2, e)), e - 1)
+                                     for e in range(20)]))
+        futs = [s.add_entry(1, 0, body(1, 0)),
+                s.add_entries(1, [(e, body(1, e), e - 1) for e in range(1, 10)]),
+                s.add_entries(2, batch),
+                s.journal.repair(),
+                s.fence(3)]
+        for f in futs:
+            f.result(5)
+        assert s.journal._thread.is_alive()
+        s.add_entry(1, 10, body(1, 10)).result(5)  # (and the next group too)
+    finally:
+        s.journal.close()  # a crash before any checkpoint: replay brings back what was acknowledged
+        s.entry_log.close()
+        s.index.close()
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert [s.read_entry(1, e) for e in range(11)] == [body(1, e) for e in range(11)]
+        assert s.read_entry(2, 19) == pack_entry(18, 20, body(2, 19)) and s.ledger_state(3).fenced
+    finally:
+        s.close()
