@@ -167,3 +167,39 @@ def test_a_batch_of_adds_is_answered_per_add_refused_whole_when_malformed_and_re
             await node.stop()
 
     asyncio.run(main())
+
+
+def test_a_fence_that_arrives_before_the_registration_leaves_its_ledger_in_limbo(tmp_path):
+    """A wiped bookie (its registered instance is another) that a recovery fences before it registered: the
+    fence creates the ledger's state on the empty disk, yet the ledger is in limbo (it was not held when the
+    bookie opened), so an absent entry answers UNKNOWN, never NO_SUCH_ENTRY (recovery would close it away)."""
+    from types import SimpleNamespace
+
+    from quorumlog.ledger.metadata import LedgerMetadata, Segment
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s = FakeSession()
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.READ_LAC, 7, flags=FLAG_FENCE))
+            assert s.responses[-1].code == ResponseCode.UNKNOWN and 7 in node.bookie.storage.ledgers()
+            md = LedgerMetadata(7, 3, 2, 2, (Segment(0, ("n0", "n1", "n2")),), version=1)
+
+            async def meta_get(key):  # the record of the instance this disk was before the wipe
+                return SimpleNamespace(value=json.dumps({"instance_id": "before-the-wipe"}).encode(), version=3)
+
+            async def ledgers():
+                return [md]
+
+            async def meta(*args):
+                return None
+            node.calls.meta_get, node.calls.ledgers, node.calls.meta = meta_get, ledgers, meta
+            await node.bookie._register_once()
+            node.bookie.limbo_known = True
+            assert node.bookie.limbo == {7}
+            await _ask(transport, s, BookieOpRequest(2, BookieOp.READ, 7, 0, flags=FLAG_FENCE))
+            assert s.responses[-1].code == ResponseCode.UNKNOWN
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
