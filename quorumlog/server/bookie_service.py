@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 BOOKIE_DIR = "bookie"
 LIMBO_FILE = "limbo.json"
+REGISTERED_FILE = "registered.json"  # the instance this disk last registered in `_meta` (ledger/limbo.py)
 REGISTER_RETRY_S = 1.0
 GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
 
@@ -57,7 +58,7 @@ class BookieService:
                                           disk_usage_lwm=cfg.bookie_disk_usage_lwm)
         self.storage: BookieStorage | None = None
         self.handler: BookieHandler | None = None
-        self._limbo = BookieLimbo((), ())  # (made again by open(), from limbo.json and what the storage holds)
+        self._limbo = BookieLimbo((), (), None)  # (made again by open(), from limbo.json and what the storage holds)
         self._maintenance = asyncio.Lock()  # a checkpoint and a gc never overlap
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bookie-checkpoint")
         self._checkpoint_mark: tuple[int, int] | None = None  # a checkpoint between begin and end
@@ -67,7 +68,8 @@ class BookieService:
     def open(self) -> None:
         self.storage = BookieStorage(self.dir, self.bookie_config)
         # before the listener serves: what the bookie holds now is what the disk brought (limbo.py)
-        self._limbo = BookieLimbo(_read_json(os.path.join(self.dir, LIMBO_FILE), []), self.storage.ledgers())
+        self._limbo = BookieLimbo(_read_json(os.path.join(self.dir, LIMBO_FILE), []), self.storage.ledgers(),
+                                  _read_json(os.path.join(self.dir, REGISTERED_FILE), {}).get("instance_id"))
         self.handler = BookieHandler(self.id, self.storage, self.in_limbo)
         log.info("bookie open node=%s instance=%s ledgers=%d limbo=%d read_only=%s", self.id,
                  self.storage.instance_id, len(self.storage.ledgers()), len(self.limbo), self.storage.read_only)
@@ -249,7 +251,6 @@ class BookieService:
         while self.storage is not None and not self.node.stopping_event.is_set():
             try:
                 await self._register_once()
-                self._limbo.registered()
                 log.info("bookie registered node=%s instance=%s limbo=%d", self.id, self.storage.instance_id,
                          len(self.limbo))
                 return
@@ -277,6 +278,9 @@ class BookieService:
         value = json.dumps({**record, "instance_id": instance, "address": f"{host}:{port}"}, sort_keys=True).encode()
         if record.get("instance_id") != instance or record.get("address") != f"{host}:{port}":
             await calls.meta("put", key, value, version)
+        if self._limbo.registered_here != instance:  # (after the put: a crash before it registers again)
+            write_json_durably(os.path.join(self.dir, REGISTERED_FILE), {"instance_id": instance})
+        self._limbo.registered(instance)
 
 
 def _code(f: Future) -> ResponseCode:
