@@ -70,7 +70,9 @@ class BookieService:
         # before the listener serves: what the bookie holds now is what the disk brought (limbo.py)
         self._limbo = BookieLimbo(_read_json(os.path.join(self.dir, LIMBO_FILE), []), self.storage.ledgers(),
                                   _read_json(os.path.join(self.dir, REGISTERED_FILE), {}).get("instance_id"))
-        self.handler = BookieHandler(self.id, self.storage, self.in_limbo)
+        # (a fenced read's read of the entry after its fence: on the loop, never on the journal's thread)
+        self.handler = BookieHandler(self.id, self.storage, self.in_limbo,
+                                     asyncio.get_running_loop().call_soon_threadsafe)
         log.info("bookie open node=%s instance=%s ledgers=%d limbo=%d read_only=%s", self.id,
                  self.storage.instance_id, len(self.storage.ledgers()), len(self.limbo), self.storage.read_only)
 
