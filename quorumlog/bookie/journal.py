@@ -177,7 +177,12 @@ class Journal:
     def submit_many(self, payloads: "list[bytes | tuple[bytes, bytes | memoryview] | Framed]") -> Future:
         """Records that become durable together (one Future: a batch of adds costs one completion). A record
         may come as (head, body), its payload their concatenation: the writer joins it into its write as it
-        is, rather than the caller copying each body once more to make one; or several as Framed."""
+        is, rather than the caller copying each body once more to make one; or several as Framed. A record over
+        MAX_RECORD_BYTES is never written: replay would take it for a torn tail and drop it with every record
+        after it (the storage refuses such an entry first: BookieConfig.max_entry_bytes)."""
+        for p in payloads:
+            if type(p) is not Framed and _payload_bytes(p) > MAX_RECORD_BYTES:
+                raise ValueError(f"journal record of {_payload_bytes(p)} bytes > MAX_RECORD_BYTES {MAX_RECORD_BYTES}")
         return self._enqueue(payloads)
 
     def repair(self) -> Future:

@@ -16,6 +16,8 @@ ensemble change, close.
   every later one: the writer is done. A closed ledger refuses adds with LEDGER_CLOSED.
 - close() waits for pending adds, then asks the runtime to write CLOSED with last_entry_id = LAC and its
   length (NeedClose).
+- A body over `max_entry_bytes` is refused with ENTRY_TOO_LARGE and takes no entry id: nothing is sent (a
+  bookie would refuse it too; see wire/ledger.py MAX_LEDGER_ENTRY_BYTES).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from ..codes import ResponseCode
-from ..wire.ledger import AddEntry, AddResponse, pack_entry
+from ..wire.ledger import MAX_LEDGER_ENTRY_BYTES, AddEntry, AddResponse, pack_entry
 from .metadata import LedgerMetadata, State
 
 
@@ -56,9 +58,10 @@ class _Add:
 
 
 class LedgerWriterCore:
-    def __init__(self, metadata: LedgerMetadata) -> None:
+    def __init__(self, metadata: LedgerMetadata, max_entry_bytes: int = MAX_LEDGER_ENTRY_BYTES) -> None:
         assert metadata.state is State.OPEN
         self.md = metadata
+        self.max_entry_bytes = max_entry_bytes
         self.next_entry = 0
         self.lac = -1
         self.length = 0  # of the acknowledged prefix
@@ -87,6 +90,9 @@ class LedgerWriterCore:
     def add(self, request_id: int, body: bytes) -> int:
         if self.error is not None or self._close_request is not None:
             self.done.append(AddDone(request_id, self.error or ResponseCode.LEDGER_CLOSED))
+            return -1
+        if len(body) > self.max_entry_bytes:
+            self.done.append(AddDone(request_id, ResponseCode.ENTRY_TOO_LARGE))
             return -1
         entry_id = self.next_entry
         self.next_entry += 1

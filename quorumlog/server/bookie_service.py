@@ -55,7 +55,8 @@ class BookieService:
         self.dir = os.path.join(cfg.data_dir, BOOKIE_DIR)
         self.bookie_config = BookieConfig(journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
                                           disk_usage_threshold=cfg.bookie_disk_usage_threshold,
-                                          disk_usage_lwm=cfg.bookie_disk_usage_lwm)
+                                          disk_usage_lwm=cfg.bookie_disk_usage_lwm,
+                                          max_entry_bytes=cfg.max_ledger_entry_bytes)
         self.storage: BookieStorage | None = None
         self.handler: BookieHandler | None = None
         self._limbo = BookieLimbo((), (), None)  # (made again by open(), from limbo.json and what the storage holds)
