@@ -48,6 +48,7 @@ def test_an_entry_over_the_cap_is_refused_before_anything_is_sent_and_takes_no_e
 
 def test_the_ledger_entry_cap_is_below_the_journal_record_and_every_frame_cap():
     from quorumlog.bookie.journal import MAX_RECORD_BYTES
+    from quorumlog.client.pool import DEFAULT_MAX_FRAME_BYTES
     from quorumlog.config import CONFIG_KEYS
     from quorumlog.transport.frames import MAX_FRAME_BYTES
     from quorumlog.wire.ledger import ENTRY_HEADER, LEDGER_ENTRY_BYTES_CEILING, MAX_LEDGER_ENTRY_BYTES
@@ -55,7 +56,8 @@ def test_the_ledger_entry_cap_is_below_the_journal_record_and_every_frame_cap():
     assert MAX_LEDGER_ENTRY_BYTES <= LEDGER_ENTRY_BYTES_CEILING
     assert LEDGER_ENTRY_BYTES_CEILING + ENTRY_HEADER.size + 64 <= MAX_RECORD_BYTES
     defaults = {k.name: k.default for k in CONFIG_KEYS}
-    assert LEDGER_ENTRY_BYTES_CEILING + 64 * 1024 <= min(MAX_FRAME_BYTES, defaults["max_frame_bytes"])
+    assert LEDGER_ENTRY_BYTES_CEILING + 64 * 1024 <= min(MAX_FRAME_BYTES, defaults["max_frame_bytes"],
+                                                      DEFAULT_MAX_FRAME_BYTES)  # (the node's, the client's)
     assert defaults["max_ledger_entry_bytes"] == MAX_LEDGER_ENTRY_BYTES
 
 
