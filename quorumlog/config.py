@@ -159,8 +159,8 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("bookie_disk_usage_lwm", 0.90, "float", "A read-only bookie is writable again once its disk is below this.",
        "BookKeeper `diskUsageLwmThreshold` (0.90).", minimum=0.01, maximum=1.0),
     _k("max_ledger_entry_bytes", 16 * MIB, "int", "Largest ledger entry body a bookie takes; a bigger add gets "
-       "ENTRY_TOO_LARGE (the client refuses it first, with the same default). At most 60 MiB and 64 KiB below "
-       "max_frame_bytes: an entry must fit one journal record and one frame.",
+       "ENTRY_TOO_LARGE (the client refuses it first, with the same default). At most 60 MiB (an entry must fit "
+       "one journal record); a bookie takes at most max_frame_bytes - 64 KiB whatever this says (and one frame).",
        "BookKeeper bounds entries by `nettyMaxFrameSizeBytes` (5 MiB).", minimum=1, maximum=60 * MIB),
     _k("auditor_period_ms", 5_000, "int", "How often the auditor (on the `_meta` group's leader) checks which "
        "bookies are lost and marks their ledgers under-replicated; how often each node's replication worker "
@@ -362,10 +362,10 @@ def _validate(c: NodeConfig) -> None:
     except ValueError as e:
         raise ConfigError(f"store: {e}") from None
     # A frame carries one entry (plus headers) or one push batch; both must fit.
-    need = max(c.max_entry_bytes, c.max_push_batch_bytes, c.max_ledger_entry_bytes) + 64 * 1024
+    need = max(c.max_entry_bytes, c.max_push_batch_bytes) + 64 * 1024
     if c.max_frame_bytes < need:
         raise ConfigError(f"max_frame_bytes={c.max_frame_bytes}: must be ≥ max(max_entry_bytes, "
-                          f"max_push_batch_bytes, max_ledger_entry_bytes) + 64 KiB = {need}")
+                          f"max_push_batch_bytes) + 64 KiB = {need}")
 
 
 # -- parsing ---------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 BOOKIE_DIR = "bookie"
 LIMBO_FILE = "limbo.json"
+FRAME_HEADROOM_BYTES = 64 * 1024  # (as config.py's check of max_frame_bytes against entries)
 REGISTERED_FILE = "registered.json"  # the instance this disk last registered in `_meta` (ledger/limbo.py)
 REGISTER_RETRY_S = 1.0
 GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
@@ -56,7 +57,9 @@ class BookieService:
         self.bookie_config = BookieConfig(journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
                                           disk_usage_threshold=cfg.bookie_disk_usage_threshold,
                                           disk_usage_lwm=cfg.bookie_disk_usage_lwm,
-                                          max_entry_bytes=cfg.max_ledger_entry_bytes)
+                                          # (an entry must fit one frame, with its request's headers)
+                                          max_entry_bytes=min(cfg.max_ledger_entry_bytes,
+                                                              cfg.max_frame_bytes - FRAME_HEADROOM_BYTES))
         self.storage: BookieStorage | None = None
         self.handler: BookieHandler | None = None
         self._limbo = BookieLimbo((), (), None)  # (made again by open(), from limbo.json and what the storage holds)
