@@ -264,3 +264,23 @@ def test_a_wiped_bookie_restarted_before_it_registered_keeps_the_fenced_ledger_i
             await node.stop()
 
     asyncio.run(main())
+
+
+def test_an_entry_over_max_ledger_entry_bytes_is_refused_with_entry_too_large(tmp_path):
+    from quorumlog.wire.ledger import MAX_LEDGER_ENTRY_BYTES
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s = FakeSession()
+            big = pack_entry(-1, 1, bytes(MAX_LEDGER_ENTRY_BYTES + 1))
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD, 7, 0, -1, 0, big),
+                       BookieOpRequest(2, BookieOp.ADD_BATCH, 8, data=pack_adds([AddEntry("n0", 8, 0, big, -1)])))
+            single, batch = sorted(s.responses, key=lambda r: r.request_id)
+            assert single.code == ResponseCode.ENTRY_TOO_LARGE
+            assert unpack_add_results(batch.data) == [(0, ResponseCode.ENTRY_TOO_LARGE)]
+            assert node.bookie.storage.ledgers() == []
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
