@@ -6,5 +6,5 @@ from .metadata import LedgerMetadata, Segment, State
 from .recovery import LedgerRecoveryCore
 from .writer import AddDone, LedgerWriterCore, NeedClose, NeedEnsembleChange
 
-__all__ = ["AddDone", "BookieLimbo", "LedgerMetadata", "LedgerRecoveryCore", "LedgerWriterCore", "NeedClose", "NeedEnsembleChange",
-           "Segment", "State"]
+__all__ = ["AddDone", "BookieLimbo", "LedgerMetadata", "LedgerRecoveryCore", "LedgerWriterCore", "NeedClose",
+           "NeedEnsembleChange", "Segment", "State"]

@@ -353,12 +353,18 @@ class LedgerWorld:
         elif kind == "slow":
             self.slow.add(b)
             self.s.after(self.rng.randint(50, 1_000), self.slow.discard, b)
-        elif kind == "pause" and self.paused.get(b := self.rng.choice(self.writer.md.last_ensemble), 0) <= self.s.now_ms:
-            # (often just past the writer's timeout: it answers once the change replacing it is under way)
-            self.paused[b] = self.s.now_ms + self.rng.choice((self.rng.randint(50, 1_000),
-                                                              self.o.timeout_ms + self.rng.randint(0, 400)))
-            self.log(f"FAULT pause {b} until {self.paused[b]}")
+        elif kind == "pause":
+            self._pause(self.rng.choice(self.writer.md.last_ensemble))
         self.s.after(self.rng.randint(1, self.o.fault_gap_ms), self._fault)
+
+    def _pause(self, b: str) -> None:
+        """SIGSTOP: requests wait and are answered at the resume, often just past the writer's timeout (so the
+        answers come once the change replacing it is under way)."""
+        if self.paused.get(b, 0) > self.s.now_ms:
+            return
+        self.paused[b] = self.s.now_ms + self.rng.choice((self.rng.randint(50, 1_000),
+                                                          self.o.timeout_ms + self.rng.randint(0, 400)))
+        self.log(f"FAULT pause {b} until {self.paused[b]}")
 
     def _stall(self) -> None:
         """A bookie of the writer's ensemble stops (SIGSTOP) until after the writer timed it out and asked for
