@@ -158,6 +158,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "BookKeeper `diskUsageThreshold` (0.95).", minimum=0.01, maximum=1.0),
     _k("bookie_disk_usage_lwm", 0.90, "float", "A read-only bookie is writable again once its disk is below this.",
        "BookKeeper `diskUsageLwmThreshold` (0.90).", minimum=0.01, maximum=1.0),
+    _k("max_ledger_entry_bytes", 16 * MIB, "int", "Largest ledger entry body a bookie takes; a bigger add gets "
+       "ENTRY_TOO_LARGE (the client refuses it first, with the same default). At most 60 MiB (an entry must fit "
+       "one journal record); a bookie takes at most max_frame_bytes - 64 KiB whatever this says (and one frame).",
+       "BookKeeper bounds entries by `nettyMaxFrameSizeBytes` (5 MiB).", minimum=1, maximum=60 * MIB),
     _k("auditor_period_ms", 5_000, "int", "How often the auditor (on the `_meta` group's leader) checks which "
        "bookies are lost and marks their ledgers under-replicated; how often each node's replication worker "
        "looks for work.", "BookKeeper `auditorPeriodicBookieCheckInterval` (1 day; bookie loss is seen at once "
@@ -240,6 +244,7 @@ class NodeConfig:
     journal_max_group_wait_ms: float = 2.0
     bookie_disk_usage_threshold: float = 0.95
     bookie_disk_usage_lwm: float = 0.90
+    max_ledger_entry_bytes: int = 16 * MIB  # wire/ledger.py MAX_LEDGER_ENTRY_BYTES
     auditor_period_ms: int = 5_000
     lost_bookie_recovery_delay_ms: int = 10_000
     open_ledger_rereplication_grace_period_ms: int = 30_000

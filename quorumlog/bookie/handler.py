@@ -6,6 +6,9 @@ for a ledger it held: recovery would take that for absence and truncate acknowle
 #2612). `in_limbo(ledger)` — the runtime's answer from the metadata — makes it answer UNKNOWN instead.
 
 `handle(request)` returns a concurrent.futures.Future of the response: adds and fences complete once durable.
+A fence completes on the journal's thread, but the storage is single-threaded apart from its journal writer:
+what a fenced read does after the fence (read the entry, whose entry log the owner's thread is appending to)
+runs on the owner's thread, through `on_owner_thread` (the node passes its loop's call_soon_threadsafe).
 """
 
 from __future__ import annotations
@@ -28,14 +31,19 @@ def _done(response: BookieResponse) -> Future:
     return f
 
 
-def _then(inner: Future, make: Callable[[object], BookieResponse], fail: Callable[[ResponseCode], BookieResponse]) \
-        -> Future:
+def _run_here(fn: Callable[[], None]) -> None:
+    fn()
+
+
+def _then(inner: Future, make: Callable[[object], BookieResponse], fail: Callable[[ResponseCode], BookieResponse],
+          via: Callable[[Callable[[], None]], None] = _run_here) -> Future:
+    """`make` of inner's result (or `fail` of its error's code), called through `via` (on the thread it runs)."""
     out: Future = Future()
 
     def finish(f: Future) -> None:
         e = f.exception()
         if e is None:
-            out.set_result(make(f.result()))
+            via(lambda: out.set_result(make(f.result())))
         else:
             out.set_result(fail(e.code if isinstance(e, QuorumLogError) else
                                 ResponseCode.DISK_FULL if getattr(e, "errno", None) == errno.ENOSPC else
@@ -46,10 +54,12 @@ def _then(inner: Future, make: Callable[[object], BookieResponse], fail: Callabl
 
 class BookieHandler:
     def __init__(self, bookie_id: str, storage: BookieStorage,
-                 in_limbo: Callable[[int], bool] = lambda ledger_id: False) -> None:
+                 in_limbo: Callable[[int], bool] = lambda ledger_id: False,
+                 on_owner_thread: Callable[[Callable[[], None]], None] = _run_here) -> None:
         self.id = bookie_id
         self.storage = storage
         self.in_limbo = in_limbo
+        self.on_owner_thread = on_owner_thread
 
     def handle(self, req: BookieRequest) -> Future:
         if isinstance(req, AddEntry):
@@ -101,7 +111,7 @@ class BookieHandler:
         if not req.fence:
             return _done(read())
         return _then(self.storage.fence(req.ledger_id), read,
-                     lambda code: ReadResponse(self.id, req.ledger_id, req.entry_id, code))
+                     lambda code: ReadResponse(self.id, req.ledger_id, req.entry_id, code), self.on_owner_thread)
 
     def _read_lac(self, req: ReadLac) -> Future:
         def answer(lac: object) -> ReadLacResponse:
@@ -111,4 +121,4 @@ class BookieHandler:
         if not req.fence:
             return _done(answer(self.storage.last_add_confirmed(req.ledger_id)))
         return _then(self.storage.fence(req.ledger_id), answer,
-                     lambda code: ReadLacResponse(self.id, req.ledger_id, code))
+                     lambda code: ReadLacResponse(self.id, req.ledger_id, code), self.on_owner_thread)

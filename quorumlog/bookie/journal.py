@@ -62,6 +62,15 @@ class Framed:
         self.data, self.count = data, count
 
 
+def _payload_bytes(payload: "bytes | tuple[bytes, bytes | memoryview] | Framed") -> int:
+    if type(payload) is tuple:
+        head, body = payload
+        return len(head) + len(body)
+    if type(payload) is Framed:
+        return len(payload.data)
+    return len(payload)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -168,7 +177,12 @@ class Journal:
     def submit_many(self, payloads: "list[bytes | tuple[bytes, bytes | memoryview] | Framed]") -> Future:
         """Records that become durable together (one Future: a batch of adds costs one completion). A record
         may come as (head, body), its payload their concatenation: the writer joins it into its write as it
-        is, rather than the caller copying each body once more to make one; or several as Framed."""
+        is, rather than the caller copying each body once more to make one; or several as Framed. A record over
+        MAX_RECORD_BYTES is never written: replay would take it for a torn tail and drop it with every record
+        after it (the storage refuses such an entry first: BookieConfig.max_entry_bytes)."""
+        for p in payloads:
+            if type(p) is not Framed and _payload_bytes(p) > MAX_RECORD_BYTES:
+                raise ValueError(f"journal record of {_payload_bytes(p)} bytes > MAX_RECORD_BYTES {MAX_RECORD_BYTES}")
         return self._enqueue(payloads)
 
     def repair(self) -> Future:
@@ -196,8 +210,7 @@ class Journal:
                 # BookKeeper's group commit: let more records arrive for up to max_group_wait, unless a group is
                 # full already
                 deadline = time.monotonic() + self.max_group_wait_s
-                while time.monotonic() < deadline and \
-                        sum(len(p) for ps, _ in self._queue for p in ps) < self.group_bytes:
+                while time.monotonic() < deadline and self._queued_bytes() < self.group_bytes:
                     time.sleep(min(0.0005, self.max_group_wait_s))
             with self._cond:
                 batch = list(self._queue)
@@ -222,6 +235,11 @@ class Journal:
                 continue
             for _, fut in batch:
                 fut.set_result(self.durable)
+
+    def _queued_bytes(self) -> int:
+        """The payload bytes waiting (a repair has none; a record may be bytes, (head, body) or Framed)."""
+        with self._cond:
+            return sum(_payload_bytes(p) for ps, _ in self._queue if ps is not None for p in ps)
 
     def _repair(self, waiting: list[Future]) -> None:
         if self.error is not None:

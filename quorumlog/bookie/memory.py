@@ -58,6 +58,8 @@ class MemoryBookie:
 
     def sync(self) -> None:
         """The journal's fsync: everything so far is durable, then acknowledged."""
+        if not self._unsynced:
+            return  # (every change comes with a future: nothing changed since the last sync)
         self._durable_entries = dict(self.entries)
         self._durable_states = dict(self.states)
         done, self._unsynced = self._unsynced, []

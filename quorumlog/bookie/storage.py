@@ -37,13 +37,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import BookieReadOnly, DiskError, DiskFull, LedgerFenced, NoSuchEntry, NoSuchLedger, QuorumLogError
+from ..errors import BookieReadOnly, DiskError, DiskFull, EntryTooLarge, LedgerFenced, NoSuchEntry, NoSuchLedger, \
+    QuorumLogError
 from ..store.files import is_enospc
 from .add_items import AddItems
 from .entry_log import ENTRY_LOG_FILE_BYTES, EntryLogger
 from .index import LedgerIndex, LedgerState
-from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, Framed, Journal, \
-    Mark
+from ..wire.ledger import ENTRY_HEADER, LEDGER_ENTRY_BYTES_CEILING, MAX_LEDGER_ENTRY_BYTES, take_adds
+from .journal import JOURNAL_FILE_BYTES, JOURNAL_FLUSH_WHEN_QUEUE_EMPTY, JOURNAL_MAX_GROUP_WAIT_MS, \
+    MAX_RECORD_BYTES, Framed, Journal, Mark
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ _ADD, _FENCE, _LAC, _DELETE = 1, 2, 3, 4
 # repair starts a journal file, and one every check would pile them up.
 REPAIR_BACKOFF_S = (0.5, 60.0)  # the first wait, and the longest (also: healthy this long resets the wait)
 _REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC); the body follows an ADD
+# every entry a bookie takes is one journal record replay reads back (a bigger record ends replay as torn)
+assert _REC.size + ENTRY_HEADER.size + LEDGER_ENTRY_BYTES_CEILING <= MAX_RECORD_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,11 @@ class BookieConfig:
     disk_usage_threshold: float = 0.95  # BookKeeper diskUsageThreshold
     disk_usage_lwm: float = 0.90  # BookKeeper diskUsageLwmThreshold
     compaction_threshold: float = 0.5  # BookKeeper majorCompactionThreshold
+    max_entry_bytes: int = MAX_LEDGER_ENTRY_BYTES  # of an entry's body (its stored data less ENTRY_HEADER)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_entry_bytes <= LEDGER_ENTRY_BYTES_CEILING:
+            raise ValueError(f"max_entry_bytes={self.max_entry_bytes}: must be in 1..{LEDGER_ENTRY_BYTES_CEILING}")
 
 
 class BookieStorage:
@@ -138,6 +147,7 @@ class BookieStorage:
         if ledger_id < 0 or entry_id < 0:
             raise ValueError(f"ledger {ledger_id} / entry {entry_id} must be >= 0")
         self._check_add(ledger_id, recovery)
+        self._check_size(len(body))
         body = bytes(body)
         try:
             self._apply_add(ledger_id, entry_id, body, lac)
@@ -151,6 +161,7 @@ class BookieStorage:
         if ledger_id < 0 or (type(adds) is not AddItems and any(entry_id < 0 for entry_id, _, _ in adds)):
             raise ValueError(f"ledger {ledger_id} / entries must be >= 0")
         self._check_add(ledger_id, recovery)
+        self._check_sizes(adds)
         records: list = []
         try:
             self._stage_adds(ledger_id, adds, records)
@@ -195,6 +206,7 @@ class BookieStorage:
         for ledger_id, adds in sections:
             try:
                 self._check_add(ledger_id, False)
+                self._check_sizes(adds)
                 self._stage_adds(ledger_id, adds, records)
             except QuorumLogError as e:
                 refused[ledger_id] = e
@@ -205,6 +217,20 @@ class BookieStorage:
         done: Future = Future()
         done.set_result(self.journal.durable)
         return refused, done
+
+    def _check_size(self, data_bytes: int) -> None:
+        if data_bytes - ENTRY_HEADER.size > self.config.max_entry_bytes:
+            raise EntryTooLarge(f"ledger entry of {data_bytes - ENTRY_HEADER.size} bytes > max_ledger_entry_bytes "
+                                f"{self.config.max_entry_bytes}")
+
+    def _check_sizes(self, adds: "AddItems | list[tuple[int, bytes | memoryview, int]]") -> None:
+        """Every add's entry within the cap, before any is stored (a batch is refused whole)."""
+        if type(adds) is AddItems and adds.compiled:
+            if len(adds.buf) - ENTRY_HEADER.size <= self.config.max_entry_bytes:
+                return  # (no add is bigger than its request: the usual case costs nothing per add)
+            adds = take_adds(memoryview(adds.buf), adds.pos, adds.count)[0]
+        if adds:
+            self._check_size(max(len(data) for _, data, _ in adds))
 
     def _check_add(self, ledger_id: int, recovery: bool) -> None:
         if self.journal.error is not None and self.disk_error is None:  # it failed a group since

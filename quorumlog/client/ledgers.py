@@ -28,7 +28,7 @@ from ..ledger.metadata import State
 from ..peers import Address, parse_peers
 from .ledger_stream import (DEFAULT_ROLL_BYTES, LedgerStreamWriter, StreamEntry, open_stream_writer,
                             read_stream)
-from ..wire.ledger import (AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
+from ..wire.ledger import (MAX_LEDGER_ENTRY_BYTES, AddEntry, BookieOp, BookieOpRequest, ReadEntry, ReadLac,
                            from_op_response, pack_adds, to_op_request, unpack_add_results, unpack_entry)
 from ..ledger.driver import recover
 from .ledger_adds import AddSender
@@ -54,9 +54,13 @@ class LedgerEntry:
 class LedgerClient:
     def __init__(self, peers: str | dict[str, Address], *, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  bookie_timeout_ms: int = DEFAULT_BOOKIE_TIMEOUT_MS, token: str | None = None,
-                 tls_ca: str | None = None, explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS) -> None:
+                 tls_ca: str | None = None, explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS,
+                 max_entry_bytes: int = MAX_LEDGER_ENTRY_BYTES) -> None:
+        """max_entry_bytes: a bigger body is refused (EntryTooLarge) before anything is sent; keep it at most the
+        bookies' max_ledger_entry_bytes (the same default)."""
         nodes = parse_peers(peers) if isinstance(peers, str) else dict(peers)
         self.explicit_lac_interval_ms = explicit_lac_interval_ms
+        self.max_entry_bytes = max_entry_bytes
         if not nodes:
             raise ValueError("peers: no nodes")
         self.registry = LedgerRegistry(nodes, timeout_ms=timeout_ms, bookie_timeout_ms=bookie_timeout_ms,
@@ -82,7 +86,7 @@ class LedgerClient:
         lid = await self.registry.next_ledger_id()
         md = await self.registry.put(new_metadata(lid, bookies, write_quorum, ack_quorum))
         log.info("ledger created id=%d ensemble=%s W=%d A=%d", lid, bookies, write_quorum, ack_quorum)
-        return LedgerWriter(self.registry, md, self.explicit_lac_interval_ms, self._adds)
+        return LedgerWriter(self.registry, md, self.explicit_lac_interval_ms, self._adds, self.max_entry_bytes)
 
     async def open_ledger(self, ledger_id: int, recovery: bool = True) -> "LedgerReader":
         """recovery=True: fence the ledger, recover its last entries and close it (a writer still adding gets
@@ -156,9 +160,9 @@ class LedgerWriter:
 
     def __init__(self, registry: LedgerRegistry, md: LedgerMetadata,
                  explicit_lac_interval_ms: int = DEFAULT_EXPLICIT_LAC_INTERVAL_MS,
-                 adds: AddSender | None = None) -> None:
+                 adds: AddSender | None = None, max_entry_bytes: int = MAX_LEDGER_ENTRY_BYTES) -> None:
         self.registry = registry
-        self.core = LedgerWriterCore(md)
+        self.core = LedgerWriterCore(md, max_entry_bytes)
         self._explicit_lac_interval_ms = explicit_lac_interval_ms
         self._lac_sent = -1  # the last add confirmed the bookies were told (on an add or explicitly)
         self._lac_timer: asyncio.TimerHandle | None = None
@@ -181,7 +185,8 @@ class LedgerWriter:
 
     async def add_entry(self, body: bytes) -> int:
         """Store body as the next entry; returns its entry id once it and every entry before it is stored
-        on ack_quorum bookies of its write set. Raises LedgerFenced, LedgerClosed, NotEnoughBookies."""
+        on ack_quorum bookies of its write set. Raises LedgerFenced, LedgerClosed, NotEnoughBookies, and
+        EntryTooLarge (over max_entry_bytes: nothing sent, no entry id taken)."""
         self._next_request += 1  # (_request inlined: this is the per-add path)
         rid = self._next_request
         fut = asyncio.get_running_loop().create_future()

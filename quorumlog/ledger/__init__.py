@@ -1,9 +1,10 @@
 """BookKeeper's ledgers on quorumlog (INTERFACES.md "Ledgers"): metadata, and the writer and recovery as
 sans-I/O state machines; bookies answer them through quorumlog/bookie."""
 
+from .limbo import BookieLimbo
 from .metadata import LedgerMetadata, Segment, State
 from .recovery import LedgerRecoveryCore
 from .writer import AddDone, LedgerWriterCore, NeedClose, NeedEnsembleChange
 
-__all__ = ["AddDone", "LedgerMetadata", "LedgerRecoveryCore", "LedgerWriterCore", "NeedClose", "NeedEnsembleChange",
-           "Segment", "State"]
+__all__ = ["AddDone", "BookieLimbo", "LedgerMetadata", "LedgerRecoveryCore", "LedgerWriterCore", "NeedClose",
+           "NeedEnsembleChange", "Segment", "State"]

@@ -16,6 +16,8 @@ ensemble change, close.
   every later one: the writer is done. A closed ledger refuses adds with LEDGER_CLOSED.
 - close() waits for pending adds, then asks the runtime to write CLOSED with last_entry_id = LAC and its
   length (NeedClose).
+- A body over `max_entry_bytes` is refused with ENTRY_TOO_LARGE and takes no entry id: nothing is sent (a
+  bookie would refuse it too; see wire/ledger.py MAX_LEDGER_ENTRY_BYTES).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from ..codes import ResponseCode
-from ..wire.ledger import AddEntry, AddResponse, pack_entry
+from ..wire.ledger import MAX_LEDGER_ENTRY_BYTES, AddEntry, AddResponse, pack_entry
 from .metadata import LedgerMetadata, State
 
 
@@ -56,9 +58,10 @@ class _Add:
 
 
 class LedgerWriterCore:
-    def __init__(self, metadata: LedgerMetadata) -> None:
+    def __init__(self, metadata: LedgerMetadata, max_entry_bytes: int = MAX_LEDGER_ENTRY_BYTES) -> None:
         assert metadata.state is State.OPEN
         self.md = metadata
+        self.max_entry_bytes = max_entry_bytes
         self.next_entry = 0
         self.lac = -1
         self.length = 0  # of the acknowledged prefix
@@ -87,6 +90,9 @@ class LedgerWriterCore:
     def add(self, request_id: int, body: bytes) -> int:
         if self.error is not None or self._close_request is not None:
             self.done.append(AddDone(request_id, self.error or ResponseCode.LEDGER_CLOSED))
+            return -1
+        if len(body) > self.max_entry_bytes:
+            self.done.append(AddDone(request_id, ResponseCode.ENTRY_TOO_LARGE))
             return -1
         entry_id = self.next_entry
         self.next_entry += 1
@@ -161,15 +167,22 @@ class LedgerWriterCore:
         self.md = metadata
         self._stripes = self._stripes_of(metadata)
         self._failed &= set(metadata.last_ensemble)  # replaced now
-        if self._failed:  # another bookie failed meanwhile: change again
+        self._retarget_pending(metadata)
+        if self._failed:  # another bookie failed meanwhile: change again (and send once it is replaced)
             self.changing = True
             self.requests.append(NeedEnsembleChange(self.lac + 1, frozenset(self._failed)))
             return
         for entry_id, add in sorted(self.pending.items()):
-            add.write_set = metadata.write_set(entry_id)
-            add.acks &= set(add.write_set)
             self._send(entry_id, add)
         self._advance()
+
+    def _retarget_pending(self, metadata: LedgerMetadata) -> None:
+        """Every pending add takes its write set in the new metadata at once, even while another change is due:
+        a replaced bookie has left every write set, so a late answer from it is never counted (the entry would
+        be acknowledged on bookies the metadata does not place it on, and recovery would close it away)."""
+        for entry_id, add in self.pending.items():
+            add.write_set = metadata.write_set(entry_id)
+            add.acks &= set(add.write_set)
 
     def ensemble_change_failed(self, code: ResponseCode) -> None:
         """NOT_ENOUGH_BOOKIES, or the metadata moved under us (a recovery: LEDGER_FENCED)."""

@@ -8,7 +8,9 @@ replaced): every ledger whose ensembles name this bookie and that it does not ho
 entries of those ledgers are answered UNKNOWN instead of NO_SUCH_ENTRY, so recovery never takes the lost
 copy for an absent one. The set is written to `limbo.json` (fsynced) before the new instance id is
 registered, so a restart cannot forget it. Until the bookie has compared with `_meta` once, it cannot tell:
-every absent entry is UNKNOWN.
+every absent entry is UNKNOWN. "Does not hold" is judged on the ledgers it held when its storage was opened,
+before the node's listener served anything: a fencing read that arrives before the registration creates its
+ledger's state (the decision is the sans-I/O quorumlog/ledger/limbo.py, which the simulator runs too).
 
 The storage is single-threaded apart from its journal writer: every call here runs on the node's loop; the
 journal thread completes add futures, whose answers are sent from the loop.
@@ -28,6 +30,7 @@ from ..bookie.handler import BookieHandler
 from ..bookie.storage import BookieConfig, BookieStorage
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
+from ..ledger.limbo import BookieLimbo
 from ..store.disk_guard import used_ratio
 from .cluster_calls import BOOKIES_PREFIX
 from .durable_file import write_json_durably
@@ -40,6 +43,8 @@ log = logging.getLogger(__name__)
 
 BOOKIE_DIR = "bookie"
 LIMBO_FILE = "limbo.json"
+FRAME_HEADROOM_BYTES = 64 * 1024  # (as config.py's check of max_frame_bytes against entries)
+REGISTERED_FILE = "registered.json"  # the instance this disk last registered in `_meta` (ledger/limbo.py)
 REGISTER_RETRY_S = 1.0
 GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
 
@@ -52,11 +57,13 @@ class BookieService:
         self.dir = os.path.join(cfg.data_dir, BOOKIE_DIR)
         self.bookie_config = BookieConfig(journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
                                           disk_usage_threshold=cfg.bookie_disk_usage_threshold,
-                                          disk_usage_lwm=cfg.bookie_disk_usage_lwm)
+                                          disk_usage_lwm=cfg.bookie_disk_usage_lwm,
+                                          # (an entry must fit one frame, with its request's headers)
+                                          max_entry_bytes=min(cfg.max_ledger_entry_bytes,
+                                                              cfg.max_frame_bytes - FRAME_HEADROOM_BYTES))
         self.storage: BookieStorage | None = None
         self.handler: BookieHandler | None = None
-        self.limbo: set[int] = set()
-        self.limbo_known = False  # compared with `_meta` since start
+        self._limbo = BookieLimbo((), (), None)  # (made again by open(), from limbo.json and what the storage holds)
         self._maintenance = asyncio.Lock()  # a checkpoint and a gc never overlap
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="bookie-checkpoint")
         self._checkpoint_mark: tuple[int, int] | None = None  # a checkpoint between begin and end
@@ -65,13 +72,30 @@ class BookieService:
     # -- life ----------------------------------------------------------------------------------------------
     def open(self) -> None:
         self.storage = BookieStorage(self.dir, self.bookie_config)
-        self.limbo = set(_read_json(os.path.join(self.dir, LIMBO_FILE), []))
-        self.handler = BookieHandler(self.id, self.storage, self.in_limbo)
+        # before the listener serves: what the bookie holds now is what the disk brought (limbo.py)
+        self._limbo = BookieLimbo(_read_json(os.path.join(self.dir, LIMBO_FILE), []), self.storage.ledgers(),
+                                  _read_json(os.path.join(self.dir, REGISTERED_FILE), {}).get("instance_id"))
+        # (a fenced read's read of the entry after its fence: on the loop, never on the journal's thread)
+        self.handler = BookieHandler(self.id, self.storage, self.in_limbo,
+                                     asyncio.get_running_loop().call_soon_threadsafe)
         log.info("bookie open node=%s instance=%s ledgers=%d limbo=%d read_only=%s", self.id,
                  self.storage.instance_id, len(self.storage.ledgers()), len(self.limbo), self.storage.read_only)
 
     def in_limbo(self, ledger_id: int) -> bool:
-        return not self.limbo_known or ledger_id in self.limbo
+        return self._limbo.in_limbo(ledger_id)
+
+    @property
+    def limbo(self) -> set[int]:
+        return self._limbo.ledgers
+
+    @property
+    def limbo_known(self) -> bool:
+        """Compared with `_meta` since the storage was opened (until then every absent entry is UNKNOWN)."""
+        return self._limbo.known
+
+    @limbo_known.setter
+    def limbo_known(self, known: bool) -> None:  # (tests: a node without `_meta`)
+        self._limbo.known = known
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)  # a checkpoint's durable part in flight finishes first
@@ -180,7 +204,7 @@ class BookieService:
         try:
             if req.op is BookieOp.DELETE:
                 fut: Future = self.storage.delete_ledger(req.ledger_id)
-                self.limbo.discard(req.ledger_id)
+                self._limbo.deleted(req.ledger_id)
                 done = lambda f: BookieOpResponse(rid, _code(f), req.op, req.ledger_id)  # noqa: E731
             else:
                 fut = self.handler.handle(from_op_request(self.id, req))
@@ -233,7 +257,6 @@ class BookieService:
         while self.storage is not None and not self.node.stopping_event.is_set():
             try:
                 await self._register_once()
-                self.limbo_known = True
                 log.info("bookie registered node=%s instance=%s limbo=%d", self.id, self.storage.instance_id,
                          len(self.limbo))
                 return
@@ -249,19 +272,21 @@ class BookieService:
         record, version = (json.loads(found.value or b"{}"), found.version) if found is not None else ({}, 0)
         instance = self.storage.instance_id
         if record.get("instance_id") != instance:
-            held = set(self.storage.ledgers())
             mine = {md.ledger_id for md in await calls.ledgers() if any(self.id in seg.bookies for seg in md.ensembles)}
-            new_limbo = (mine - held) | self.limbo
-            if new_limbo != self.limbo:
+            new_limbo = self._limbo.on_registration(record.get("instance_id"), instance, mine)
+            if new_limbo is not None:
                 write_json_durably(os.path.join(self.dir, LIMBO_FILE), sorted(new_limbo))
                 log.warning("bookie in limbo node=%s: instance %s is not the registered %s; %d ledgers name this "
-                            "bookie but are not here: absent entries of those answer UNKNOWN", self.id, instance,
-                            record.get("instance_id"), len(new_limbo))
-                self.limbo = new_limbo
+                            "bookie but were not here when it opened: absent entries of those answer UNKNOWN",
+                            self.id, instance, record.get("instance_id"), len(new_limbo))
+                self._limbo.persisted(new_limbo)
         host, port = self.node.config.address
         value = json.dumps({**record, "instance_id": instance, "address": f"{host}:{port}"}, sort_keys=True).encode()
         if record.get("instance_id") != instance or record.get("address") != f"{host}:{port}":
             await calls.meta("put", key, value, version)
+        if self._limbo.registered_here != instance:  # (after the put: a crash before it registers again)
+            write_json_durably(os.path.join(self.dir, REGISTERED_FILE), {"instance_id": instance})
+        self._limbo.registered(instance)
 
 
 def _code(f: Future) -> ResponseCode:

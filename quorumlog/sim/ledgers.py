@@ -1,15 +1,27 @@
 """The ledger protocol in the deterministic simulator: one writer (quorumlog/ledger/writer.py) adding to a
 ledger over simulated bookies (the real BookieHandler over MemoryBookie), recoveries
 (quorumlog/ledger/recovery.py) that fence it while it writes, and faults: bookie crashes that lose what was
-not synced, wiped bookies (in limbo for the ledgers they held), client-bookie partitions and slow bookies.
-Metadata lives in a compare-and-set store, as `_meta` keeps it.
+not synced, wiped bookies, client-bookie partitions, slow bookies, and a second bookie failing while the
+writer's ensemble change is being written. Metadata lives in a compare-and-set store, as `_meta` keeps it.
+
+A restarted bookie goes through the node's open and registration path (quorumlog/ledger/limbo.py, the code
+server/bookie_service.py runs): it serves at once, with every ledger in limbo until it has read its `_meta`
+record and the ledgers naming it, a while later; then it settles its limbo (persisted, lost with a wipe) and
+registers its instance. Requests race that window: a recovery started as a wiped bookie comes back fences it
+before it registers.
 
     python -m quorumlog.sim.ledgers --seeds 1000 [--start S] [--bug trust_one_no_such_entry]
     python -m quorumlog.sim.ledgers --seed S --trace
 
-The checker: every entry acknowledged to the writer is within the closed ledger's last_entry_id and readable
-with its body from its write set; every entry up to last_entry_id is readable; a closed ledger's metadata
-never changes; after the faults heal the ledger ends CLOSED (liveness).
+The checker: every entry acknowledged to the writer was stored (answered SUCCESS) by ack_quorum bookies of
+its write set in the writer's metadata; it is within the closed ledger's last_entry_id and readable with its
+body from its write set; every entry up to last_entry_id is readable; a closed ledger's metadata never
+changes; after the faults heal the ledger ends CLOSED (liveness).
+
+Planted bugs, installed from here (never in the cores): trust_one_no_such_entry, read_from_replacement (the
+recovery core's); limbo_from_registration (limbo judged on what the bookie holds when it registers, so a
+fence that came first hides its ledger); count_replaced_bookie (pending adds keep their old write sets while
+a second ensemble change is due, so a replaced bookie's late answer counts).
 """
 
 from __future__ import annotations
@@ -17,11 +29,12 @@ from __future__ import annotations
 import random
 import sys
 from dataclasses import dataclass, replace
+from types import MethodType
 
 from ..bookie.handler import BookieHandler
 from ..bookie.memory import MemoryBookie
 from ..codes import ResponseCode
-from ..ledger import LedgerRecoveryCore, LedgerWriterCore, NeedClose, NeedEnsembleChange
+from ..ledger import BookieLimbo, LedgerRecoveryCore, LedgerWriterCore, NeedClose, NeedEnsembleChange
 from ..ledger.metadata import LedgerMetadata, Segment, State
 from ..wire.ledger import AddEntry, AddResponse, ReadEntry, ReadLac, ReadLacResponse, ReadResponse, unpack_entry
 from .checker import Violation
@@ -29,7 +42,7 @@ from .scheduler import Scheduler
 from .seed_cli import seed_main
 
 QUORUMS = ((3, 2, 2), (3, 3, 2), (3, 3, 3), (4, 3, 2), (5, 3, 2), (4, 2, 2))
-PLANTED = ("trust_one_no_such_entry", "read_from_replacement")
+PLANTED = ("trust_one_no_such_entry", "read_from_replacement", "limbo_from_registration", "count_replaced_bookie")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +58,23 @@ class Options:
     fault_phase_ms: int
     fault_gap_ms: int
     recovery_at_ms: tuple[int, ...]
+    register_max_ms: int  # a restarted bookie reads `_meta` within this, and registers within it again
+    second_failure: float  # the chance a second bookie fails while an ensemble change is being written
+    change_max_ms: int  # an ensemble change's metadata write takes up to this
+    stall_at_ms: int  # -1, or when a bookie of the writer's ensemble stalls (SIGSTOP) past the writer's timeout
 
     @classmethod
     def from_seed(cls, seed: int) -> "Options":
         rng = random.Random(seed * 7 + 3)
-        return cls(seed, rng.choice((5, 6)), rng.choice(QUORUMS), rng.randint(20, 120), rng.choice((0, 1, 5)),
+        adds, add_gap_ms = rng.randint(20, 120), rng.choice((0, 1, 5))
+        # (the stall comes while the writer has adds in flight: it sends its last one at adds * add_gap_ms)
+        stall_at_ms = rng.choice((-1, rng.randint(0, max(10, adds * add_gap_ms // 2)), rng.randint(0, 10)))
+        return cls(seed, rng.choice((5, 6)), rng.choice(QUORUMS), adds, add_gap_ms,
                    rng.choice((2, 10, 30)), rng.choice((1, 3, 10)), rng.choice((100, 300)),
                    rng.choice((1_500, 3_000)), rng.choice((100, 300, 800)),
-                   tuple(sorted(rng.randint(50, 2_500) for _ in range(rng.choice((0, 1, 1, 2, 3))))))
+                   tuple(sorted(rng.randint(50, 2_500) for _ in range(rng.choice((0, 1, 1, 2, 3))))),
+                   rng.choice((20, 100, 400)), rng.choice((0.0, 0.5, 1.0, 1.0)), rng.choice((10, 40, 300)),
+                   stall_at_ms)
 
 
 class LedgerWorld:
@@ -64,15 +86,28 @@ class LedgerWorld:
         self.s = Scheduler()
         self.ids = [f"b{i}" for i in range(opts.bookies)]
         self.store = {b: MemoryBookie() for b in self.ids}
-        self.limbo: dict[str, set[int]] = {b: set() for b in self.ids}
-        self.handlers = {b: BookieHandler(b, self.store[b], lambda lid, b=b: lid in self.limbo[b]) for b in self.ids}
+        # the bookie's open/registration path (ledger/limbo.py): its instance (a wipe makes another), the one its
+        # `_meta` record names, its limbo.json (lost with a wipe), and the limbo of its running incarnation
+        self.instance = {b: f"{b}.0" for b in self.ids}
+        self.registered: dict[str, str | None] = dict(self.instance)
+        self.limbo_file: dict[str, frozenset[int]] = {b: frozenset() for b in self.ids}
+        self.registered_file: dict[str, str | None] = dict(self.instance)  # (registered.json)
+        self.limbo = {b: self._open_limbo(b) for b in self.ids}
+        for b in self.ids:
+            self.limbo[b].registered(self.instance[b])
+        self.handlers = {b: BookieHandler(b, self.store[b], lambda lid, b=b: self.limbo[b].in_limbo(lid))
+                         for b in self.ids}
         self.down: set[str] = set()
         self.cut: set[str] = set()
         self.slow: set[str] = set()
+        self.paused: dict[str, int] = {}  # bookie -> when it resumes (SIGSTOP: requests wait, then are answered)
         self.epoch = {b: 0 for b in self.ids}  # incarnation: a crash drops answers of the one before
         e, w, a = opts.quorums
         self.md = LedgerMetadata(1, e, w, a, (Segment(0, tuple(self.rng.sample(self.ids, e))),), version=1)
         self.writer = LedgerWriterCore(self.md)
+        if "count_replaced_bookie" in bugs:
+            _plant_stale_write_sets(self.writer)
+        self.add_ok: dict[int, set[str]] = {}  # entry -> bookies that answered the writer's add SUCCESS
         self.bodies: dict[int, bytes] = {}  # request id -> body
         self.acked: dict[int, bytes] = {}  # entry id -> body acknowledged to the writer
         self.waiting: dict[tuple[str, int], int] = {}  # (bookie, entry) -> request count of the writer
@@ -110,6 +145,9 @@ class LedgerWorld:
     def _arrive(self, req, on_answer) -> None:
         b = req.to
         if b in self.down or b in self.cut:
+            return
+        if self.paused.get(b, 0) > self.s.now_ms:
+            self.s.at(self.paused[b], self._arrive, req, on_answer)
             return
         epoch = self.epoch[b]
         fut = self.handlers[b].handle(req)
@@ -151,11 +189,40 @@ class LedgerWorld:
             if d.code == ResponseCode.SUCCESS and d.request_id in self.bodies and d.entry_id >= 0:
                 self.acked[d.entry_id] = self.bodies[d.request_id]
                 self.log(f"writer acked entry {d.entry_id}")
+                self._check_ack(d.entry_id)
         for r in requests:
-            self.s.after(self.rng.randint(1, 10), self._writer_request, r)
+            written_after = self.rng.randint(1, self.o.change_max_ms)
+            self.s.after(written_after, self._writer_request, r)
+            if isinstance(r, NeedEnsembleChange) and self.rng.random() < self.o.second_failure:
+                self.s.after(self.rng.randint(0, written_after - 1), self._second_failure, r)
+
+    def _check_ack(self, entry_id: int) -> None:
+        """An acknowledged entry is stored on ack_quorum bookies where the writer's metadata places it."""
+        ws = self.writer.md.write_set(entry_id)
+        stored = self.add_ok.get(entry_id, set()) & set(ws)
+        if len(stored) < self.writer.md.ack_quorum:
+            raise Violation("acked_off_write_set", f"entry {entry_id} acknowledged, stored on {sorted(stored)} of "
+                            f"its write set {ws} (answers from {sorted(self.add_ok.get(entry_id, ()))})")
+
+    def _second_failure(self, change: NeedEnsembleChange) -> None:
+        """Another bookie of the ensemble fails (its connection drops) while the change is being written."""
+        left = [b for b in self.writer.md.last_ensemble if b not in change.failed and b not in self.cut]
+        if self.healed or not left or self.writer.error is not None:
+            return
+        # (the nastiest one: a bookie outside the write set of the next entry to acknowledge, which can then be
+        # acknowledged while the change is due)
+        first = self.writer.md.write_set(self.writer.lac + 1)
+        b = self.rng.choice([b for b in left if b not in first] or left)
+        self.log(f"FAULT second failure {b} during the change replacing {sorted(change.failed)}")
+        self.cut.add(b)
+        self.s.after(self.rng.randint(50, 1_000), self.cut.discard, b)
+        self.writer.bookie_failed(b)
+        self._pump_writer()
 
     def _writer_answer(self, resp: AddResponse) -> None:
         self.waiting.pop((resp.frm, resp.entry_id), None)
+        if resp.code == ResponseCode.SUCCESS:
+            self.add_ok.setdefault(resp.entry_id, set()).add(resp.frm)
         self.writer.on_response(resp)
         self._pump_writer()
 
@@ -260,7 +327,7 @@ class LedgerWorld:
         if self.healed:
             return
         b = self.rng.choice(self.ids)
-        kind = self.rng.choice(("crash", "crash", "wipe", "cut", "slow"))
+        kind = self.rng.choice(("crash", "crash", "wipe", "cut", "slow", "pause"))
         if kind in ("crash", "wipe") and b not in self.down:
             # an acknowledged entry has A copies: a run loses at most A - 1 disks (beyond that, data is gone
             # and recovery rightly never decides; BookKeeper needs re-replication in between)
@@ -270,11 +337,15 @@ class LedgerWorld:
             self.down.add(b)
             self.epoch[b] += 1
             if wiped:
-                self.limbo[b] |= {self.md.ledger_id} if any(b in s.bookies for s in self.md.ensembles) else set()
                 self.store[b].wipe()
+                self.limbo_file[b] = frozenset()  # (limbo.json and registered.json are in the bookie's directory)
+                self.registered_file[b] = None
+                self.instance[b] = f"{b}.{self.epoch[b]}"
             else:
                 self.store[b].crash()
             self.s.after(self.rng.randint(50, 1_000), self._restart, b)
+            if wiped and self.rng.random() < 0.5:  # a recovery that fences it before it registers
+                self.s.after(self.rng.randint(50, 1_000), self._recover)
         elif kind == "cut" and b not in self.cut:
             self.log(f"FAULT cut {b}")
             self.cut.add(b)
@@ -282,19 +353,71 @@ class LedgerWorld:
         elif kind == "slow":
             self.slow.add(b)
             self.s.after(self.rng.randint(50, 1_000), self.slow.discard, b)
+        elif kind == "pause":
+            self._pause(self.rng.choice(self.writer.md.last_ensemble))
         self.s.after(self.rng.randint(1, self.o.fault_gap_ms), self._fault)
 
+    def _pause(self, b: str) -> None:
+        """SIGSTOP: requests wait and are answered at the resume, often just past the writer's timeout (so the
+        answers come once the change replacing it is under way)."""
+        if self.paused.get(b, 0) > self.s.now_ms:
+            return
+        self.paused[b] = self.s.now_ms + self.rng.choice((self.rng.randint(50, 1_000),
+                                                          self.o.timeout_ms + self.rng.randint(0, 400)))
+        self.log(f"FAULT pause {b} until {self.paused[b]}")
+
+    def _stall(self) -> None:
+        """A bookie of the writer's ensemble stops (SIGSTOP) until after the writer timed it out and asked for
+        an ensemble change: the adds it then answers are late, perhaps after it was replaced (while a second
+        failure keeps another change due)."""
+        b = self.rng.choice(self.writer.md.last_ensemble)
+        self.paused[b] = self.s.now_ms + self.o.timeout_ms + self.rng.randint(0, 2 * self.o.change_max_ms)
+        self.log(f"FAULT stall {b} until {self.paused[b]}")
+
     def _restart(self, b: str) -> None:
+        if b not in self.down:
+            return
         self.log(f"restart {b}")
         self.down.discard(b)
+        self.limbo[b] = self._open_limbo(b)  # (BookieService.open: before the listener serves)
+        self.s.after(self.rng.randint(1, self.o.register_max_ms), self._read_registration, b, self.epoch[b])
+
+    # -- a bookie's open and registration (ledger/limbo.py, as server/bookie_service.py runs it) ---------------
+    def _open_limbo(self, b: str) -> BookieLimbo:
+        limbo = BookieLimbo(self.limbo_file[b], self.store[b].ledgers(), self.registered_file[b])
+        if "limbo_from_registration" in self.bugs:
+            _plant_limbo_from_registration(limbo, self.store[b])
+        return limbo
+
+    def _read_registration(self, b: str, epoch: int) -> None:
+        """It read its `_meta` record and the ledgers naming it; it settles limbo a while later."""
+        if self.epoch[b] != epoch:
+            return  # (crashed meanwhile: the next incarnation registers)
+        naming = {self.md.ledger_id} if any(b in s.bookies for s in self.md.ensembles) else set()
+        self.s.after(self.rng.randint(1, self.o.register_max_ms), self._register, b, epoch, self.registered[b],
+                     naming)
+
+    def _register(self, b: str, epoch: int, registered: str | None, naming: set[int]) -> None:
+        if self.epoch[b] != epoch:
+            return
+        limbo = self.limbo[b]
+        new = limbo.on_registration(registered, self.instance[b], naming)
+        if new is not None:
+            self.limbo_file[b] = new  # durably, before the new instance is registered
+            limbo.persisted(new)
+        self.registered[b] = self.instance[b]
+        self.registered_file[b] = self.instance[b]
+        limbo.registered(self.instance[b])
+        self.log(f"{b} registered instance {self.instance[b]} limbo={sorted(limbo.ledgers)}")
 
     def _heal(self) -> None:
         self.healed = True
         self.log("HEAL")
-        for b in list(self.down):
+        for b in sorted(self.down):
             self._restart(b)
         self.cut.clear()
         self.slow.clear()
+        self.paused.clear()
         if self.writer.error is None:
             self.writer.close(0)
             self._pump_writer()
@@ -312,6 +435,8 @@ class LedgerWorld:
         self.s.after(self.rng.randint(1, self.o.fault_gap_ms), self._fault)
         for t in self.o.recovery_at_ms:
             self.s.at(t, self._recover)
+        if self.o.stall_at_ms >= 0:
+            self.s.at(self.o.stall_at_ms, self._stall)
         self.s.at(self.o.fault_phase_ms, self._heal)
         deadline = self.o.fault_phase_ms + 30_000
         while self.s.now_ms < deadline and len(self.s):
@@ -341,6 +466,30 @@ class LedgerWorld:
             if data is not None:
                 return unpack_entry(data)[2]
         return None
+
+
+def _plant_limbo_from_registration(limbo: BookieLimbo, store: MemoryBookie) -> None:
+    """PLANTED BUG (tests): limbo judged on the ledgers held at registration, not at open."""
+    def on_registration(registered_instance, instance, ledgers_naming_me):
+        if registered_instance == instance:
+            return None
+        new = (set(ledgers_naming_me) - set(store.ledgers())) | limbo.ledgers
+        return frozenset(new) if new != limbo.ledgers else None
+    limbo.on_registration = on_registration  # type: ignore[method-assign]
+
+
+def _plant_stale_write_sets(writer: LedgerWriterCore) -> None:
+    """PLANTED BUG (tests): when a second change is due, pending adds keep the write sets they had."""
+    real = writer.ensemble_changed
+
+    def ensemble_changed(self, metadata: LedgerMetadata) -> None:
+        before = {e: (add.write_set, set(add.acks)) for e, add in self.pending.items()}
+        real(metadata)
+        if self.changing:
+            for e, add in self.pending.items():
+                if e in before:
+                    add.write_set, add.acks = before[e]
+    writer.ensemble_changed = MethodType(ensemble_changed, writer)  # type: ignore[method-assign]
 
 
 def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Violation | None:

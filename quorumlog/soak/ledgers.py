@@ -13,7 +13,14 @@ fault from FAULT_KINDS is applied to a bookie for `hold_s`, then healed:
   pause_bookie      SIGSTOP a bookie (silent, connections open), SIGCONT at the heal
   wipe_bookie       kill -9 a bookie, delete its bookie directory, restart it at once: it comes back in limbo
                     for the ledgers it held (at most one wiped per run: two wiped copies of an entry with
-                    W=2 is data loss that no protocol can prevent)
+                    W=2 is data loss that no protocol can prevent). Clients retrying open_ledger(recovery=True)
+                    on the ledgers naming it race its open and registration (their fences reach it before it
+                    registers), and half the time it is killed and restarted once more before it registers
+  restart_racing_recovery
+                    kill -9 a bookie and restart it at once, with recoveries racing its registration as above
+  second_failure_in_change
+                    SIGSTOP a bookie; once the writers timed it out and are writing their ensemble changes,
+                    kill -9 a second one; SIGCONT the first (its late answers arrive after it was replaced)
   kill9_meta_leader kill -9 the `_meta` group's leader (metadata changes wait for a new one)
   fill_bookie_disk  fill the bookie's disk to the last byte (each bookie directory is a tmpfs of its own,
                     BOOKIE_DISK): adds hit ENOSPC before the bookie's 250 ms check sees it, the bookie turns
@@ -50,7 +57,10 @@ from .processes import Cluster, fill_to_last_byte
 
 log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("kill9_bookie", "pause_bookie", "wipe_bookie", "kill9_meta_leader", "fill_bookie_disk")
+FAULT_KINDS = ("kill9_bookie", "pause_bookie", "wipe_bookie", "kill9_meta_leader", "fill_bookie_disk",
+               "restart_racing_recovery", "second_failure_in_change")
+BOOKIE_TIMEOUT_MS = 2_000  # the writers' (a silent bookie is replaced after this)
+RACING_RECOVERIES = 8  # ledgers recovered at once, each retried, while a restarted bookie registers
 BOOKIE_DISK = "512M"  # a tmpfs per bookie directory (a 110-cycle run stores ~100 MB on each)
 ENTRIES_PER_LEDGER = 300
 IN_FLIGHT = 16
@@ -131,7 +141,7 @@ class LedgerSoak:
     def _client(self):
         from ..ledgers import LedgerClient
 
-        return LedgerClient(self.cluster.peers, timeout_ms=10_000, bookie_timeout_ms=2_000)
+        return LedgerClient(self.cluster.peers, timeout_ms=10_000, bookie_timeout_ms=BOOKIE_TIMEOUT_MS)
 
     async def _writer(self, i: int, stop: asyncio.Event, shared=None) -> None:
         """Writer 0 has a client of its own; the others share one, so their adds to a bookie travel together in
@@ -227,6 +237,49 @@ class LedgerSoak:
             if seen != (md.last_entry_id, md.length):
                 raise AssertionError(f"ledger {lid} closed at {seen}, later {md.last_entry_id, md.length}")
 
+    async def _recoveries_racing(self, c: Cycle, until: float) -> None:
+        """Clients retrying open_ledger(recovery=True) on ledgers naming the target while it restarts: their fences
+        and reads reach it before it has registered (and settled its limbo)."""
+        from ..ledgers import LedgerClient
+
+        async with LedgerClient(self.cluster.peers, timeout_ms=5_000, bookie_timeout_ms=BOOKIE_TIMEOUT_MS) as lc:
+            try:
+                lids = [lid for lid in await lc.ledgers_on(c.target) if lid in self.acked]
+            except QuorumLogError as e:
+                self._count(e)
+                return
+            lids = sorted(self.rng.sample(lids, min(RACING_RECOVERIES, len(lids))))
+            recovered = 0
+
+            async def recover(lid: int) -> None:
+                nonlocal recovered
+                while time.monotonic() < until:
+                    try:
+                        r = await lc.open_ledger(lid, recovery=True)
+                    except QuorumLogError as e:
+                        self._count(e)
+                        await asyncio.sleep(0.05)
+                        continue
+                    self._seen_closed(lid, r.metadata)
+                    recovered += 1
+                    return
+            await asyncio.gather(*(recover(lid) for lid in lids))
+            c.note += f"racing recoveries: {recovered} of {len(lids)} ledgers recovered; "
+
+    async def _restart_racing_recovery(self, c: Cycle, node, wipe: bool) -> asyncio.Task:
+        racing = asyncio.create_task(self._recoveries_racing(c, time.monotonic() + c.hold_s + 5))
+        await asyncio.sleep(0)  # (the clients start: their first tries meet the bookie going down)
+        node.kill9()
+        if wipe:
+            shutil.rmtree(os.path.join(node.data_dir, "bookie"), ignore_errors=True)
+        node.start()
+        if self.rng.random() < 0.5:  # killed again before it registers: what the fences created is on its disk
+            await asyncio.sleep(self.rng.uniform(0.1, 0.5))
+            node.kill9()
+            node.start()
+            c.note += "restarted again before registering; "
+        return racing
+
     async def _cycle(self, c: Cycle) -> None:
         nodes = self.cluster.nodes
         c.target = self.rng.choice(sorted(nodes))
@@ -237,25 +290,34 @@ class LedgerSoak:
         if c.kind == "fill_bookie_disk" and c.target not in self.disks:
             c.kind, c.note = "kill9_bookie", "fill_bookie_disk without a tmpfs (not root)"
         filler = os.path.join(self.disks.get(c.target, ""), "filler")
+        racing: asyncio.Task | None = None
+        second = None
         if c.kind in ("kill9_bookie", "kill9_meta_leader"):
             node.kill9()
         elif c.kind == "fill_bookie_disk":
             await asyncio.to_thread(fill_to_last_byte, filler)
         elif c.kind == "pause_bookie":
             node.signal(signal.SIGSTOP)
-        elif c.kind == "wipe_bookie":
-            node.kill9()
-            shutil.rmtree(os.path.join(node.data_dir, "bookie"), ignore_errors=True)
-            node.start()
+        elif c.kind in ("wipe_bookie", "restart_racing_recovery"):
+            racing = await self._restart_racing_recovery(c, node, wipe=c.kind == "wipe_bookie")
+        elif c.kind == "second_failure_in_change":
+            node.signal(signal.SIGSTOP)
+            # the writers time the stopped bookie out and write their ensemble changes: a second one fails then
+            await asyncio.sleep(BOOKIE_TIMEOUT_MS / 1000 + self.rng.uniform(0.0, 0.3))
+            second = nodes[self.rng.choice(sorted(set(nodes) - {c.target}))]
+            second.kill9()
+            c.note += f"second failure {second.node_id}; "
         log.info("cycle %d: %s %s", c.cycle, c.kind, c.target)
         await asyncio.sleep(c.hold_s)
-        if c.kind == "pause_bookie":
+        if c.kind in ("pause_bookie", "second_failure_in_change"):
             node.signal(signal.SIGCONT)
         elif c.kind == "fill_bookie_disk":
             os.remove(filler)
         for n in nodes.values():
             if not n.alive:
                 n.start()
+        if racing is not None:
+            await racing
         healed = time.monotonic()
         deadline = healed + 30
         while time.monotonic() < deadline:

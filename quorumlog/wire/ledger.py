@@ -14,6 +14,14 @@ from enum import IntEnum
 from ..codes import ResponseCode
 
 ENTRY_HEADER = struct.Struct(">qq")  # last add confirmed when written, ledger length after this entry
+# The largest entry body a ledger takes (config max_ledger_entry_bytes; BookKeeper bounds it by
+# nettyMaxFrameSizeBytes): the writer refuses a bigger one before sending anything, a bookie refuses it with
+# ENTRY_TOO_LARGE. The cap may not exceed LEDGER_ENTRY_BYTES_CEILING: an entry with its headers must fit one
+# bookie journal record (bookie/journal.py MAX_RECORD_BYTES, 64 MiB: replay stops at a bigger one) and one
+# frame with its request's headers (transport MAX_FRAME_BYTES, 64 MiB + 64 KiB), or it would be acknowledged
+# and then lost or unreadable.
+MAX_LEDGER_ENTRY_BYTES = 16 * 1024 * 1024
+LEDGER_ENTRY_BYTES_CEILING = 60 * 1024 * 1024
 
 
 def pack_entry(lac: int, length: int, body: bytes) -> bytes:

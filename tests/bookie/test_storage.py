@@ -393,3 +393,71 @@ def test_a_crash_between_a_checkpoints_index_chunks_loses_nothing(tmp_path):
         assert s.add_entries(1, [(10, body(1, 10), 9)]).result(10) is not None
     finally:
         s.close()
+
+
+def test_the_journal_without_flush_when_queue_empty_groups_every_kind_of_record(tmp_path):
+    """BookKeeper's default (journalFlushWhenQueueEmpty = false): the writer waits up to max_group_wait for a
+    group's bytes, counting single records, (head, body) records, a batch framed by C, and a repair (which has
+    none). Each kind is acknowledged and replayed; the journal thread lives on."""
+    from quorumlog.bookie.add_items import scan_adds
+    from quorumlog.wire.ledger import AddEntry, pack_adds, pack_entry
+
+    config = dataclasses.replace(SMALL, journal_flush_when_queue_empty=False, journal_max_group_wait_ms=5)
+    s = BookieStorage(str(tmp_path), config)
+    try:
+        batch = scan_adds(pack_adds([AddEntry("b", 2, e, pack_entry(e - 1, e + 1, body(2, e)), e - 1)
+                                     for e in range(20)]))
+        futs = [s.add_entry(1, 0, body(1, 0)),
+                s.add_entries(1, [(e, body(1, e), e - 1) for e in range(1, 10)]),
+                s.add_entries(2, batch),
+                s.journal.repair(),
+                s.fence(3)]
+        for f in futs:
+            f.result(5)
+        assert s.journal._thread.is_alive()
+        s.add_entry(1, 10, body(1, 10)).result(5)  # (and the next group too)
+    finally:
+        s.journal.close()  # a crash before any checkpoint: replay brings back what was acknowledged
+        s.entry_log.close()
+        s.index.close()
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        assert [s.read_entry(1, e) for e in range(11)] == [body(1, e) for e in range(11)]
+        assert s.read_entry(2, 19) == pack_entry(18, 20, body(2, 19)) and s.ledger_state(3).fenced
+    finally:
+        s.close()
+
+
+def test_an_entry_over_the_cap_is_refused_so_replay_never_drops_an_acknowledged_record(tmp_path):
+    """A journal record over 64 MiB was written, fsynced and acknowledged, then read by replay as a torn tail:
+    lost, and every record after it. The bookie refuses an entry over max_entry_bytes (16 MiB by default) with
+    ENTRY_TOO_LARGE, single or in a batch (refused whole), and what it acknowledged replays."""
+    from quorumlog.bookie.add_items import scan_adds
+    from quorumlog.bookie.journal import MAX_RECORD_BYTES
+    from quorumlog.errors import EntryTooLarge
+    from quorumlog.wire.ledger import AddEntry, pack_adds, pack_entry
+
+    s = BookieStorage(str(tmp_path), SMALL)
+    try:
+        with pytest.raises(EntryTooLarge):
+            s.add_entry(1, 0, pack_entry(-1, 1, bytes(MAX_RECORD_BYTES + 1)))
+        s.add_entry(1, 0, body(1, 0)).result(5)
+        s.fence(2).result(5)
+    finally:
+        s.journal.close()  # a crash before any checkpoint: replay brings back what was acknowledged
+        s.entry_log.close()
+        s.index.close()
+    s = BookieStorage(str(tmp_path), dataclasses.replace(SMALL, max_entry_bytes=100))
+    try:
+        assert s.read_entry(1, 0) == body(1, 0) and s.ledger_state(2).fenced
+        big, small = pack_entry(0, 1, bytes(101)), pack_entry(0, 1, bytes(100))
+        with pytest.raises(EntryTooLarge):
+            s.add_entries(3, [(0, small, -1), (1, big, 0)])
+        with pytest.raises(EntryTooLarge):  # (the C path's batch)
+            s.add_entries(3, scan_adds(pack_adds([AddEntry("b", 3, 0, small, -1), AddEntry("b", 3, 1, big, 0)])))
+        refused, fut = s.add_sections([(4, [(0, big, -1)]), (5, [(0, small, -1)])])
+        assert set(refused) == {4} and isinstance(refused[4], EntryTooLarge)
+        fut.result(5)
+        assert 3 not in s.ledgers() and s.read_entry(5, 0) == small
+    finally:
+        s.close()

@@ -1,6 +1,7 @@
 """The ledger soak (quorumlog/soak/ledgers.py) in short: 5 real nodes, 3 writers, every fault kind once (kill -9,
-SIGSTOP, a wiped disk and a disk filled to the last byte of a bookie, kill -9 of the `_meta` leader), a recovery
-racing a writer each cycle; 0 violations. The 110-cycle run is `make soak`'s, its figures in bench/results/soak-ledgers-*.json."""
+SIGSTOP, a wiped disk and a disk filled to the last byte of a bookie, kill -9 of the `_meta` leader, recoveries
+racing a restarted bookie's registration, a second bookie failing during ensemble changes), a recovery racing
+a writer each cycle; 0 violations. The 110-cycle run is `make soak`'s, its figures in bench/results/soak-ledgers-*.json."""
 
 from __future__ import annotations
 

@@ -167,3 +167,120 @@ def test_a_batch_of_adds_is_answered_per_add_refused_whole_when_malformed_and_re
             await node.stop()
 
     asyncio.run(main())
+
+
+def test_a_fence_that_arrives_before_the_registration_leaves_its_ledger_in_limbo(tmp_path):
+    """A wiped bookie (its registered instance is another) that a recovery fences before it registered: the
+    fence creates the ledger's state on the empty disk, yet the ledger is in limbo (it was not held when the
+    bookie opened), so an absent entry answers UNKNOWN, never NO_SUCH_ENTRY (recovery would close it away)."""
+    from types import SimpleNamespace
+
+    from quorumlog.ledger.metadata import LedgerMetadata, Segment
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s = FakeSession()
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.READ_LAC, 7, flags=FLAG_FENCE))
+            assert s.responses[-1].code == ResponseCode.UNKNOWN and 7 in node.bookie.storage.ledgers()
+            md = LedgerMetadata(7, 3, 2, 2, (Segment(0, ("n0", "n1", "n2")),), version=1)
+
+            async def meta_get(key):  # the record of the instance this disk was before the wipe
+                return SimpleNamespace(value=json.dumps({"instance_id": "before-the-wipe"}).encode(), version=3)
+
+            async def ledgers():
+                return [md]
+
+            async def meta(*args):
+                return None
+            node.calls.meta_get, node.calls.ledgers, node.calls.meta = meta_get, ledgers, meta
+            await node.bookie._register_once()
+            node.bookie.limbo_known = True
+            assert node.bookie.limbo == {7}
+            await _ask(transport, s, BookieOpRequest(2, BookieOp.READ, 7, 0, flags=FLAG_FENCE))
+            assert s.responses[-1].code == ResponseCode.UNKNOWN
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
+
+
+def test_a_fenced_read_reads_the_entry_on_the_loop_not_on_the_journal_thread(tmp_path):
+    """The fence completes on the journal's thread; reading the entry there raced the loop's entry-log writes
+    (recovery reads answered CORRUPT_ENTRY). The storage is single-threaded apart from its journal writer."""
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s = FakeSession()
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD, 7, 0, -1, 0, pack_entry(-1, 1, b"a")))
+            storage = node.bookie.storage
+            read_entry, threads = storage.read_entry, []
+
+            def recording_read_entry(*args):
+                threads.append(threading.current_thread())
+                return read_entry(*args)
+            storage.read_entry = recording_read_entry
+            await _ask(transport, s, BookieOpRequest(2, BookieOp.READ, 7, 0, flags=FLAG_FENCE))
+            assert s.responses[-1].code == ResponseCode.SUCCESS and s.responses[-1].data == pack_entry(-1, 1, b"a")
+            assert threads == [threading.main_thread()]
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
+
+
+def test_a_wiped_bookie_restarted_before_it_registered_keeps_the_fenced_ledger_in_limbo(tmp_path):
+    """The fence's state is durable: after a restart the bookie holds ledger 7 when it opens, yet this disk never
+    registered its instance, so nothing it holds vouches for the ledger (found by the simulator)."""
+    from types import SimpleNamespace
+
+    from quorumlog.ledger.metadata import LedgerMetadata, Segment
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        s = FakeSession()
+        try:
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.READ_LAC, 7, flags=FLAG_FENCE))
+        finally:
+            await node.stop()
+        transport, node = await _started_node(tmp_path)
+        try:
+            assert 7 in node.bookie.storage.ledgers()
+
+            async def meta_get(key):
+                return SimpleNamespace(value=json.dumps({"instance_id": "before-the-wipe"}).encode(), version=3)
+
+            async def ledgers():
+                return [LedgerMetadata(7, 3, 2, 2, (Segment(0, ("n0", "n1", "n2")),), version=1)]
+
+            async def meta(*args):
+                return None
+            node.calls.meta_get, node.calls.ledgers, node.calls.meta = meta_get, ledgers, meta
+            await node.bookie._register_once()
+            assert node.bookie.limbo == {7} and node.bookie.limbo_known
+            await _ask(transport, s, BookieOpRequest(2, BookieOp.READ, 7, 0, flags=FLAG_FENCE))
+            assert s.responses[-1].code == ResponseCode.UNKNOWN
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
+
+
+def test_an_entry_over_max_ledger_entry_bytes_is_refused_with_entry_too_large(tmp_path):
+    from quorumlog.wire.ledger import MAX_LEDGER_ENTRY_BYTES
+
+    async def main():
+        transport, node = await _started_node(tmp_path)
+        try:
+            s = FakeSession()
+            big = pack_entry(-1, 1, bytes(MAX_LEDGER_ENTRY_BYTES + 1))
+            await _ask(transport, s, BookieOpRequest(1, BookieOp.ADD, 7, 0, -1, 0, big),
+                       BookieOpRequest(2, BookieOp.ADD_BATCH, 8, data=pack_adds([AddEntry("n0", 8, 0, big, -1)])))
+            single, batch = sorted(s.responses, key=lambda r: r.request_id)
+            assert single.code == ResponseCode.ENTRY_TOO_LARGE
+            assert unpack_add_results(batch.data) == [(0, ResponseCode.ENTRY_TOO_LARGE)]
+            assert node.bookie.storage.ledgers() == []
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
