@@ -545,7 +545,7 @@ class Node:
                      "full": self.disk_full},
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started_at, 3),
-            "loop_lag": self.loop_lag.lag.summary(),
+            "loop_lag": self.loop_lag.summary(),
         }
 
     def status(self, replica: Replica | None = None) -> dict[str, Any]:
