@@ -322,3 +322,30 @@ def test_loop_lag_records_a_stall_injected_on_the_loop(tmp_path):
         assert lag["max_ms"] >= 280 and lag["p999_ms"] >= 280 and lag["paused"] == 0
         await node.stop()
     asyncio.run(main())
+
+
+def test_status_counts_the_group_directory_off_the_loop(tmp_path, monkeypatch):
+    """The status's store_bytes walks the group's directory and stats every file: on a cold inode cache each stat
+    waits for the disk, so the walk must not run on the loop thread (it stalled every group of a node)."""
+    import threading
+
+    from quorumlog.server import replica as replica_module
+
+    walked_on = []
+    real = replica_module.directory_bytes
+
+    def recording(path):
+        walked_on.append(threading.get_ident())
+        return real(path)
+
+    monkeypatch.setattr(replica_module, "directory_bytes", recording)
+
+    async def main():
+        node, _, _ = await _started(tmp_path)
+        loop_thread = threading.get_ident()
+        node.status()
+        await _until(lambda: walked_on)
+        assert loop_thread not in walked_on
+        await _until(lambda: node.status()["disk"]["store_bytes"] > 0)  # the count arrives for the next status
+        await node.stop()
+    asyncio.run(main())
