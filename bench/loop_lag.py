@@ -38,6 +38,33 @@ async def node_loop_lag(peers: str) -> dict[str, dict]:
         return {s.id: s.raw.get("loop_lag", {}) for s in await c.status() if s.reachable}
 
 
+def reports(peers: str) -> dict[str, dict]:
+    """Every node's loop lag report now (blocking; for the benchmarks' drivers)."""
+    return asyncio.run(node_loop_lag(peers))
+
+
+def between(before: dict[str, dict], after: dict[str, dict]) -> dict:
+    """The loop lag of every node between two reports(): max (exact when a node's max grew meanwhile, else the
+    upper edge of its highest bucket that gained samples), p99.9 and samples over 200 ms, of the lag and of the
+    lag less CPU wait."""
+    out = {}
+    for key in (None, "less_cpu_wait"):
+        deltas = []
+        for n, a in after.items():
+            a = a.get(key, {}) if key else a
+            b = before.get(n, {})
+            b = b.get(key, {}) if key else b
+            gained = {k: c - b.get("buckets_ms", {}).get(k, 0) for k, c in a.get("buckets_ms", {}).items()}
+            gained = {k: c for k, c in gained.items() if c > 0}
+            top = a.get("max_ms", 0.0)
+            if top <= b.get("max_ms", 0.0):
+                top = min(top, max((float(k) for k in gained if k != "inf"), default=0.0))
+            deltas.append({"buckets_ms": gained, "max_ms": top})
+        d = combine(deltas)
+        out[key or "lag"] = {k: d[k] for k in ("samples", "max_ms", "p999_ms", "over_200_ms")}
+    return out
+
+
 def summarize(per_node: dict[str, dict]) -> dict:
     """Per node max/p99.9 and samples, and the cluster's (every node's samples together); each also less the
     loop thread's wait for a CPU (server/loop_lag.py)."""
