@@ -6,8 +6,10 @@ One `quorumlog cluster up --nodes 5 --flush sync` with 64 MiB segments and `grou
 bench/ledgers.py; then, at the same time for --duration-s: bench/ledgers.py's batched ledger load (4 ledgers x 16
 adds of 64 KiB in flight, E=3 W=2 A=2) and `quorumlog bench --writers 4 --batch 1024` (1 MiB batches of 1 KiB
 values) on raft3. Each node's loop lag (server/loop_lag.py: a 20 ms sleeper's oversleep) is read from its status at
-the end: per node max and p99.9, and the cluster's (the nodes' buckets added up). Prints one JSON document;
---out appends it, as {label: document}, to a results file.
+the end: per node max and p99.9, and the cluster's (the nodes' buckets added up). With --delete-fraction F, F of
+the ledgers written are then deleted and the run waits out a bookie GC (every 60 s), which compacts the entry logs
+left partly live: the loop lag of that phase is reported apart (`after_deletes`). Prints one JSON document; --out
+adds it, as {label: document}, to a results file.
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ async def node_loop_lag(peers: str) -> dict[str, dict]:
     from quorumlog.client import Client
     async with Client(peers) as c:
         return {s.id: s.raw.get("loop_lag", {}) for s in await c.status() if s.reachable}
+
+
+async def delete_ledgers(peers: str, fraction: float) -> int:
+    """Delete `fraction` of the ledgers (every one whose position modulo 4 falls below fraction x 4)."""
+    from quorumlog.ledgers import LedgerClient
+    async with LedgerClient(peers) as lc:
+        ids = sorted(md.ledger_id for md in await lc.list_ledgers())
+        doomed = [lid for i, lid in enumerate(ids) if i % 4 < fraction * 4]
+        for lid in doomed:
+            await lc.delete_ledger(lid)
+    return len(doomed)
 
 
 def reports(peers: str) -> dict[str, dict]:
@@ -84,6 +97,8 @@ def main() -> None:
     p.add_argument("--base-port", type=int, default=27300)
     p.add_argument("--label", default="run")
     p.add_argument("--out", default=None)
+    p.add_argument("--delete-fraction", type=float, default=0.0)
+    p.add_argument("--gc-wait-s", type=float, default=65.0)
     p.add_argument("--keep", action="store_true", help="leave the cluster's directory (its logs) for a look")
     a = p.parse_args()
     base = tempfile.mkdtemp(prefix="quorumlog-looplag-")
@@ -125,7 +140,12 @@ def main() -> None:
                              "latency_ms": {k: d["latency_ms"][k] for k in ("p50", "p99", "p999")}}
         doc["results"] = results
         doc["loop_lag_idle_before_load"] = {k: v for k, v in summarize(before).items() if k != "nodes"}
-        doc["loop_lag"] = summarize(asyncio.run(node_loop_lag(peers)))
+        loaded = asyncio.run(node_loop_lag(peers))
+        doc["loop_lag"] = summarize(loaded)
+        if a.delete_fraction > 0:
+            doc["deleted_ledgers"] = asyncio.run(delete_ledgers(peers, a.delete_fraction))
+            time.sleep(a.gc_wait_s)
+            doc["after_deletes"] = between(loaded, asyncio.run(node_loop_lag(peers)))
     finally:
         subprocess.run([QUORUMLOG, "cluster", "down", "--data-dir", data_dir], timeout=60,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
