@@ -268,12 +268,20 @@ class LedgerSoak:
                 break
             await asyncio.sleep(0.1)
 
-    async def _read_loop_lag(self) -> None:
+    async def _read_loop_lag(self, wait_all_s: float = 0.0) -> None:
+        """Every answering node's loop lag; with wait_all_s, until every node answers (one restarted by the
+        last cycle may still be opening its stores) or that long."""
         from ..client.groups import GroupAdmin
 
+        deadline = time.monotonic() + wait_all_s
         try:
             async with GroupAdmin(parse_peers(self.cluster.peers), timeout_ms=3_000) as admin:
-                self.loop_lag.record(await admin.cluster_status())
+                while True:
+                    statuses = await admin.cluster_status()
+                    self.loop_lag.record(statuses)
+                    if all(isinstance(s, dict) for s in statuses.values()) or time.monotonic() > deadline:
+                        return
+                    await asyncio.sleep(0.5)
         except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
             log.warning("loop lag not read: %s", e)
 
@@ -303,7 +311,7 @@ class LedgerSoak:
                 for c in self.plan:
                     await self._read_loop_lag()  # (before the fault: a kill -9 loses what came after)
                     await self._cycle(c)
-                await self._read_loop_lag()
+                await self._read_loop_lag(wait_all_s=30)
             finally:
                 stop.set()
                 done = await asyncio.gather(*tasks, return_exceptions=True)

@@ -634,6 +634,7 @@ class Soak:
                     raise RuntimeError(f"nodes {dead} exited after healing:\n{self.cluster.logs()}")
                 members = tuple(self.members)
                 statuses = await self.cluster.wait_converged(admin, timeout_s=60, members=members)
+                self.loop_lag.record(statuses)  # (every member up again: the last cycle's restarts included)
                 config_violations = self._configuration_check(statuses)
                 logs = {nid: [(e.index, e.body) for e in entries]
                         for nid, entries in (await self.cluster.committed_logs(admin, members)).items()}
