@@ -396,9 +396,10 @@ class BookieStorage:
         """collect_garbage as steps its caller drives, so a node's loop runs between them (a compaction done
         at once held every node's loop for 0.7 s per two 64 MiB logs of 64 KiB entries, 2.9 s of 1 KiB ones):
         ReadLog(id) — send the log's bytes (entry_log.read_log, any thread); RemoveLog(id) — remove it
-        (entry_log.remove, any thread: unlinking a 64 MiB log takes tens of ms under load); CHECKPOINT — a checkpoint must
-        complete first (the copies durable and indexed before their old log goes); STEP — up to
-        COMPACTION_STEP_ENTRIES entries were looked at, or COMPACTION_STEP_BYTES copied. Fills `stats` as collect_garbage's result."""
+        (entry_log.remove, any thread: unlinking a 64 MiB log takes tens of ms under load); CHECKPOINT — a
+        checkpoint must complete first (the copies durable and indexed before their old log goes); STEP — up to
+        COMPACTION_STEP_ENTRIES entries were looked at, or COMPACTION_STEP_BYTES copied. Fills `stats` as
+        collect_garbage's result."""
         dropped = [lid for lid in self.index.ledgers() if self._state(lid).deleted]
         for lid in dropped:
             self.index.drop_ledger(lid)

@@ -116,9 +116,10 @@ class BookieService:
     async def gc(self) -> None:
         """The storage's gc with its checkpoint, and the first look at entry logs older than this process (a
         walk of their headers), on the thread. Compaction goes in steps (storage.garbage_steps): the log it
-        compacts is read and a log it drops is removed on the thread, its copies are made on the loop in steps (256 entries, at most a MiB)
-        with the loop's other work between, and the checkpoint before the old log goes is this one (its durable part on the thread).
-        Done at once on the loop it stalled every node together (their GC timers agree) for 0.7-2.9 s."""
+        compacts is read and a log it drops is removed on the thread, its copies are made on the loop in steps
+        (256 entries, at most a MiB) with the loop's other work between, and the checkpoint before the old log
+        goes is this one (its durable part on the thread). Done at once on the loop it stalled every node together
+        (their GC timers agree) for 0.7-2.9 s."""
         async with self._maintenance:
             s = self.storage
             if not await self._checkpoint() or s is None:

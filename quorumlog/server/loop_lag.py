@@ -101,7 +101,8 @@ class LoopLagMonitor:
     each pause to `on_paused()`."""
 
     def __init__(self, on_sample: Callable[[float], None] = lambda s: None,
-                 on_paused: Callable[[], None] = lambda: None, interval_ms: int = LOOP_LAG_INTERVAL_MS, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_paused: Callable[[], None] = lambda: None, interval_ms: int = LOOP_LAG_INTERVAL_MS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.lag = LoopLag()
         self.less_cpu_wait = LoopLag()  # each sample less the loop thread's wait for a CPU (see the module doc)
         self._on_sample = on_sample
@@ -109,7 +110,7 @@ class LoopLagMonitor:
         self._interval_s = interval_ms / 1000
         self._clock = clock
         self._resumed = False
-        self._held: tuple[float, float] | None = None  # a late sample (lag, CPU wait) waiting one wake for a SIGCONT
+        self._held: tuple[float, float] | None = None  # a late (lag, CPU wait) waiting one wake for a SIGCONT
         self.last_wake_s = clock()  # (read by StallStacks' thread)
 
     def resumed(self) -> None:
