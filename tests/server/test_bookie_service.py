@@ -175,7 +175,7 @@ def test_gc_compacts_in_steps_with_the_loop_running_between_them(tmp_path):
     runs between copies of at most COMPACTION_STEP_BYTES; every live entry stays readable."""
     import dataclasses
 
-    from quorumlog.bookie.storage import COMPACTION_STEP_BYTES
+    from quorumlog.bookie.storage import COMPACTION_STEP_BYTES, BookieStorage
 
     async def main():
         transport = FakeTransport()
@@ -216,9 +216,22 @@ def test_gc_compacts_in_steps_with_the_loop_running_between_them(tmp_path):
                     await asyncio.sleep(0)
 
             watcher = asyncio.create_task(watch())
+            added = []
+
+            async def keep_adding():  # adds to live ledgers go on between the steps
+                entry = 160
+                while not done.is_set():
+                    for lid in (3, 4):
+                        await asyncio.wrap_future(s.add_entry(lid, entry, b"late %d" % entry))
+                        added.append((lid, entry))
+                    entry += 1
+
+            adder = asyncio.create_task(keep_adding())
             await node.bookie.gc()
             done.set()
             await watcher
+            await adder
+            assert added
             assert copied[0] >= 3 * 1024 * 1024  # (two fifths of three 4 MiB logs were live)
             assert most_between_turns[0] <= COMPACTION_STEP_BYTES + len(body)
             assert read_on and threading.get_ident() not in read_on
@@ -228,4 +241,14 @@ def test_gc_compacts_in_steps_with_the_loop_running_between_them(tmp_path):
                     assert s.read_entry(i % 5, i // 5) == body
         finally:
             await node.stop()
+        # and from disk, after a restart: the copies were durable and indexed before their old logs went
+        reopened = BookieStorage(node.bookie.dir, node.bookie.bookie_config)
+        try:
+            for i in range(800):
+                if i % 5 >= 3:
+                    assert reopened.read_entry(i % 5, i // 5) == body
+            for lid, entry in added:
+                assert reopened.read_entry(lid, entry) == b"late %d" % entry
+        finally:
+            reopened.close()
     asyncio.run(main())
