@@ -26,6 +26,8 @@ growing into memory not used lately costs up to 4x the kernel CPU per GB written
 figure depends on what ran before it (the Raft group's batched rounds ranged 77-201 MB/s in one run, most of
 it its leader's mapped pages, which drop_caches could not free; the store unmaps them since 2026-11-27). The
 journal against the disk's ceiling is bench/bookie.py's (bench/results/bookie-*.json).
+Each workload's result, the recoveries and the whole run also give the nodes' event-loop lag (bench/loop_lag.py:
+max, p99.9, samples over 200 ms; each also less the time the loop thread waited for a CPU).
 Results: bench/results/ledgers-<date>.json.
 """
 
@@ -49,6 +51,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+from loop_lag import between as loop_lag_between, reports as loop_lag_reports  # noqa: E402  (bench/loop_lag.py)
+from loop_lag import summarize as loop_lag_summary  # noqa: E402
 from results_file import (children_cpu_s, cluster_node_pids, empty_page_cache,  # noqa: E402  (bench/results_file.py)
                           process_cpu_s)
 
@@ -263,16 +267,23 @@ def main() -> None:
             for k in (list(workloads) if r % 2 == 0 else list(reversed(workloads))):
                 if not a.keep_page_cache:
                     doc["setup"]["page_cache"] = empty_page_cache()
+                lag_before = loop_lag_reports(peers)
                 runs[k].append(_with_cpu(workloads[k], pids, a, _key(k)))
+                runs[k][-1]["loop_lag"] = loop_lag_between(lag_before, loop_lag_reports(peers))
                 log.info("round %d %s: %s", r, k, runs[k][-1])
         for k, got in runs.items():
             key = _key(k)
             results[k] = sorted(got, key=lambda d: d[key])[len(got) // 2] | {
                 "rounds": [d[key] for d in got],
                 "cpu_total_by_round": [d["cpu_s_per_unit"]["total"] for d in got],
-                "cpu_busiest_by_round": [d["cpu_s_per_unit"]["busiest"] for d in got]}
+                "cpu_busiest_by_round": [d["cpu_s_per_unit"]["busiest"] for d in got],
+                "loop_lag_max_ms_by_round": [d["loop_lag"]["lag"]["max_ms"] for d in got]}
+        lag_before = loop_lag_reports(peers)
         results["recovery"] = asyncio.run(recovery_times(peers, a.recoveries))
+        results["recovery"]["loop_lag"] = loop_lag_between(lag_before, loop_lag_reports(peers))
         log.info("recovery: %s", results["recovery"])
+        # (every node's event-loop lag over the whole run, page cache emptying and recoveries included)
+        doc["loop_lag"] = loop_lag_summary(loop_lag_reports(peers))
     finally:
         subprocess.run([QUORUMLOG, "cluster", "down", "--data-dir", data_dir], timeout=60,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -312,7 +323,8 @@ def main() -> None:
     path = os.path.join(a.out, f"ledgers-{dt.date.today().isoformat()}.json")
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
-    print(json.dumps({"ratios": doc["ratios"], "busiest_process": doc["busiest_process"], "targets": doc["targets"],
+    print(json.dumps({"ratios": doc["ratios"], "loop_lag": {k: v for k, v in doc["loop_lag"].items() if k != "nodes"},
+                      "busiest_process": doc["busiest_process"], "targets": doc["targets"],
                       "recovery": results["recovery"]}, indent=1))
 
 

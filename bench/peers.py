@@ -29,6 +29,7 @@ Workloads (client-view latency, HdrHistogram):
   failover  kill -9 the leader under load, kill -> first write acked.
 The disk ceiling (bench/store.py's raw_sequential / raw_serial) is measured in the same run, same filesystem.
 The page cache is synced and emptied before each load (bench/results_file.py; --keep-page-cache to skip).
+Each quorumlog system's result also gives its nodes' event-loop lag over the loads (`loop_lag`: max, p99.9).
 """
 
 from __future__ import annotations
@@ -469,6 +470,20 @@ def make_system(name: str, base: str):
             "jetstream-async": lambda: JetStream(d, False)}[name]()
 
 
+def quorumlog_loop_lag(sysm: "Quorumlog") -> dict:
+    """The nodes' event-loop lag over every load so far (bench/loop_lag.py), or why it could not be read."""
+    import loop_lag  # (bench/loop_lag.py)
+    try:
+        with open(os.path.join(sysm.dir, "cluster.json")) as f:
+            peers = json.load(f)["peers"]
+        if isinstance(peers, dict):
+            peers = ",".join(f"{k}={v}" for k, v in peers.items())
+        doc = loop_lag.summarize(loop_lag.reports(peers))
+        return {k: v for k, v in doc.items() if k != "nodes"}
+    except Exception as e:  # noqa: BLE001 -- a figure, not the benchmark
+        return {"error": repr(e)}
+
+
 def bench_system(name: str, base: str, a) -> dict:
     sysm = make_system(name, base)
     res: dict = {"flush": FLUSH[name], "nodes": 3}
@@ -491,6 +506,8 @@ def bench_system(name: str, base: str, a) -> dict:
             res["w3_batched_1MiB_1KiB"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a)
             res["w3_batched_1MiB_1KiB_2procs"] = run_load(sysm, BATCH_WRITERS, BATCH_ENTRIES, BATCH_VALUE_BYTES, a,
                                                           procs=2)
+        if isinstance(sysm, Quorumlog):
+            res["loop_lag"] = quorumlog_loop_lag(sysm)  # (before the failover's kills end the processes)
         # (a master/slave group's switch time is bench/master_slave.py's: `quorumlog bench --failover-kills`
         # kills a Raft group's leader)
         if "failover" in w and a.kills and not name.startswith("quorumlog-ms") and (

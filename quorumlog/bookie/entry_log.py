@@ -188,12 +188,20 @@ class EntryLogger:
                                f"{ledger}/{entry} ({len(body)} of {size} bytes)")
         return body
 
-    def scan(self, log_id: int) -> Iterator[tuple[int, int, int, bytes]]:
-        """(offset, ledger, entry, body) of every intact record of a log, in order (compaction, GC)."""
-        if log_id == self.current_id:
-            self.write_out()
+    def read_log(self, log_id: int) -> bytes:
+        """A log other than the current one, whole: it no longer changes, so any thread may read it."""
+        assert log_id != self.current_id
         with open(self._path(log_id), "rb") as f:
-            data = f.read()
+            return f.read()
+
+    def scan(self, log_id: int, data: bytes | None = None) -> Iterator[tuple[int, int, int, bytes]]:
+        """(offset, ledger, entry, body) of every intact record of a log, in order (compaction, GC); `data`: the
+        log's bytes when the caller read them already (read_log, off its loop)."""
+        if data is None:
+            if log_id == self.current_id:
+                self.write_out()
+            with open(self._path(log_id), "rb") as f:
+                data = f.read()
         pos = 0
         while pos + _HEAD.size <= len(data):
             size, crc, ledger, entry = _HEAD.unpack_from(data, pos)

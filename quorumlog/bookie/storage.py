@@ -35,7 +35,7 @@ import struct
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import BookieReadOnly, DiskError, DiskFull, EntryTooLarge, LedgerFenced, NoSuchEntry, NoSuchLedger, \
     QuorumLogError
@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 _ADD, _FENCE, _LAC, _DELETE = 1, 2, 3, 4
 # A disk that fails again soon after a repair (an I/O error with space to spare) is tried ever later: each
 # repair starts a journal file, and one every check would pile them up.
+# Compaction in steps (garbage_steps): the caller's loop runs between steps of at most this many entries looked
+# at or bytes copied (a step of 1,024 entries of 1 KiB took 70 ms here, of 256 about 18).
+COMPACTION_STEP_ENTRIES = 256
+COMPACTION_STEP_BYTES = 1024 * 1024
 REPAIR_BACKOFF_S = (0.5, 60.0)  # the first wait, and the longest (also: healthy this long resets the wait)
 _REC = struct.Struct(">BQqq")  # type, ledger id, entry id (ADD), LAC (ADD, LAC); the body follows an ADD
 # every entry a bookie takes is one journal record replay reads back (a bigger record ends replay as torn)
@@ -72,6 +76,22 @@ class BookieConfig:
     def __post_init__(self) -> None:
         if not 0 < self.max_entry_bytes <= LEDGER_ENTRY_BYTES_CEILING:
             raise ValueError(f"max_entry_bytes={self.max_entry_bytes}: must be in 1..{LEDGER_ENTRY_BYTES_CEILING}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLog:
+    """garbage_steps asks for an entry log's bytes."""
+    log_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveLog:
+    """garbage_steps asks for an entry log to be removed."""
+    log_id: int
+
+
+CHECKPOINT = "checkpoint"  # garbage_steps: a checkpoint must complete before it goes on
+STEP = "step"  # garbage_steps: a step of copies done; the caller may run other work
 
 
 class BookieStorage:
@@ -382,10 +402,35 @@ class BookieStorage:
         """gc() after its checkpoint (a node runs that off its loop). A log's live fraction is the bytes of
         its ledgers not deleted (BookKeeper's EntryLogMetadata usage), from the entry logger's per-ledger
         counts: only a log to compact is read."""
+        stats: dict[str, int] = {}
+        steps = self.garbage_steps(stats)
+        answer: bytes | None = None
+        try:
+            while True:
+                step = steps.send(answer)
+                answer = None
+                if isinstance(step, ReadLog):
+                    answer = self.entry_log.read_log(step.log_id)
+                elif isinstance(step, RemoveLog):
+                    self.entry_log.remove(step.log_id)
+                elif step is CHECKPOINT:
+                    self.checkpoint()
+        except StopIteration:
+            return stats
+
+    def garbage_steps(self, stats: dict[str, int]) -> Iterator["ReadLog | RemoveLog | str"]:
+        """collect_garbage as steps its caller drives, so a node's loop runs between them (a compaction done
+        at once held every node's loop for 0.7 s per two 64 MiB logs of 64 KiB entries, 2.9 s of 1 KiB ones):
+        ReadLog(id) — send the log's bytes (entry_log.read_log, any thread); RemoveLog(id) — remove it
+        (entry_log.remove, any thread: unlinking a 64 MiB log takes tens of ms under load); CHECKPOINT — a
+        checkpoint must complete first (the copies durable and indexed before their old log goes); STEP — up to
+        COMPACTION_STEP_ENTRIES entries were looked at, or COMPACTION_STEP_BYTES copied. Fills `stats` as
+        collect_garbage's result."""
         dropped = [lid for lid in self.index.ledgers() if self._state(lid).deleted]
         for lid in dropped:
             self.index.drop_ledger(lid)
-        removed = compacted = 0
+            yield STEP  # (each drop walks the index's uncommitted entries)
+        stats.update(ledgers_dropped=len(dropped), logs_removed=0, logs_compacted=0)
         for log_id in self.entry_log.log_ids():
             if log_id == self.entry_log.current_id:
                 continue
@@ -393,16 +438,23 @@ class BookieStorage:
             total = sum(ledgers.values())
             live = sum(n for lid, n in ledgers.items() if self._live(lid))
             if live == 0:
-                self.entry_log.remove(log_id)
-                removed += 1
+                yield RemoveLog(log_id)
+                stats["logs_removed"] += 1
             elif live / total < self.config.compaction_threshold:
-                for offset, ledger, entry, body in self.entry_log.scan(log_id):
+                data = yield ReadLog(log_id)
+                seen = copied = 0
+                for offset, ledger, entry, body in self.entry_log.scan(log_id, data):
+                    # (checked at the copy: between steps an entry may have been deleted or written again)
                     if self._live(ledger) and self.index.get(ledger, entry) == (log_id, offset):
                         self.index.put(ledger, entry, self.entry_log.append(ledger, entry, body))
-                self.checkpoint()  # the copies are durable and indexed before the old log goes
-                self.entry_log.remove(log_id)
-                compacted += 1
-        return {"ledgers_dropped": len(dropped), "logs_removed": removed, "logs_compacted": compacted}
+                        copied += len(body)
+                    seen += 1
+                    if seen >= COMPACTION_STEP_ENTRIES or copied >= COMPACTION_STEP_BYTES:
+                        yield STEP
+                        seen = copied = 0
+                yield CHECKPOINT
+                yield RemoveLog(log_id)
+                stats["logs_compacted"] += 1
 
     def _live(self, ledger_id: int) -> bool:
         st = self.index.state(ledger_id)

@@ -13,6 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 FSYNC_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 COMMIT_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     10.0)
+# loop lag (how late a sleeper on the event loop wakes, loop_lag.py): 1 ms .. 10 s; the target is none over 200 ms.
+LOOP_LAG_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 ROLES = ("follower", "candidate", "leader")
 _G = ["node", "group"]
 
@@ -58,6 +60,15 @@ class NodeMetrics:
                                              "Connections closed for a protocol error", ["node"],
                                              registry=r).labels(**n)
         self.loop_stalls = Counter("quorumlog_event_loop_stalls", "Ticks that came over 100 ms late", ["node"],
+                                   registry=r).labels(**n)
+        self.loop_lag_seconds = Histogram("quorumlog_event_loop_lag_seconds",
+                                          "How late a sleeper on the event loop woke (every 20 ms)", ["node"],
+                                          buckets=LOOP_LAG_BUCKETS_S, registry=r).labels(**n)
+        self.loop_lag_max_seconds = Gauge("quorumlog_event_loop_lag_max_seconds",
+                                          "The longest event loop lag since the node started", ["node"],
+                                          registry=r).labels(**n)
+        self.loop_paused = Counter("quorumlog_event_loop_paused",
+                                   "Loop lag samples left out because the process was stopped (SIGSTOP)", ["node"],
                                    registry=r).labels(**n)
 
     def group(self, group: str) -> "GroupMetrics":

@@ -41,6 +41,7 @@ from .bookie_service import GC_INTERVAL_MS, BookieService
 from .cluster_calls import ClusterCalls
 from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
+from .loop_lag import LoopLagMonitor
 from .metrics import NodeMetrics
 from .replica import Replica, now_ms
 from .master_slave import MODE as MASTER_SLAVE, MasterSlaveReplica
@@ -72,6 +73,7 @@ class Node:
         self._transport = transport
         self._core_factory = core_factory
         self.metrics = NodeMetrics(config.node_id)
+        self.loop_lag = LoopLagMonitor(self._loop_lag_sample, self.metrics.loop_paused.inc)
         self.replicas: dict[str, Replica] = {}
         self.default = Replica(self, config, store=store, core_factory=core_factory)
         self.fsync_worker: FsyncWorker | None = None
@@ -228,6 +230,7 @@ class Node:
                 await self._http.start(cfg.listen_host, cfg.http_port)
         self._tasks = [
             asyncio.create_task(self._ticker(), name="ticker"),
+            asyncio.create_task(self.loop_lag.run(), name="loop-lag"),
             asyncio.create_task(self._periodic(DISK_CHECK_INTERVAL_MS, self._check_disk), name="disk-guard"),
             asyncio.create_task(self._periodic(cfg.checkpoint_interval_ms, self._checkpoint), name="checkpoint"),
             asyncio.create_task(self._periodic(cfg.retention_interval_ms, self._retention), name="retention"),
@@ -462,6 +465,12 @@ class Node:
             if self.config.quiesce:
                 self._node_liveness(t)
 
+    def _loop_lag_sample(self, lag_s: float) -> None:
+        m = self.metrics
+        m.loop_lag_seconds.observe(lag_s)
+        if lag_s * 1000 >= self.loop_lag.lag.max_ms:
+            m.loop_lag_max_seconds.set(lag_s)
+
     def _node_liveness(self, t: int) -> None:
         """One heartbeat per linked node per heartbeat interval, whatever the number of groups; a node silent
         for the minimum election timeout is reported (PeerSilent) to every group: quiet ones that need to know
@@ -537,6 +546,7 @@ class Node:
                      "full": self.disk_full},
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started_at, 3),
+            "loop_lag": self.loop_lag.summary(),
         }
 
     def status(self, replica: Replica | None = None) -> dict[str, Any]:

@@ -106,8 +106,7 @@ class Replica:
         self.failed: str | None = None
         self._disk_error: str | None = None  # the first DISK_ERROR: the node fail-stops once the core handled it
         self._store_failed_log = RepeatedLog(log)
-        self._store_bytes = 0
-        self._store_bytes_at_ms = 0
+        self._store_bytes = DirectoryBytes(config.data_dir)
         self._role: Role | None = None
         self._term = -1
         self._checkpointed: tuple[int, int, int] | None = None
@@ -659,11 +658,7 @@ class Replica:
         }
 
     def dir_bytes(self) -> int:
-        t = now_ms()
-        if t - self._store_bytes_at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
-            self._store_bytes_at_ms = t
-            self._store_bytes = directory_bytes(self.config.data_dir)
-        return self._store_bytes
+        return self._store_bytes.value()
 
     def refresh_metrics(self) -> None:
         st = self.core.status()
@@ -688,6 +683,38 @@ async def final_flush(store: Any, committer: GroupCommitter, group: str) -> None
             await asyncio.to_thread(store.checkpoint)
     except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
         log.error("final flush/checkpoint failed group=%s: %s", group, e)
+
+
+class DirectoryBytes:
+    """The disk blocks under a group's directory for status and metrics, counted on a thread: the walk stats
+    every file, and once the inode cache is cold (after drop_caches, or pushed out by heavy writes) each stat
+    reads the disk behind everything queued there. On the loop it stalled every group of the node (204 ms
+    measured under batched writes, at a status request). `value()` answers the last count at once and starts
+    the next when that one is older than STATUS_DISK_BYTES_INTERVAL_MS."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._bytes = 0
+        self._at_ms = -STATUS_DISK_BYTES_INTERVAL_MS
+        self._counting: asyncio.Future | None = None
+
+    def value(self) -> int:
+        t = now_ms()
+        if self._counting is None and t - self._at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
+            self._at_ms = t
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # (no loop: a tool reading a status directly)
+                self._bytes = directory_bytes(self._path)
+                return self._bytes
+            self._counting = loop.run_in_executor(None, directory_bytes, self._path)
+            self._counting.add_done_callback(self._counted)
+        return self._bytes
+
+    def _counted(self, fut: asyncio.Future) -> None:
+        self._counting = None
+        if not fut.cancelled() and fut.exception() is None:
+            self._bytes = fut.result()
 
 
 def directory_bytes(data_dir: str) -> int:

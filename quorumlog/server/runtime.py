@@ -36,6 +36,8 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # A SIGSTOPped process (the soaks' pause faults) oversleeps without a stall of its own: loop_lag.py.
+    loop.add_signal_handler(signal.SIGCONT, node.loop_lag.resumed)
     loop.add_signal_handler(signal.SIGUSR1, lambda: _dump_tasks(node))  # `kill -USR1 PID`: where is every task waiting?
     try:
         await node.start()

@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import LedgerFenced, QuorumLogError
 from ..ledger.metadata import State
 from ..peers import parse_peers
+from .loop_lag import LoopLagTally
 from .processes import Cluster, fill_to_last_byte
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class LedgerSoakResult:
     seconds: float
     recovered_cycles: int = 0
     writer_errors: list[str] = field(default_factory=list)
+    loop_lag: dict = field(default_factory=dict)  # the nodes' event-loop lag (loop_lag.py)
 
     @property
     def passed(self) -> bool:
@@ -104,6 +106,7 @@ class LedgerSoakResult:
                 "violations": self.violations[:20], "errors": self.errors, "seconds": round(self.seconds, 1),
                 "kinds": {k: sum(1 for c in self.cycles if c.kind == k) for k in FAULT_KINDS},
                 "recoveries_that_fenced_a_writer": sum(1 for c in self.cycles if c.fenced_writer),
+                "loop_lag": self.loop_lag,
                 "per_cycle": [asdict(c) for c in self.cycles]}
 
 
@@ -122,6 +125,7 @@ class LedgerSoak:
         self.ack_times: list[float] = []
         self.writer_errors: list[str] = []
         self.disks: dict[str, str] = {}  # node -> its bookie directory, a tmpfs mount (fill_bookie_disk)
+        self.loop_lag = LoopLagTally()
 
     def _schedule(self, cycles: int) -> list[Cycle]:
         """Every kind once first (in a random order), then at random."""
@@ -326,6 +330,23 @@ class LedgerSoak:
                 break
             await asyncio.sleep(0.1)
 
+    async def _read_loop_lag(self, wait_all_s: float = 0.0) -> None:
+        """Every answering node's loop lag; with wait_all_s, until every node answers (one restarted by the
+        last cycle may still be opening its stores) or that long."""
+        from ..client.groups import GroupAdmin
+
+        deadline = time.monotonic() + wait_all_s
+        try:
+            async with GroupAdmin(parse_peers(self.cluster.peers), timeout_ms=3_000) as admin:
+                while True:
+                    statuses = await admin.cluster_status()
+                    self.loop_lag.record(statuses)
+                    if all(isinstance(s, dict) for s in statuses.values()) or time.monotonic() > deadline:
+                        return
+                    await asyncio.sleep(0.5)
+        except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
+            log.warning("loop lag not read: %s", e)
+
     # -- the run ---------------------------------------------------------------------------------------
     async def _run(self) -> list[str]:
         from ..client.groups import GroupAdmin
@@ -350,7 +371,9 @@ class LedgerSoak:
             try:
                 await asyncio.sleep(1.0)
                 for c in self.plan:
+                    await self._read_loop_lag()  # (before the fault: a kill -9 loses what came after)
                     await self._cycle(c)
+                await self._read_loop_lag(wait_all_s=30)
             finally:
                 stop.set()
                 done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -426,7 +449,8 @@ class LedgerSoak:
                 subprocess.run(["umount", "-l", path], capture_output=True)
         recovered = sum(1 for c in self.plan if c.acks_after_heal >= 50)
         return LedgerSoakResult(self.seed, self.plan, len(self.acked), sum(len(a) for a in self.acked.values()),
-                                violations, self.errors, time.monotonic() - t0, recovered, self.writer_errors)
+                                violations, self.errors, time.monotonic() - t0, recovered, self.writer_errors,
+                                self.loop_lag.figures())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ import quorumlog
 from quorumlog.client import Client
 
 from quorumlog.codes import ResponseCode
+from quorumlog.errors import QuorumLogError
 from quorumlog.client.types import WRITABLE_ROLES
 from quorumlog.peers import parse_peers
 from quorumlog.wire.client import AppendRequest
@@ -34,6 +35,7 @@ from quorumlog.wire.client import AppendRequest
 from . import checker
 from .checker import FAILED, OK, UNKNOWN, Op
 from . import faildisk, netns
+from .loop_lag import LoopLagTally
 from .nemesis import LinkProxy, Net
 from ..local_ports import free_ports
 from .processes import Cluster, fill_to_last_byte
@@ -159,6 +161,7 @@ class SoakResult:
         return not (self.violations or self.not_recovered or self.failed_leader_kept_leading)
 
     skipped_kinds: dict[str, str] = field(default_factory=dict)
+    loop_lag: dict[str, Any] = field(default_factory=dict)  # the nodes' event-loop lag (loop_lag.py)
 
     def figures(self) -> dict[str, Any]:
         per_kind: dict[str, list[float]] = {}
@@ -187,6 +190,7 @@ class SoakResult:
             # the same over the fault's hold only (without the heal: restarts, reconnections)
             "unavailability_during_fault_s": {k: {"max": round(max(v), 3), "median": round(statistics.median(v), 3)}
                                               for k, v in sorted(per_kind_hold.items())},
+            "loop_lag": self.loop_lag,
         }
 
 
@@ -352,6 +356,7 @@ class Soak:
         self.errors: dict[str, int] = {}
         self.ok_times: list[float] = []
         self._stopped: set[str] = set()
+        self.loop_lag = LoopLagTally()
 
     # -- workload ------------------------------------------------------------------------------------
     async def _writer(self, name: str, stop: asyncio.Event) -> None:
@@ -619,7 +624,9 @@ class Soak:
                 tasks = [asyncio.create_task(self._writer(f"w{i}", stop)) for i in range(self.writers)]
                 await asyncio.sleep(0.5)
                 for c in self.plan:
+                    await self._read_loop_lag(admin)  # (before the fault: a kill -9 loses what came after)
                     await self._cycle(c, admin)
+                await self._read_loop_lag(admin)
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
                 dead = [nid for nid in self.members if not self.cluster.nodes[nid].alive]
@@ -627,6 +634,7 @@ class Soak:
                     raise RuntimeError(f"nodes {dead} exited after healing:\n{self.cluster.logs()}")
                 members = tuple(self.members)
                 statuses = await self.cluster.wait_converged(admin, timeout_s=60, members=members)
+                self.loop_lag.record(statuses)  # (every member up again: the last cycle's restarts included)
                 config_violations = self._configuration_check(statuses)
                 logs = {nid: [(e.index, e.body) for e in entries]
                         for nid, entries in (await self.cluster.committed_logs(admin, members)).items()}
@@ -637,6 +645,12 @@ class Soak:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.net.close()
         return logs, config_violations + checker.check(self.history, logs)
+
+    async def _read_loop_lag(self, admin: Client) -> None:
+        try:
+            self.loop_lag.record(await self.cluster.statuses(admin))
+        except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
+            log.warning("loop lag not read: %s", e)
 
     async def _create_master_slave_group(self) -> None:
         """`_meta` (the controller's state) and the group, SYNC_MASTER with 2 of 3 in sync, slaves readable."""
@@ -669,7 +683,7 @@ class Soak:
                     subprocess.run(["umount", "-l", d], timeout=30)
         result = SoakResult(self.seed, self.plan, self.history, violations, logs,
                             self.mechanism, time.monotonic() - t0, errors=self.errors,
-                            skipped_kinds=self.skipped_kinds)
+                            skipped_kinds=self.skipped_kinds, loop_lag=self.loop_lag.figures())
         if crash is not None or not result.passed:
             result.report_dir = self.write_report(report_root or self.base_dir, result, crash)
         if crash is not None:

@@ -296,3 +296,56 @@ def test_a_group_failing_a_peer_message_does_not_reach_the_link_every_group_shar
         assert "peer message failed" in caplog.text and "No space left" in caplog.text
         await node.stop()
     asyncio.run(main())
+
+
+def test_loop_lag_records_a_stall_injected_on_the_loop(tmp_path):
+    """A blocking call on the loop (here a 300 ms sleep, as a throttled write() would be) shows in /metrics as a
+    lag sample in the 0.5 s bucket and as the max, and in the node's status as max and p99.9."""
+    import time as _time
+
+    async def main():
+        node, _, _ = await _started(tmp_path)
+        await _until(lambda: node.loop_lag.lag.samples >= 3)
+        assert node.loop_lag.lag.max_ms < 200
+        _time.sleep(0.3)  # the stall: nothing else runs on this loop meanwhile
+        # (it began somewhere in the sleeper's 20 ms interval: the sleeper oversleeps by 280-300 ms)
+        await _until(lambda: node.loop_lag.lag.max_ms >= 280)
+        _, body = node._http_metrics()
+        text = body.decode()
+        max_s = float(text.split('quorumlog_event_loop_lag_max_seconds{node="n0"} ')[1].split()[0])
+        assert 0.28 <= max_s < 0.5
+        assert 'quorumlog_event_loop_lag_seconds_bucket{le="0.2",node="n0"}' in text
+        below, upto = (float(text.split(f'quorumlog_event_loop_lag_seconds_bucket{{le="{le}",node="n0"}} ')[1]
+                             .split()[0]) for le in ("0.2", "0.5"))
+        assert upto - below == 1.0  # exactly the one stall
+        lag = node.status()["loop_lag"]
+        assert lag["max_ms"] >= 280 and lag["p999_ms"] >= 280 and lag["paused"] == 0
+        await node.stop()
+    asyncio.run(main())
+
+
+def test_status_counts_the_group_directory_off_the_loop(tmp_path, monkeypatch):
+    """The status's store_bytes walks the group's directory and stats every file: on a cold inode cache each stat
+    waits for the disk, so the walk must not run on the loop thread (it stalled every group of a node)."""
+    import threading
+
+    from quorumlog.server import replica as replica_module
+
+    walked_on = []
+    real = replica_module.directory_bytes
+
+    def recording(path):
+        walked_on.append(threading.get_ident())
+        return real(path)
+
+    monkeypatch.setattr(replica_module, "directory_bytes", recording)
+
+    async def main():
+        node, _, _ = await _started(tmp_path)
+        loop_thread = threading.get_ident()
+        node.status()
+        await _until(lambda: walked_on)
+        assert loop_thread not in walked_on
+        await _until(lambda: node.status()["disk"]["store_bytes"] > 0)  # the count arrives for the next status
+        await node.stop()
+    asyncio.run(main())
