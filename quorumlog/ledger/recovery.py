@@ -38,7 +38,7 @@ _ABSENT = (ResponseCode.NO_SUCH_ENTRY, ResponseCode.NO_SUCH_LEDGER)
 
 
 class LedgerRecoveryCore:
-    def __init__(self, metadata: LedgerMetadata, *, planted_bugs: frozenset[str] = frozenset()) -> None:
+    def __init__(self, metadata: LedgerMetadata) -> None:
         assert metadata.state is State.IN_RECOVERY
         self.md = metadata  # where write-backs go (changes on a failed write-back) and what the close writes
         self.read_md = metadata  # where the entries were written: reads follow it
@@ -47,7 +47,6 @@ class LedgerRecoveryCore:
         self._change: NeedEnsembleChange | None = None
         self._changing = False
         self._changes = 0
-        self.bugs = planted_bugs
         self.lac_answers: dict[str, int] = {}
         self.lac_errors: set[str] = set()
         self.fenced = False
@@ -124,13 +123,22 @@ class LedgerRecoveryCore:
             self._read(m.entry_id + 1)
             return
         (self._no if m.code in _ABSENT else self._err).add(m.frm)
-        need = 1 if "trust_one_no_such_entry" in self.bugs else self.md.write_quorum - self.md.ack_quorum + 1
-        if len(self._no) >= need:  # PLANTED BUG trust_one_no_such_entry (tests) decides on one answer
+        if len(self._no) >= self._absent_answers_needed():
             self.reading_done = True
             self.last_entry_id = m.entry_id - 1
             self._maybe_close()
         elif len(self._no) + len(self._err) == len(ws):
             self._fail()
+
+    def _absent_answers_needed(self) -> int:
+        """"No such entry" from W - A + 1 bookies of a write set: then no A of them can have acknowledged it
+        (one such answer is not enough: the bookie may be new, or wiped)."""
+        return self.md.write_quorum - self.md.ack_quorum + 1
+
+    def _reads_after_change(self, md: LedgerMetadata) -> LedgerMetadata:
+        """Reads keep to the bookies the entries were written to: a replacement has none of them, and its "no
+        such entry" means nothing."""
+        return self.read_md
 
     # -- 3. write back, close ------------------------------------------------------------------------------
     def _write_back(self, entry_id: int, data: bytes) -> None:
@@ -169,8 +177,7 @@ class LedgerRecoveryCore:
         assert md.state is State.IN_RECOVERY and md.version == self.md.version
         self._changing = False
         self.md = md
-        if "read_from_replacement" in self.bugs:  # PLANTED BUG (tests): trust a replacement's "no such entry"
-            self.read_md = md
+        self.read_md = self._reads_after_change(md)
         self._to_replace -= self._to_replace - set(md.last_ensemble)
         for entry_id, acks in self._written_back.items():
             ws = md.write_set(entry_id)

@@ -30,6 +30,7 @@ import random
 import sys
 from dataclasses import dataclass, replace
 from types import MethodType
+from typing import Iterable
 
 from ..bookie.handler import BookieHandler
 from ..bookie.memory import MemoryBookie
@@ -263,7 +264,8 @@ class LedgerWorld:
         if self.md.state is State.CLOSED or self.done:
             return
         md = self.md if self.md.state is State.IN_RECOVERY else self.cas(replace(self.md, state=State.IN_RECOVERY))
-        r = LedgerRecoveryCore(md, planted_bugs=self.bugs)
+        r = LedgerRecoveryCore(md)
+        plant_recovery_bugs(r, self.bugs)
         self.recoveries.append(r)
         self.log(f"recovery {len(self.recoveries)} starts")
         r.start()
@@ -466,6 +468,15 @@ class LedgerWorld:
             if data is not None:
                 return unpack_entry(data)[2]
         return None
+
+
+def plant_recovery_bugs(r: LedgerRecoveryCore, bugs: Iterable[str]) -> None:
+    """PLANTED BUGS (tests) in one recovery core: trust_one_no_such_entry decides "not written" on one
+    bookie's answer; read_from_replacement reads from the bookies an ensemble change brought in."""
+    if "trust_one_no_such_entry" in bugs:
+        r._absent_answers_needed = lambda: 1  # type: ignore[method-assign]
+    if "read_from_replacement" in bugs:
+        r._reads_after_change = lambda md: md  # type: ignore[method-assign]
 
 
 def _plant_limbo_from_registration(limbo: BookieLimbo, store: MemoryBookie) -> None:

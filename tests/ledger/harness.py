@@ -121,14 +121,14 @@ class Cluster:
         w.ensemble_changed(new)
 
     # -- a recovery ------------------------------------------------------------------------------------
-    def begin_recovery(self, ledger_id: int, **kw) -> LedgerRecoveryCore | None:
+    def begin_recovery(self, ledger_id: int) -> LedgerRecoveryCore | None:
         from dataclasses import replace
         md = self.metadata[ledger_id]
         if md.state is State.CLOSED:
             return None
         if md.state is State.OPEN:
             md = self.cas(replace(md, state=State.IN_RECOVERY))
-        return LedgerRecoveryCore(md, **kw)
+        return LedgerRecoveryCore(md)
 
     def run_recovery(self, r: LedgerRecoveryCore, order=None):
         r.start()

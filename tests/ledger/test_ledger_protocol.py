@@ -11,6 +11,7 @@ import pytest
 from quorumlog.codes import ResponseCode
 from quorumlog.ledger import LedgerWriterCore, NeedClose
 from quorumlog.ledger.metadata import LedgerMetadata, Segment, State
+from quorumlog.sim.ledgers import plant_recovery_bugs
 from quorumlog.wire.ledger import ReadEntry, ReadLac, unpack_entry
 
 from .harness import Cluster
@@ -174,7 +175,8 @@ def test_recovery_does_not_trust_a_single_no_such_entry(cluster):
     def b2_first(messages):  # the bookie without the entry answers first
         return sorted(messages, key=lambda m: m.to != "b2")
 
-    r = cluster.begin_recovery(md.ledger_id, planted_bugs=frozenset({"trust_one_no_such_entry"}))
+    r = cluster.begin_recovery(md.ledger_id)
+    plant_recovery_bugs(r, {"trust_one_no_such_entry"})
     lossy = cluster.run_recovery(r, order=b2_first)
     assert lossy.metadata.last_entry_id == 0  # the planted bug truncates an acknowledged entry
     r = LedgerRecoveryCoreFor(cluster, md.ledger_id)
