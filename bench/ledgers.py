@@ -1,4 +1,4 @@
-"""Ledgers against the Raft group on the same 5-node cluster, in one run (issue 15's benchmark).
+"""Ledgers against the Raft group on the same 5-node cluster, in one run.
 
     python bench/ledgers.py [--duration-s 5] [--warmup-s 1] [--rounds 3] [--recoveries 10] [--keep-page-cache]
 
@@ -223,7 +223,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     base = tempfile.mkdtemp(prefix="quorumlog-ledgers-")
     data_dir = os.path.join(base, "cluster")
-    doc = {"bench": "ledgers vs the Raft group (issue 15)", "date_utc": dt.datetime.now(dt.timezone.utc)
+    doc = {"bench": "ledgers vs the Raft group", "date_utc": dt.datetime.now(dt.timezone.utc)
            .strftime("%Y-%m-%dT%H:%MZ"), "machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()},
            "setup": {"cluster": "quorumlog cluster up --nodes 5 --flush sync; quorumlog group create raft3 "
                                 "--replicas 3 (the Raft group benched)",

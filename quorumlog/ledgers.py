@@ -1,4 +1,4 @@
-"""BookKeeper's ledgers on quorumlog (INTERFACES.md "Ledgers"): the client API in one import.
+"""BookKeeper's ledgers on quorumlog (docs/interfaces.md "Ledgers"): the client API in one import.
 
     from quorumlog.ledgers import LedgerClient
 """

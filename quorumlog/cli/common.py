@@ -2,7 +2,7 @@
 
 Exit codes: 0 done; 1 the cluster failed the request (error printed); 2 bad input (peers, config, flags),
 reported before anything is written or started. Either way stderr gets one line, `quorumlog: error: CODE: ...`
-(INTERFACES.md), CODE a ResponseCode name: scripts match on it.
+(docs/interfaces.md), CODE a ResponseCode name: scripts match on it.
 """
 
 from __future__ import annotations

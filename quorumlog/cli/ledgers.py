@@ -1,5 +1,5 @@
 """`quorumlog ledger ...` and `quorumlog bookie list`: BookKeeper's ledgers over the nodes' bookies
-(client/ledgers.py; INTERFACES.md "Ledgers")."""
+(client/ledgers.py; docs/interfaces.md "Ledgers")."""
 
 from __future__ import annotations
 

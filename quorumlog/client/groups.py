@@ -33,7 +33,7 @@ RESERVED_PREFIX = "_"  # the cluster's own groups: `_meta`, a master/slave clust
 log = logging.getLogger(__name__)
 
 LEADER_POLL_S = 0.05
-META_MAX_REPLICAS = 5  # the `_meta` group lives on the first up to 5 nodes (INTERFACES.md)
+META_MAX_REPLICAS = 5  # the `_meta` group lives on the first up to 5 nodes (docs/interfaces.md)
 
 
 @dataclass(slots=True)

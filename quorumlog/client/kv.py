@@ -1,4 +1,4 @@
-"""The metadata store's client calls (INTERFACES.md "The metadata store"): `Client.kv_get/kv_put/kv_list/
+"""The metadata store's client calls (docs/interfaces.md "The metadata store"): `Client.kv_get/kv_put/kv_list/
 kv_delete/kv_watch` send KvRequests to the `_meta` group's leader through a Client bound to that group.
 
 Reads are linearizable (the leader confirms a ReadIndex with a quorum before it answers); puts and deletes

@@ -1,4 +1,4 @@
-"""`quorumlog.LedgerClient`: BookKeeper's ledgers over the nodes' bookies (INTERFACES.md "Ledgers").
+"""`quorumlog.LedgerClient`: BookKeeper's ledgers over the nodes' bookies (docs/interfaces.md "Ledgers").
 
     async with LedgerClient(peers) as lc:
         w = await lc.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)

@@ -1,4 +1,4 @@
-"""Topics on the log (INTERFACES.md "Topics, queues and consumer groups"; docs/topics.md): where a topic's
+"""Topics on the log (docs/interfaces.md "Topics, queues and consumer groups"; docs/topics.md): where a topic's
 queues live, a producer, and pulls.
 
 A topic is a key in `_meta`: `topics/<name>` = {"queues": [group of queue 0, group of queue 1, ...]}. Its

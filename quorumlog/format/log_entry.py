@@ -1,4 +1,4 @@
-"""The entry record and index unit on disk (INTERFACES.md "Entry on disk").
+"""The entry record and index unit on disk (docs/interfaces.md "Entry on disk").
 
 DLedger's layout extended with a store timestamp, big-endian like DLedger's ByteBuffer:
 

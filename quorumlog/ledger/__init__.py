@@ -1,4 +1,4 @@
-"""BookKeeper's ledgers on quorumlog (INTERFACES.md "Ledgers"): metadata, and the writer and recovery as
+"""BookKeeper's ledgers on quorumlog (docs/interfaces.md "Ledgers"): metadata, and the writer and recovery as
 sans-I/O state machines; bookies answer them through quorumlog/bookie."""
 
 from .limbo import BookieLimbo

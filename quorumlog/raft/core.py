@@ -268,7 +268,7 @@ class RaftCore:
         if ends and ends[-1] > end:
             # The log is shorter than the batches we emitted: a write failed (StoreFailed follows or came) or the
             # log was cut. A boundary of a batch that is not in the log would cut pushes and commits inside
-            # whatever is written at those indexes next (issue 12, 0.1).
+            # whatever is written at those indexes next.
             del ends[bisect_right(ends, end):]
         t = type(event)
         quiescence = self.quiescence

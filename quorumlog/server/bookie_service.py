@@ -1,4 +1,4 @@
-"""The node's bookie (INTERFACES.md "Ledgers": every node is also one): BookieStorage under `data_dir/bookie`,
+"""The node's bookie (docs/interfaces.md "Ledgers": every node is also one): BookieStorage under `data_dir/bookie`,
 answering BookieOpRequests (quorumlog/wire/ledger.py) on the node's client port through the sans-I/O
 BookieHandler, with checkpoints, disk checks and garbage collection on the node's timers.
 

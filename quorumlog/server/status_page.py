@@ -1,4 +1,4 @@
-"""The status page at `/` on a node's HTTP port (INTERFACES.md "The status page"): one static HTML file with
+"""The status page at `/` on a node's HTTP port (docs/interfaces.md "The status page"): one static HTML file with
 its script inline — no build step, nothing fetched from elsewhere — that polls this node's `/cluster` (every
 node as it reports itself, and the ledgers under re-replication) once a second and draws it. A token given
 in the page's URL (`/?token=T`) goes with each poll as a bearer header."""

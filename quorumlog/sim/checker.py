@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 NOOP_BODY = b""  # a new leader's no-op entry (Raft §8); clients never send an empty body
-# Final refusals: the request was not written, so it must never commit (INTERFACES.md; issue 12 0.2).
+# Final refusals: the request was not written, so it must never commit (docs/interfaces.md).
 REFUSED_BEFORE_WRITE = frozenset({ResponseCode.DISK_FULL, ResponseCode.DISK_ERROR})
 
 

@@ -1,4 +1,4 @@
-"""The master/slave HA transfer in the deterministic simulator (issue 14's first part):
+"""The master/slave HA transfer in the deterministic simulator:
 
     python -m quorumlog.sim.ha --seeds 1000 [--start S] [--seed S --trace] [--bug ack_on_send]
 

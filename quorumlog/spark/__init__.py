@@ -1,4 +1,4 @@
-"""The PySpark data source: `register(spark)` then `spark.read.format("quorumlog")` (INTERFACES.md "Spark").
+"""The PySpark data source: `register(spark)` then `spark.read.format("quorumlog")` (docs/interfaces.md "Spark").
 
 Imports of pyspark stay inside the submodules that need them, so `quorumlog.spark.arrow` works without it.
 """

@@ -1,4 +1,4 @@
-"""Topics, queues and consumer groups on the log (RocketMQ's message model; issue 16), sans-I/O: the message
+"""Topics, queues and consumer groups on the log (RocketMQ's message model), sans-I/O: the message
 layout inside a log entry (`message.py`), the consume queue built by dispatching committed entries
 (`consume_queue.py`), the dispatcher that builds them — and applies each topic's retention — as a group's state
 machine (`dispatcher.py`), and a consumer group's members and queue owners with generations

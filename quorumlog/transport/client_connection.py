@@ -95,7 +95,7 @@ class _ClientProtocol(asyncio.BufferedProtocol):
                 w.set_result(None)
 
 
-TOKEN_ENV = "QUORUMLOG_TOKEN"  # the shared token (INTERFACES.md "Security"), when not given
+TOKEN_ENV = "QUORUMLOG_TOKEN"  # the shared token (docs/interfaces.md "Security"), when not given
 
 
 class ClientConnection:

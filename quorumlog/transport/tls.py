@@ -1,4 +1,4 @@
-"""TLS for every port, with the standard library's `ssl` (INTERFACES.md "Security").
+"""TLS for every port, with the standard library's `ssl` (docs/interfaces.md "Security").
 
 A node's certificate names the node: its id as a DNS subjectAltName (and its address as an IP one). Peers
 verify each other both ways (mutual TLS): a peer link checks that the server's certificate, issued by the

@@ -273,7 +273,7 @@ def test_status_of_a_cluster_nobody_answers_exits_1_with_json(tmp_path):
 
 
 def test_json_output_is_written_whole_to_a_slow_non_blocking_pipe():
-    """Issue 12: `read --json` of ~1 MB through a pipe with PYTHONUNBUFFERED=1 stopped after one short write
+    """`read --json` of ~1 MB through a pipe with PYTHONUNBUFFERED=1 stopped after one short write
     (64 KiB of a non-blocking pipe) and exited 0. print_json loops until everything is written."""
     code = ("import os, fcntl; fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK);"
             "from quorumlog.cli.common import print_json; print_json(['x' * 1000] * 1000)")

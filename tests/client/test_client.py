@@ -48,7 +48,7 @@ def test_append_get_read_roundtrip():
 
 
 def test_get_of_an_acknowledged_index_waits_for_a_new_leaders_commit():
-    """Issue 12, 0.8: right after a failover the new leader's committed index lags its log until its no-op
+    """Right after a failover the new leader's committed index lags its log until its no-op
     commits; `get` of an index this client had acknowledged raised IndexOutOfRange. It now waits for it."""
     async def go():
         async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:

@@ -1,4 +1,4 @@
-"""Issue 13, many groups per node with real processes: 50 groups placed on 3 nodes (leaders spread by
+"""Many groups per node with real processes: 50 groups placed on 3 nodes (leaders spread by
 preferred leaders) go quiet once idle; a node killed with kill -9 is noticed by node-level liveness, every
 group is writable again within 5 s, and no acknowledged entry is lost; the node restarts and catches every
 group up."""

@@ -1,4 +1,4 @@
-"""Issue 15 with real processes: 5 nodes, each a bookie, ledger metadata in `_meta`.
+"""With real processes: 5 nodes, each a bookie, ledger metadata in `_meta`.
 
 - kill -9 of a bookie of the current ensemble under a writer (E=3 W=2 A=2): the writer changes its ensemble
   and carries on, no caller sees an error; a second client then recovers the ledger while the writer is still

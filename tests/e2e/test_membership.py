@@ -1,4 +1,4 @@
-"""Issue 13, with real processes under a 4-writer load: add a 4th node to the group, remove the leader, then
+"""With real processes under a 4-writer load: add a 4th node to the group, remove the leader, then
 replace a kill -9'd follower with a fresh node. Nothing acknowledged is lost or duplicated, the members end
 with identical logs and one configuration, and no writer waits more than 2 s for an ack at any point."""
 

@@ -1,4 +1,4 @@
-"""Issue 13, the `_meta` group with real processes: a client that knows one node finds a group that node does
+"""The `_meta` group with real processes: a client that knows one node finds a group that node does
 not host through `_meta`'s record; the key/value store answers linearizable reads and compare-and-set
 through a kill -9 of its leader, a watch sees every change once and in order across the
 failover; with snapshots and real retention, a member added after the log was deleted installs the leader's

@@ -1,4 +1,4 @@
-"""Issue 12, 0.6, with real processes: a follower down while the next leader's retention deletes past its end
+"""With real processes: a follower down while the next leader's retention deletes past its end
 is reset to that leader's begin index when it comes back (it used to loop COMPARE -> INCONSISTENT_STATE and
 never catch up: on the code before the reset it stays at its old end for the whole 30 s). Retention runs for
 real: 64 KiB segments, file_reserved_hours 0, every 100 ms."""

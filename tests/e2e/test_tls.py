@@ -1,4 +1,4 @@
-"""TLS on every port (issue 17, INTERFACES.md "Security") with real node processes: a cluster on mutual TLS
+"""TLS on every port (docs/interfaces.md "Security") with real node processes: a cluster on mutual TLS
 serves TLS clients; a plain-TCP client on a TLS port, a TLS client on a plain port, a node certificate of
 another CA, an expired one, a peer whose certificate does not name it and a handshake that never finishes are
 each refused with a clear error on the client's side and a reason in the node's log, while the node serves

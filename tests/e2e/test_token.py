@@ -1,4 +1,4 @@
-"""The shared token (issue 17, INTERFACES.md "Security") with real node processes: every connection's handshake
+"""The shared token (docs/interfaces.md "Security") with real node processes: every connection's handshake
 and every HTTP request must carry it; a client with none or a wrong one is refused with UNAUTHORIZED and a
 clear message, the node logs the reason and serves everyone else; a node holding another token cannot join
 its peers; the token is never in a log, `status` or `/metrics`; hundreds of refused handshakes do not grow

@@ -1,4 +1,4 @@
-"""Issue 16 with real processes: topics spread over topic groups, a producer, long-polling pulls, and queue
+"""With real processes: topics spread over topic groups, a producer, long-polling pulls, and queue
 offsets that stay dense and unique through a kill -9 of a group's leader and a restart (consume queues rebuilt
 from snapshot + log)."""
 

@@ -1,4 +1,4 @@
-"""Topics on a master/slave group (issue 16 on RocketMQ's HA) with real node processes on loopback: queue offsets
+"""Topics on a master/slave group (RocketMQ's HA) with real node processes on loopback: queue offsets
 assigned at the confirm offset, the same on every member, dense and never reused through a kill -9 of the master
 under a producer and two consumers (RocketMQ #7689 and #8539 are what happens when a new master reuses them);
 slaves serve pulls only with slave_read_enable; a commit beyond a queue's end is OFFSET_TOO_BIG on the master."""

@@ -141,7 +141,7 @@ def test_leader_with_failing_disk_hands_over_and_loses_nothing(tmp_path, shim):
 
 
 def test_follower_with_failing_disk_fail_stops_and_loses_nothing(tmp_path, shim):
-    """Issue 12: a follower whose disk returns EIO while no election happens used to stay up refusing every
+    """A follower whose disk returns EIO while no election happens used to stay up refusing every
     push until a term change or a restart: invisible, and one replica short. It must fail-stop (exit 1 with
     the reason in its log) while the leader and the other follower go on acknowledging; after the disk heals
     and the node restarts it converges, and no acknowledged entry is lost."""

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def test_short_soak_every_fault_kind(tmp_path):
-    """With the nodes on mutual TLS and a token, as an operator runs them (issue 17: the soak passes with
+    """With the nodes on mutual TLS and a token, as an operator runs them (the soak passes with
     TLS on); every other test exercises plain TCP."""
     cycles = len(FAULT_KINDS) + 1  # ≥ 10: each kind once (shuffled by the seed), then one drawn at random
     result = run_soak(seed=20261122, cycles=cycles, base_dir=str(tmp_path / "run"), report_root=str(tmp_path),

@@ -154,7 +154,7 @@ def test_producer_tag_is_passed_to_the_store():
 
 
 def test_disk_error_on_the_leader_fails_pending_and_steps_down():
-    """Issue 12, 0.2: a batch already written (and pushed) when the fsync fails may still commit under the
+    """A batch already written (and pushed) when the fsync fails may still commit under the
     next leader, so its client hears "outcome unknown" (retriable), not a final DISK_ERROR; a batch whose
     write never happened is refused with DISK_ERROR."""
     c, leader, _ = _cluster()
@@ -264,7 +264,7 @@ def test_a_partial_batch_at_a_new_leaders_end_is_dropped_not_committed():
 
 
 def test_a_failed_leader_write_leaves_no_batch_boundary_behind():
-    """Issue 12, 0.1: a leader whose write failed (ENOSPC) kept that batch's end as a push/commit boundary,
+    """A leader whose write failed (ENOSPC) kept that batch's end as a push/commit boundary,
     so the next batch, written over the same indexes, was pushed and committed only up to the stale end:
     half a batch committed. Pushes here carry one entry at most, so every push ends at a boundary."""
     c, leader, followers = _cluster(max_push_batch_bytes=200)

@@ -484,7 +484,7 @@ def test_a_follower_never_acks_an_earlier_terms_entries_to_a_new_leader():
 
 
 def test_an_inherited_tail_is_pushed_in_pieces_at_batch_boundaries():
-    """Issue 12, 0.5: a new leader pushed the uncommitted tail it inherited in one piece, whatever its size
+    """A new leader pushed the uncommitted tail it inherited in one piece, whatever its size
     (a 72 MB push over the 64 MiB frame cap never arrives). It now cuts it at the batches' ends, by the budget."""
     from quorumlog.codes import ResponseCode
     from quorumlog.wire.messages import PushRequest, PushResponse
@@ -518,7 +518,7 @@ def test_an_inherited_tail_is_pushed_in_pieces_at_batch_boundaries():
 
 @pytest.mark.parametrize("new_disk", [False, True])
 def test_a_follower_whose_log_ends_below_the_leaders_begin_resets_to_it(new_disk):
-    """Issue 12, 0.6: a follower down longer than retention (or back with an empty disk) ends below the
+    """A follower down longer than retention (or back with an empty disk) ends below the
     leader's begin index; COMPARE used to answer INCONSISTENT_STATE forever. The leader TRUNCATEs from its begin
     index - 1 and the follower starts its log there, with the leader's entries and commit point."""
     c = Cluster(3, max_push_batch_bytes=2048)

@@ -89,7 +89,7 @@ def test_preferred_leader_gets_leadership_once_caught_up():
 
 
 def test_a_follower_whose_store_failed_refuses_to_take_leadership():
-    """Issue 12: a DISK_ERROR follower asked to take leadership must not campaign (it cannot store a log)."""
+    """A DISK_ERROR follower asked to take leadership must not campaign (it cannot store a log)."""
     from quorumlog.codes import ResponseCode
     from quorumlog.raft.types import StoreFailed
     c = Cluster(3)

@@ -92,7 +92,7 @@ def test_bad_input_is_refused_before_the_core(tmp_path):
 
 
 def test_a_batch_that_no_push_frame_could_carry_is_refused(tmp_path):
-    """Issue 12, 0.5: 1,000,000 x 16 B (a 20 MB request) was accepted and stored, but its push (72 MB) was over
+    """1,000,000 x 16 B (a 20 MB request) was accepted and stored, but its push (72 MB) was over
     the 64 MiB frame cap, so it could never replicate. A batch whose stored records exceed what one push frame
     carries is refused up front with ENTRY_TOO_LARGE; one that fits is taken."""
     async def main():
@@ -257,7 +257,7 @@ def test_a_hard_state_that_cannot_be_persisted_stops_the_node_before_sending(tmp
 
 
 def test_an_exception_from_the_core_fail_stops_the_node(tmp_path, monkeypatch):
-    """A core that raised may be half-stepped (issue 12): the node stops instead of stepping it again."""
+    """A core that raised may be half-stepped: the node stops instead of stepping it again."""
     async def main():
         node, transport, store = await _started(tmp_path)
         core = node.default.core

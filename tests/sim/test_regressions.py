@@ -29,7 +29,7 @@ PINNED = {
     # and the retry is appended again ("c4:13:0" at 216 and again at 275).
     10: "duplicate",
     1660: "duplicate",  # same family (c1 seq 2 committed at 56 and again at 75)
-    # Found once the simulator ran retention, disk faults, reads and pipelined idempotent clients (issue 12),
+    # Found once the simulator ran retention, disk faults, reads and pipelined idempotent clients,
     # against the core of 87e3155 plus its working tree:
     # n0, reset to its leader's begin index 211 with an empty producer table, became leader; c0's retry of
     # seq 8 (committed at 20, deleted by retention) was appended again at 245. Fix: the reset TRUNCATE

@@ -205,7 +205,7 @@ def test_producer_tag_survives_follower_copy(store):
 
 
 def test_reset_starts_an_empty_log_at_a_later_begin_index(store, tmp_path):
-    """Issue 12, 0.6: a follower whose log ends below its leader's begin index (retention) takes the leader's
+    """A follower whose log ends below its leader's begin index (retention) takes the leader's
     log from there: reset drops everything and the next entries start at the new begin index."""
     fill(store, 6)
     store.flush()

@@ -219,7 +219,7 @@ def test_truncate_index_file_at_every_offset(fast_dir):
 def test_byte_flips_never_serve_a_corrupt_record(fast_dir, caplog):
     """Flip each byte of a small log. Above the checkpoint: the last record is a torn tail and is cut; any
     earlier one has valid records after it, so it is corruption and the store refuses to open (file + offset
-    named) rather than cut acknowledged entries (issue 12, 0.7). Below: the store opens, reports and refuses
+    named) rather than cut acknowledged entries. Below: the store opens, reports and refuses
     the record (file + offset named), serves every other entry intact."""
     base = os.path.join(fast_dir, "base")
     s = FileStore(base, unsafe_config())
@@ -319,7 +319,7 @@ def test_truncate_after_survives_reopen(tmp_path):
 @pytest.mark.parametrize("fail_on_zeroing", [1, 2], ids=["data", "index-units"])
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO])
 def test_truncate_after_that_dies_half_way_leaves_a_store_that_reopens(tmp_path, monkeypatch, fail_on_zeroing, err):
-    """Issue 12, 0.4: the cut zeroed records (and then index units) before it lowered the checkpoint, so a
+    """The cut zeroed records (and then index units) before it lowered the checkpoint, so a
     crash or ENOSPC in between left a checkpoint ahead of the valid data, and the node refused to reopen.
     The n-th zeroing fails here (the process dies there, or the disk says no); the store must reopen with every
     entry up to the cut intact."""
@@ -708,7 +708,7 @@ def _snapshot(path: str) -> dict[str, bytes]:
 
 
 def test_a_flipped_bit_mid_log_refuses_to_open_and_cuts_nothing(tmp_path):
-    """Issue 12, 0.7: one flipped bit in an fsynced record beyond the checkpoint was taken for a torn tail and
+    """One flipped bit in an fsynced record beyond the checkpoint was taken for a torn tail and
     every (acknowledged) entry after it was cut on restart. Valid records after the damage mean corruption:
     the store refuses to open, names the file, offset and entry, and changes no byte."""
     path = str(tmp_path / "g")

@@ -22,7 +22,7 @@ def test_floor_is_just_above_the_highest_forgotten_seq(store):
     assert store.producer_window_floor(6) is None  # another client is unaffected
 
 
-# -- the producer snapshot (issue 12, 0.3) ------------------------------------------------------------------
+# -- the producer snapshot ------------------------------------------------------------------
 import dataclasses  # noqa: E402
 import os  # noqa: E402
 
