@@ -5,7 +5,7 @@
  * once at import, checks that the layout constants it exports match its own, and falls back to Python when it
  * is missing or QUORUMLOG_PURE_PYTHON=1; tests/format/test_fastcodec.py compares the two).
  *
- * Layout (big-endian, INTERFACES.md "Entry on disk"), offsets in the 56-byte header:
+ * Layout (big-endian, docs/interfaces.md "Entry on disk"), offsets in the 56-byte header:
  *   0 magic i32 | 4 total_size i32 | 8 index i64 | 16 term i64 | 24 pos i64 | 32 channel i32 |
  *   36 chain_crc u32 | 40 body_crc u32 | 44 timestamp_ms i64 | 52 body_size i32 | 56 body
  * chain_crc = CRC32C(index, term, channel, body_crc, timestamp_ms, body_size; seed = previous chain_crc).
