@@ -52,7 +52,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 from loop_lag import between as loop_lag_between, reports as loop_lag_reports  # noqa: E402  (bench/loop_lag.py)
-from loop_lag import summarize as loop_lag_summary  # noqa: E402
+from loop_lag import RAFT_GROUP as LOOP_LAG_RAFT_GROUP, five_nodes_and_a_raft_group, summarize as loop_lag_summary  # noqa: E402
 from results_file import (children_cpu_s, cluster_node_pids, empty_page_cache,  # noqa: E402  (bench/results_file.py)
                           process_cpu_s)
 
@@ -178,7 +178,7 @@ def _key(workload: str) -> str:
         else "adds_per_s"
 
 
-RAFT_GROUP = "raft3"  # (created with 3 replicas: `cluster up --nodes 5` gives its `default` group all five)
+RAFT_GROUP = LOOP_LAG_RAFT_GROUP  # (created with 3 replicas: `cluster up --nodes 5` gives its `default` group all five)
 
 
 def _raft(a, data_dir: str, writers: int, batch: int) -> dict:
@@ -238,16 +238,7 @@ def main() -> None:
            "command": "python bench/ledgers.py " + " ".join(sys.argv[1:])}
     results: dict = {}
     try:
-        subprocess.run([QUORUMLOG, "cluster", "up", "--nodes", "5", "--data-dir", data_dir, "--flush", "sync",
-                        "--base-port", str(a.base_port), "--set", "data_segment_size=67108864"],
-                       check=True, timeout=120, stdout=subprocess.DEVNULL)
-        subprocess.run([QUORUMLOG, "group", "create", RAFT_GROUP, "--replicas", "3", "--cluster", data_dir],
-                       check=True, timeout=60, stdout=subprocess.DEVNULL)
-        with open(os.path.join(data_dir, "cluster.json")) as f:
-            peers = json.load(f)["peers"]
-        if isinstance(peers, dict):
-            peers = ",".join(f"{k}={v}" for k, v in peers.items())
-        time.sleep(3)  # the bookies register in `_meta` after it has a leader
+        peers = five_nodes_and_a_raft_group(data_dir, a.base_port)
         workloads = {"raft_single": lambda: _raft(a, data_dir, 64, 1),
                      "raft_batched": lambda: _raft(a, data_dir, 4, 1024)}
         for name, (e, w, acks) in QUORUMS.items():

@@ -34,6 +34,22 @@ QUORUMLOG = os.path.join(os.path.dirname(sys.executable), "quorumlog")
 RAFT_GROUP = "raft3"
 
 
+def five_nodes_and_a_raft_group(data_dir: str, base_port: int) -> str:
+    """`cluster up` of 5 nodes (flush sync, 64 MiB segments) and a 3-replica Raft group RAFT_GROUP on them;
+    returns the peers. (bench/ledgers.py's cluster too.)"""
+    subprocess.run([QUORUMLOG, "cluster", "up", "--nodes", "5", "--data-dir", data_dir, "--flush", "sync",
+                    "--base-port", str(base_port), "--set", "data_segment_size=67108864"],
+                   check=True, timeout=120, stdout=subprocess.DEVNULL)
+    subprocess.run([QUORUMLOG, "group", "create", RAFT_GROUP, "--replicas", "3", "--cluster", data_dir],
+                   check=True, timeout=60, stdout=subprocess.DEVNULL)
+    with open(os.path.join(data_dir, "cluster.json")) as f:
+        peers = json.load(f)["peers"]
+    if isinstance(peers, dict):
+        peers = ",".join(f"{k}={v}" for k, v in peers.items())
+    time.sleep(3)  # the bookies register in `_meta` after it has a leader
+    return peers
+
+
 async def node_loop_lag(peers: str) -> dict[str, dict]:
     from quorumlog.client import Client
     async with Client(peers) as c:
@@ -108,16 +124,7 @@ def main() -> None:
                  "date_utc": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), "duration_s": a.duration_s,
                  "loads": sorted(loads), "load_avg_before": os.getloadavg()}
     try:
-        subprocess.run([QUORUMLOG, "cluster", "up", "--nodes", "5", "--data-dir", data_dir, "--flush", "sync",
-                        "--base-port", str(a.base_port), "--set", "data_segment_size=67108864"],
-                       check=True, timeout=120, stdout=subprocess.DEVNULL)
-        subprocess.run([QUORUMLOG, "group", "create", RAFT_GROUP, "--replicas", "3", "--cluster", data_dir],
-                       check=True, timeout=60, stdout=subprocess.DEVNULL)
-        with open(os.path.join(data_dir, "cluster.json")) as f:
-            peers = json.load(f)["peers"]
-        if isinstance(peers, dict):
-            peers = ",".join(f"{k}={v}" for k, v in peers.items())
-        time.sleep(3)  # the bookies register in `_meta` after it has a leader
+        peers = five_nodes_and_a_raft_group(data_dir, a.base_port)
         before = asyncio.run(node_loop_lag(peers))
         procs = {}
         if "ledgers" in loads:
