@@ -11,6 +11,7 @@ it is re-replicated only once the ledger is fenced and closed (server/auto_recov
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from .metadata import LedgerMetadata, State, write_set_positions
 
@@ -36,6 +37,14 @@ def fragments_on(md: LedgerMetadata, lost: set[str] | frozenset[str]) -> list[Fr
             if b in lost:
                 out.append(Fragment(md.ledger_id, i, seg.first_entry_id, last, b, pos))
     return out
+
+
+def marker_lost(marked: Iterable[str], on_lost: Iterable[str], back: Iterable[str]) -> list[str]:
+    """The bookies a ledger's under-replication marker names after an audit: those it named that are not back
+    with their copy of the ledger, and those the audit finds its fragments on now. A bookie back with its data
+    leaves the marker: nothing of it needs copying, and it may take another's fragment (a marker that kept
+    every bookie it ever named could leave no target at all: E=3 on five bookies, two lost in turn)."""
+    return sorted((set(marked) - set(back)) | set(on_lost))
 
 
 def entries_to_copy(md: LedgerMetadata, f: Fragment) -> list[int]:

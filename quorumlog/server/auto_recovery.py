@@ -30,7 +30,7 @@ from ..codes import ResponseCode
 from ..errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
 from ..ledger.driver import recover
 from ..ledger.metadata import LedgerMetadata, State, write_set_positions
-from ..ledger.replication import Fragment, entries_to_copy, fragments_on, with_replacement
+from ..ledger.replication import Fragment, entries_to_copy, fragments_on, marker_lost, with_replacement
 from ..raft.types import Role
 from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest
 from .cluster_calls import INFO_TIMEOUT_MS, META_GROUP
@@ -82,11 +82,12 @@ class AutoRecovery:
         return replica is not None and replica.core is not None and replica.core.status().role == Role.LEADER
 
     # -- auditor -------------------------------------------------------------------------------------------
-    async def lost_bookies(self) -> tuple[set[str], dict[str, set[int]]]:
-        """The lost bookies, and for each live bookie the ledgers it is in limbo for (its disk was wiped: the
-        copies it held of them are gone, so their fragments on it are re-replicated like a lost bookie's)."""
+    async def lost_bookies(self) -> tuple[set[str], dict[str, set[int]], set[str]]:
+        """The lost bookies; for each live bookie the ledgers it is in limbo for (its disk was wiped: the
+        copies it held of them are gone, so their fragments on it are re-replicated like a lost bookie's); and
+        the bookies that answer and know their limbo (back with what they hold, but their limbo)."""
         now = wall_ms()
-        lost, limbo = set(), {}
+        lost, limbo, answering = set(), {}, set()
         for b, rec in (await self.calls.bookie_states()).items():
             if rec["state"] == "down":
                 since = self.silent_since.setdefault(b, now)
@@ -96,12 +97,14 @@ class AutoRecovery:
                 self.silent_since.pop(b, None)
                 if rec.get("limbo_ledgers"):
                     limbo[b] = set(rec["limbo_ledgers"])
+                if rec.get("limbo_known") and not rec.get("decommissioned"):
+                    answering.add(b)
             if rec.get("decommissioned"):
                 lost.add(b)
-        return lost, limbo
+        return lost, limbo, answering
 
     async def audit(self) -> None:
-        lost, limbo = await self.lost_bookies()
+        lost, limbo, answering = await self.lost_bookies()
         markers = {it.key: it for it in await self.calls.meta_list(UNDERREPLICATED_PREFIX)}
         live = set()
         for md in await self.calls.ledgers():
@@ -109,10 +112,10 @@ class AutoRecovery:
             live.add(key)
             gone = lost | {b for b, lids in limbo.items() if md.ledger_id in lids}
             on_lost = sorted({f.bookie for f in fragments_on(md, gone)})
-            if not on_lost:
-                continue
             found = markers.get(key)
             if found is None:
+                if not on_lost:
+                    continue
                 doc = {"ledger_id": md.ledger_id, "lost": on_lost, "since_ms": wall_ms()}
                 try:
                     await self.calls.meta("put", key, json.dumps(doc).encode(), 0)
@@ -121,12 +124,14 @@ class AutoRecovery:
                     pass  # another auditor pass wrote it
             else:
                 doc = json.loads(found.value or b"{}")
-                if sorted(set(doc.get("lost", [])) | set(on_lost)) != sorted(doc.get("lost", [])):
-                    doc["lost"] = sorted(set(doc.get("lost", [])) | set(on_lost))
+                back = answering - gone
+                kept = marker_lost(doc.get("lost", []), on_lost, back)
+                if kept != sorted(doc.get("lost", [])):
+                    doc["lost"] = kept  # (empty: the worker finds nothing to copy and removes the marker)
                     try:
                         await self.calls.meta("put", key, json.dumps(doc).encode(), found.version)
                     except MetadataVersionConflict:
-                        pass  # a worker holds it: the next pass adds the bookie
+                        pass  # a worker holds it: the next pass updates it
         for key, it in markers.items():
             if key not in live:  # the ledger was deleted
                 try:

@@ -186,7 +186,8 @@ class ClusterCalls:
             return {"state": "down"}
         infos = await asyncio.gather(*(probe(b) for b in records))
         return {b: {**rec, "state": i.get("state", "down"), "ledgers": i.get("ledgers", 0),
-                    "limbo_ledgers": i.get("limbo_ledgers", [])} for (b, rec), i in zip(records.items(), infos)}
+                    "limbo_ledgers": i.get("limbo_ledgers", []), "limbo_known": i.get("limbo_known", False)}
+                for (b, rec), i in zip(records.items(), infos)}
 
     async def place(self, count: int, exclude: set[str]) -> list[str]:
         """`count` writable bookies outside `exclude`, not decommissioned, at random (as the client places:
