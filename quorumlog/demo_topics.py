@@ -24,6 +24,8 @@ from collections import Counter
 
 from rich.console import Console
 
+from .demo_console import working
+
 TOPIC = "flights"
 GROUP = "flights-topics"
 QUEUES = 8
@@ -110,17 +112,17 @@ async def _consume(cluster, total: int, console: Console) -> dict:
 
 
 def topic_step(spark, cluster, bodies: list[bytes], keys: list[str], console: Console) -> dict:
-    with console.status(f"topics: producing {len(bodies):,} flights to topic {TOPIC} keyed by carrier ..."):
+    with working(f"topics: producing {len(bodies):,} flights to topic {TOPIC} keyed by carrier ..."):
         produce_s = asyncio.run(_produce(cluster.peers, bodies, keys))
     console.print(f"[green]✓[/green] topic {TOPIC}: {len(bodies):,} messages on {QUEUES} queues in {produce_s:.1f} s "
                   f"([bold]{len(bodies) / produce_s:,.0f} messages/s[/bold]; each acknowledged with its queue offset)")
-    with console.status("topics: consumer group `dashboard`, 2 members, one killed mid-stream ..."):
+    with working("topics: consumer group `dashboard`, 2 members, one killed mid-stream ..."):
         consumed = asyncio.run(_consume(cluster, len(bodies), console))
     console.print(f"[green]✓[/green] consumer group dashboard: all {consumed['consumed']:,} messages delivered in "
                   f"{consumed['consume_seconds']:.1f} s (a: {consumed['by_member'].get('a', 0):,}, "
                   f"b: {consumed['by_member'].get('b', 0):,} before SIGKILL; {consumed['redelivered']:,} delivered "
                   f"again: what a member delivered after its last commit before its queues moved)")
-    with console.status("Spark: reading the topic (a partition per queue) ..."):
+    with working("Spark: reading the topic (a partition per queue) ..."):
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()

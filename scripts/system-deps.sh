@@ -14,5 +14,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then echo "system-deps: missing ${need[*]} and not root; install them by hand" >&2; exit 1; fi
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+# Another apt (unattended upgrades on a fresh machine) may hold the lock: wait for it, saying so, rather than fail.
+lock=(-o DPkg::Lock::Timeout=600)
+echo "system-deps: installing ${need[*]} (apt waits up to 10 min for another package manager's lock)" >&2
+apt-get "${lock[@]}" update -qq
+DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq "${need[@]}"
