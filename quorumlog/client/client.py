@@ -13,7 +13,7 @@ import logging
 import random
 import secrets
 import warnings
-from typing import AsyncIterator, Iterable, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 from ..codes import ResponseCode
 from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexOutOfRange, NetworkError, NotLeader,
@@ -227,6 +227,17 @@ class Client:
         return resp
 
     # -- leader calls: discovery, redirect, retries -------------------------------------------------
+    async def call_leader(self, make: Callable[[int], Any], what: str, *, extra_ms: int = 0) -> Any:
+        """For the calls built on this client (kv, topics, consumer groups, the HA controller): make(request_id)
+        sent to the group's leader until SUCCESS, as every call of this client is (see _leader_call)."""
+        self._check_open()
+        return await self._leader_call(lambda: make(self._request_id()), what, extra_ms)
+
+    async def call_member(self, node_id: str, make: Callable[[int], Any], *, extra_ms: int = 0) -> Any:
+        """make(request_id) to one member, once (a read from a chosen replica); its response, whatever its code."""
+        self._check_open()
+        return await self._pool.call(node_id, make(self._request_id()), self.request_timeout_ms + extra_ms)
+
     async def _leader_call(self, make_request, what: str, extra_ms: int = 0):
         """Send make_request() to the leader until SUCCESS, following NOT_LEADER and retrying what may pass.
 

@@ -110,8 +110,8 @@ class Consumer:
     async def _call(self, op: str, body: dict) -> dict:
         meta = self._meta
         doc = json.dumps({"group": self.group, "member": self.member_id, **body}).encode()
-        resp = await meta._leader_call(lambda: ConsumerGroupRequest(meta._request_id(), op, doc),
-                                       f"consumer group {self.group} {op}")
+        resp = await meta.call_leader(lambda rid: ConsumerGroupRequest(rid, op, doc),
+                                      f"consumer group {self.group} {op}")
         return json.loads(resp.body or b"{}")
 
     async def _join(self) -> None:
@@ -309,8 +309,8 @@ async def describe_group(peers: str | dict[str, Address], group: str, **client_k
     async with TopicClient(peers, **client_kw) as tc:
         meta = tc.routes.meta
         doc = json.dumps({"group": group}).encode()
-        resp = await meta._leader_call(lambda: ConsumerGroupRequest(meta._request_id(), "describe", doc),
-                                       f"consumer group {group} describe")
+        resp = await meta.call_leader(lambda rid: ConsumerGroupRequest(rid, "describe", doc),
+                                      f"consumer group {group} describe")
         state = json.loads(resp.body)
         owners = {(t, q): owner for t, q, owner in state["owners"]}
         committed = {}

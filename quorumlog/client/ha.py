@@ -19,8 +19,8 @@ from .kv import META_GROUP
 
 
 async def controller_call(meta: Client, op: str, body: dict[str, Any]) -> dict[str, Any]:
-    resp = await meta._leader_call(lambda: HaControllerRequest(meta._request_id(), op, json.dumps(body).encode()),
-                                   f"ha {op} {body.get('group')}")
+    resp = await meta.call_leader(lambda rid: HaControllerRequest(rid, op, json.dumps(body).encode()),
+                                  f"ha {op} {body.get('group')}")
     return json.loads(resp.body or b"{}")
 
 

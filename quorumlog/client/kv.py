@@ -8,14 +8,21 @@ long-polls from a revision and resumes after the last change it yielded, across 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import Any, AsyncIterator, Callable, Protocol
 
 from ..errors import BadRequest
 from ..meta.kv import Change, KeyValue
 from ..wire.client import KvItem, KvRequest, KvResponse
 
-if TYPE_CHECKING:
-    from .client import Client
+
+
+class MetaClient(Protocol):
+    """What the kv calls need of a client bound to `_meta` (client.py's Client)."""
+    client_id: int
+
+    def next_seq(self) -> int: ...
+
+    async def call_leader(self, make: Callable[[int], Any], what: str, *, extra_ms: int = 0) -> Any: ...
 
 META_GROUP = "_meta"
 WATCH_POLL_MS = 5_000  # one long-poll; the node answers at the first change
@@ -28,13 +35,11 @@ def _key_value(it: KvItem) -> KeyValue:
 class KvCalls:
     """The kv_* calls of one Client bound to the `_meta` group."""
 
-    def __init__(self, client: "Client") -> None:
+    def __init__(self, client: MetaClient) -> None:
         self.client = client
 
     async def _call(self, make, what: str) -> KvResponse:
-        c = self.client
-        c._check_open()
-        return await c._leader_call(lambda: make(c._request_id()), what)
+        return await self.client.call_leader(make, what)
 
     async def get(self, key: str) -> tuple[bytes, int] | None:
         resp = await self._call(lambda rid: KvRequest(rid, "get", key), f"kv get {key!r}")

@@ -24,15 +24,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
 from ..wire.ledger import MAX_ADD_BATCH, AddEntry, BookieOp, BookieOpRequest, pack_multi_adds, unpack_multi_results
 from .ledger_registry import LedgerRegistry
 
-if TYPE_CHECKING:
-    from .ledgers import LedgerWriter
+
+
+class AddingWriter(Protocol):
+    """What the sender needs of a ledger writer (client/ledgers.py's): its adds go out, their answers and a
+    bookie's failure come back."""
+    ledger_id: int
+
+    async def send_adds(self, bookie: str, adds: list[AddEntry]) -> bool: ...
+
+    def add_results(self, bookie: str, results: list[tuple[int, int]]) -> None: ...
+
+    def bookie_failed(self, bookie: str) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +54,14 @@ MAX_ADD_REQUEST_BYTES = 16 * 1024 * 1024  # (a frame may carry 64 MiB; a bookie'
 class AddSender:
     def __init__(self, registry: LedgerRegistry) -> None:
         self.registry = registry
-        self._queued: dict[str, dict["LedgerWriter", list[AddEntry]]] = {}  # bookie -> writer -> its adds
+        self._queued: dict[str, dict[AddingWriter, list[AddEntry]]] = {}  # bookie -> writer -> its adds
         self._in_flight: set[str] = set()  # bookies with a request of ours out
         self._round_timers: dict[str, asyncio.Handle] = {}  # free bookies with adds, waiting for the round
         self._queued_bytes: dict[str, int] = {}  # bookie -> bytes of its queued adds
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
 
-    def queue(self, writer: "LedgerWriter", messages: list[AddEntry]) -> None:
+    def queue(self, writer: AddingWriter, messages: list[AddEntry]) -> None:
         """A writer's adds, each to its bookie (a pump's: the adds its callers made in one loop iteration)."""
         queued, queued_bytes, bookies = self._queued, self._queued_bytes, []
         for m in messages:
@@ -106,8 +116,8 @@ class AddSender:
     def _send_next(self, bookie: str) -> None:
         """One request with the bookie's queued adds, oldest writer first, up to MAX_ADD_BATCH adds and
         MAX_ADD_REQUEST_BYTES (at least one add); the rest stays queued, in order."""
-        group: list[tuple["LedgerWriter", list[AddEntry]]] = []
-        rest: dict["LedgerWriter", list[AddEntry]] = {}
+        group: list[tuple[AddingWriter, list[AddEntry]]] = []
+        rest: dict[AddingWriter, list[AddEntry]] = {}
         count = size = 0
         for writer, adds in self._queued.pop(bookie).items():
             take = 0
@@ -134,7 +144,7 @@ class AddSender:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, bookie: str, group: list[tuple["LedgerWriter", list[AddEntry]]]) -> None:
+    async def _send(self, bookie: str, group: list[tuple[AddingWriter, list[AddEntry]]]) -> None:
         try:
             if len(group) == 1:
                 writer, adds = group[0]
@@ -154,7 +164,7 @@ class AddSender:
         elif bookie in self._queued:
             self._want(bookie)
 
-    async def _send_multi(self, bookie: str, group: list[tuple["LedgerWriter", list[AddEntry]]]) -> bool:
+    async def _send_multi(self, bookie: str, group: list[tuple[AddingWriter, list[AddEntry]]]) -> bool:
         """Whether the bookie answered (each add's code then went to its writer)."""
         try:
             resp = await self.registry.call(bookie, BookieOpRequest(

@@ -17,15 +17,34 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import Any, AsyncIterator, Protocol
 
 from ..errors import BadRequest, LedgerFenced, MetadataVersionConflict
 from ..ledger.metadata import LedgerMetadata
-
-if TYPE_CHECKING:
-    from .ledgers import LedgerClient, LedgerWriter
+from .ledger_registry import LedgerRegistry
 
 log = logging.getLogger(__name__)
+
+
+class OpenLedgerWriter(Protocol):
+    """What a stream needs of the writer of its open ledger (client/ledgers.py's LedgerWriter)."""
+    ledger_id: int
+
+    async def add_entry(self, body: bytes) -> int: ...
+
+    async def close(self) -> int: ...
+
+
+class StreamLedgers(Protocol):
+    """What a stream needs of a ledger client (client/ledgers.py's LedgerClient): ledgers and the metadata."""
+    registry: LedgerRegistry
+
+    async def create_ledger(self, ensemble: int = 3, write_quorum: int = 2, ack_quorum: int = 2) -> Any: ...
+
+    async def open_ledger(self, ledger_id: int, recovery: bool = True) -> Any: ...
+
+    async def delete_ledger(self, ledger_id: int) -> None: ...
+
 
 STREAMS_PREFIX = "streams/"
 DEFAULT_ROLL_BYTES = 64 * 1024 * 1024  # DistributedLog's default log segment rolls at 256 MB or 2 h
@@ -77,17 +96,17 @@ def stream_key(name: str) -> str:
     return STREAMS_PREFIX + name
 
 
-async def get_stream(lc: "LedgerClient", name: str) -> StreamRecord | None:
+async def get_stream(lc: StreamLedgers, name: str) -> StreamRecord | None:
     found = await lc.registry.meta.kv_get(stream_key(name))
     return None if found is None else StreamRecord.from_json(name, found[0], found[1])
 
 
-async def put_stream(lc: "LedgerClient", rec: StreamRecord) -> StreamRecord:
+async def put_stream(lc: StreamLedgers, rec: StreamRecord) -> StreamRecord:
     version = await lc.registry.meta.kv_put(stream_key(rec.name), rec.to_json(), expected_version=rec.version)
     return StreamRecord(rec.name, rec.ensemble, rec.write_quorum, rec.ack_quorum, rec.ledgers, version)
 
 
-async def _next_offset(lc: "LedgerClient", rec: StreamRecord) -> int:
+async def _next_offset(lc: StreamLedgers, rec: StreamRecord) -> int:
     """Where a new ledger starts: after the last ledger, which is fenced and closed first if still open."""
     if not rec.ledgers:
         return 0
@@ -99,7 +118,7 @@ async def _next_offset(lc: "LedgerClient", rec: StreamRecord) -> int:
 class LedgerStreamWriter:
     """Adds to the stream's current ledger; rolls to a new ledger past roll_bytes."""
 
-    def __init__(self, lc: "LedgerClient", rec: StreamRecord, writer: "LedgerWriter", roll_bytes: int) -> None:
+    def __init__(self, lc: StreamLedgers, rec: StreamRecord, writer: OpenLedgerWriter, roll_bytes: int) -> None:
         self.lc = lc
         self.record = rec
         self.writer = writer
@@ -143,7 +162,7 @@ class LedgerStreamWriter:
         await self.writer.close()
 
 
-async def open_stream_writer(lc: "LedgerClient", name: str, *, ensemble: int = 3, write_quorum: int = 2,
+async def open_stream_writer(lc: StreamLedgers, name: str, *, ensemble: int = 3, write_quorum: int = 2,
                              ack_quorum: int = 2, roll_bytes: int = DEFAULT_ROLL_BYTES) -> LedgerStreamWriter:
     """Become the stream's writer (creating the stream with these quorums if it does not exist): fence and
     close its last ledger, start a new one."""
@@ -166,7 +185,7 @@ async def open_stream_writer(lc: "LedgerClient", name: str, *, ensemble: int = 3
     raise MetadataVersionConflict(f"stream {name}: {OPEN_ATTEMPTS} writers raced to open it")
 
 
-async def stream_extent(lc: "LedgerClient", name: str) -> list[tuple[StreamLedger, LedgerMetadata, int]]:
+async def stream_extent(lc: StreamLedgers, name: str) -> list[tuple[StreamLedger, LedgerMetadata, int]]:
     """(ledger, its metadata, last readable entry id) for each ledger of the stream: a closed ledger's last
     entry, the open one's last add confirmed (no fence: the writer goes on)."""
     rec = await get_stream(lc, name)
@@ -179,7 +198,7 @@ async def stream_extent(lc: "LedgerClient", name: str) -> list[tuple[StreamLedge
     return out
 
 
-async def read_stream(lc: "LedgerClient", name: str, start: int = 0,
+async def read_stream(lc: StreamLedgers, name: str, start: int = 0,
                       end: int | None = None) -> AsyncIterator[StreamEntry]:
     """Entries at stream offsets [start, end) (end: what is readable now), in order."""
     for x, md, last in await stream_extent(lc, name):

@@ -137,9 +137,9 @@ class _Routes:
         return c
 
     async def call(self, group: str, make, what: str) -> TopicResponse:
+        """make(client, request_id) to `group`'s leader (client: that group's, for its producer id)."""
         c = self.group_client(group)
-        c._check_open()
-        return await c._leader_call(lambda: make(c), what)
+        return await c.call_leader(lambda rid: make(c, rid), what)
 
     async def send(self, group: str, topic: str, queue_id: int, bodies: tuple[bytes, ...], *,
                    client_id: int | None = None, seq: int | None = None) -> TopicResponse:
@@ -148,10 +148,10 @@ class _Routes:
         writers) gives `client_id` and `seq`."""
         seq_box: list[int] = [] if seq is None else [seq]
 
-        def make(c: Client) -> TopicRequest:
+        def make(c: Client, rid: int) -> TopicRequest:
             if not seq_box:
                 seq_box.append(c.next_seq())
-            return TopicRequest(c._request_id(), "send", topic, queue_id, client_id=client_id or c.client_id,
+            return TopicRequest(rid, "send", topic, queue_id, client_id=client_id or c.client_id,
                                 seq=seq_box[0], bodies=bodies)
 
         return await self.call(group, make, f"send to {topic}/{queue_id}")
@@ -159,7 +159,7 @@ class _Routes:
     async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) offset of a queue, as its group's leader has them."""
         group = (await self.route(topic))[queue_id]
-        resp = await self.call(group, lambda c: TopicRequest(c._request_id(), "offsets", topic, queue_id),
+        resp = await self.call(group, lambda c, rid: TopicRequest(rid, "offsets", topic, queue_id),
                                f"offsets of {topic}/{queue_id}")
         return resp.min_offset, resp.max_offset
 
@@ -382,13 +382,12 @@ class TopicClient:
         if not 0 <= queue_id < len(placement):
             raise BadRequest(f"topic {topic!r} has queues 0..{len(placement) - 1}, not {queue_id}")
         c = self.routes.group_client(placement[queue_id])
-        c._check_open()
 
-        def make() -> TopicRequest:
-            return TopicRequest(c._request_id(), "pull", topic, queue_id, offset, max_messages, wait_ms, tags=tags)
+        def make(rid: int) -> TopicRequest:
+            return TopicRequest(rid, "pull", topic, queue_id, offset, max_messages, wait_ms, tags=tags)
 
         if node is not None:
-            resp = await c._pool.call(node, make(), c.request_timeout_ms + wait_ms)
+            resp = await c.call_member(node, make, extra_ms=wait_ms)
             if resp.code != ResponseCode.SUCCESS:
                 raise QuorumLogError.for_code(resp.code, resp.message, leader_id=resp.leader_id)
             return resp
@@ -396,7 +395,7 @@ class TopicClient:
         slave = self.suggested_slaves.get(key)
         if slave is not None:
             try:
-                resp = await c._pool.call(slave, make(), c.request_timeout_ms + wait_ms)
+                resp = await c.call_member(slave, make, extra_ms=wait_ms)
             except (QuorumLogError, OSError) as e:
                 log.info("pull %s/%d: the suggested slave %s failed (%s): back to the master", topic, queue_id,
                          slave, e)
@@ -406,7 +405,7 @@ class TopicClient:
             if resp is not None and resp.code == ResponseCode.SUCCESS:
                 return resp
         # The wait is the node's: give each attempt that long on top of the usual request time.
-        resp = await c._leader_call(make, f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
+        resp = await c.call_leader(make, f"pull {topic}/{queue_id}@{offset}", extra_ms=wait_ms)
         if resp.suggest_slave in c.peers:
             self.suggested_slaves[key] = resp.suggest_slave
         return resp
