@@ -69,6 +69,18 @@ def setup_logging(level: str = "warning") -> None:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
+def print_table(columns: list[str], rows: list[list[Any]], numeric: tuple[str, ...] = ()) -> None:
+    """Rows as the other commands print them: a rich table, `numeric` columns right-aligned, None as "-"."""
+    from rich.table import Table  # (at first use: start-up cost)
+
+    table = Table()
+    for col in columns:
+        table.add_column(col, justify="right" if col in numeric else "left")
+    for row in rows:
+        table.add_row(*("-" if v is None else str(v) for v in row))
+    out_console.print(table)
+
+
 def print_json(doc: Any) -> None:
     write_stdout(json.dumps(doc, separators=(",", ":"), default=str) + "\n")
 

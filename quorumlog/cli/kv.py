@@ -17,7 +17,8 @@ import typer
 from ..client import Client
 from ..codes import ResponseCode
 from ..meta.kv import Change, KeyValue
-from .common import ClusterOpt, JsonOpt, die, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
+from .common import (ClusterOpt, JsonOpt, die, PeersOpt, TimeoutOpt, out_console, print_json, print_table,
+                     resolve_target, run)
 
 kv_app = typer.Typer(help="The cluster's metadata store (the _meta group): get, put, list, delete, watch",
                      no_args_is_help=True)
@@ -112,8 +113,7 @@ def list_keys(prefix: str = typer.Argument("", help="Only keys starting with thi
     if json_out:
         print_json({"revision": revision, "keys": [_kv_doc(e) for e in entries]})
         return
-    for e in entries:
-        out_console.print(f"{e.key} = {_text(e.value)!s} (version {e.version})", highlight=False)
+    print_table(["key", "value", "version"], [[e.key, _text(e.value), e.version] for e in entries], ("version",))
 
 
 @kv_app.command("watch")

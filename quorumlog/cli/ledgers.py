@@ -12,7 +12,8 @@ import typer
 from ..errors import Timeout
 from ..ledger.metadata import LedgerMetadata
 from ..ledgers import LedgerClient
-from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run
+from .common import (ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, print_table, resolve_target,
+                     run)
 
 ledger_app = typer.Typer(help="Ledgers (BookKeeper): write, read, recover, describe, list, delete, "
                               "underreplicated", no_args_is_help=True)
@@ -85,8 +86,7 @@ def read(ledger_id: int = IdOpt, first: int = typer.Option(0, "--from", min=0, h
     if json_out:
         print_json({"ledger_id": ledger_id, "entries": [{"entry_id": i, "body": _text(b)} for i, b in entries]})
         return
-    for i, b in entries:
-        out_console.print(f"{i}\t{_text(b)}", highlight=False)
+    print_table(["entry_id", "body"], [[i, _text(b)] for i, b in entries], ("entry_id",))
 
 
 @ledger_app.command("recover")
@@ -134,9 +134,9 @@ def list_ledgers(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Clust
     if json_out:
         print_json({"ledgers": [metadata_doc(md) for md in mds]})
         return
-    for md in mds:
-        out_console.print(f"{md.ledger_id}\t{md.state.value}\tlast_entry_id={md.last_entry_id}\t"
-                          f"bookies={','.join(md.last_ensemble)}", highlight=False)
+    print_table(["ledger_id", "state", "last_entry_id", "bookies"],
+                [[md.ledger_id, md.state.value, md.last_entry_id, ",".join(md.last_ensemble)] for md in mds],
+                ("ledger_id", "last_entry_id"))
 
 
 @ledger_app.command("delete")
@@ -182,10 +182,11 @@ def underreplicated(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Cl
     if not rows:
         out_console.print("every ledger is fully replicated" + (f" (bookies down: {', '.join(sorted(down))}, "
                           "holding no fragment)" if down else ""), highlight=False)
-    for row in rows:
-        out_console.print(f"{row['ledger_id']}\t{row['state']}\t" + "; ".join(
-            f"from {f['first_entry_id']}: {','.join(f['lost'])}" for f in row["fragments"])
-            + ("" if row["worker"] is None else f"\t(re-replicating on {row['worker']})"), highlight=False)
+    else:
+        print_table(["ledger_id", "state", "fragments on lost bookies", "re-replicating on"],
+                    [[row["ledger_id"], row["state"], "; ".join(f"from {f['first_entry_id']}: {','.join(f['lost'])}"
+                                                                for f in row["fragments"]), row["worker"]]
+                     for row in rows], ("ledger_id",))
 
 
 @bookie_app.command("decommission")
@@ -230,8 +231,7 @@ def list_bookies(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Clust
     if json_out:
         print_json({"bookies": [{"bookie_id": b, **info} for b, info in infos.items()]})
         return
-    for b, info in infos.items():
-        used = info.get("disk_used")
-        out_console.print(f"{b}\t{info.get('state')}\tdisk_used={'-' if used is None else f'{used:.1%}'}\t"
-                          f"ledgers={info.get('ledgers', '-')}" +
-                          (f"\tdisk_error={info['disk_error']}" if info.get("disk_error") else ""), highlight=False)
+    print_table(["bookie", "state", "disk used", "ledgers", "disk error"],
+                [[b, info.get("state"), None if info.get("disk_used") is None else f"{info['disk_used']:.1%}",
+                  info.get("ledgers"), info.get("disk_error")] for b, info in infos.items()],
+                ("disk used", "ledgers"))

@@ -1,4 +1,4 @@
-"""The `quorumlog` command (typer + rich). The console script enters through quorumlog.cli:main."""
+"""The `quorumlog` command (typer + rich). The console script enters through quorumlog.cli:entry."""
 
 from __future__ import annotations
 
