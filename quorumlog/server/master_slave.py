@@ -77,6 +77,12 @@ HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this 
 HA_MAX_UNACKED_BYTES = 32 * 1024 * 1024
 HAND_OVER_WAIT_MS = 2_000  # a master that resigned and is still master after this long takes leases again
 ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
+MAX_HEARTBEAT_BACKOFF_MS = 4 * HEARTBEAT_MS  # after repeated unexpected failures (below the controller's lease)
+
+
+def heartbeat_backoff_ms(failures: int) -> int:
+    """The wait before the next controller heartbeat after `failures` unexpected errors in a row."""
+    return min(HEARTBEAT_MS << min(failures, 8), MAX_HEARTBEAT_BACKOFF_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +355,11 @@ class MasterSlaveReplica:
 
     # -- the controller ------------------------------------------------------------------------------------
     async def _heartbeats(self) -> None:
+        """Every HEARTBEAT_MS to the controller, for the life of the member: the lease, the master and the
+        SyncStateSet all come from here, so this loop never ends on an error — it logs, backs off and asks again
+        (a member whose loop died once claimed master for good with no lease, and its group took no write)."""
         restarted = True
+        failures = 0
         while not self.stopping and not self.failed:
             sent = now_ms()
             try:
@@ -358,11 +368,16 @@ class MasterSlaveReplica:
                     "master": self.settings.master, "epoch": self.epochs.last_epoch,
                     "max_offset": self.store.write_position, "restarted": restarted}, timeout_ms=2 * HEARTBEAT_MS)
                 restarted = False
+                failures = 0
                 if not self.stopping:
                     self._on_view(view, sent)
             except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError, ValueError, KeyError) as e:
                 log.debug("controller heartbeat failed node=%s group=%s: %s", self.node_id, self.group, e)
-            await asyncio.sleep(HEARTBEAT_MS / 1000)
+            except Exception:  # noqa: BLE001 - a supervision loop: anything else is logged, then asked again
+                failures += 1
+                log.exception("controller heartbeat raised node=%s group=%s failures=%d", self.node_id, self.group,
+                              failures)
+            await asyncio.sleep(heartbeat_backoff_ms(failures) / 1000)
 
     def _on_view(self, view: dict, sent_ms: int) -> None:
         master, epoch = view["master"], int(view["epoch"])
@@ -825,6 +840,12 @@ class MasterSlaveReplica:
         return max(held)[1] if held else None
 
     # -- periodic work, status -------------------------------------------------------------------------------
+    def release_read_pages(self) -> None:
+        """Unmap the sealed segments' pages readers touched (the node's checkpoint asks every group)."""
+        release = getattr(self.store, "release_read_pages", None)
+        if release is not None:
+            release()
+
     def checkpoint_due(self) -> bool:
         return False  # (the store checkpoints from its flushes; close() writes the last one)
 

@@ -285,3 +285,48 @@ def test_a_slave_that_cannot_write_its_epochs_stays_out_of_session_without_raisi
         assert r._client.connected and any(isinstance(m, HaReport) and not m.hello for m in host.sent)
         await r.close()
     asyncio.run(main())
+
+
+def test_the_node_checkpoint_can_release_a_master_slave_groups_read_pages(tmp_path):
+    """Node._checkpoint asks every group to release its read pages; a master/slave group had no such method, so
+    the checkpoint raised on every node hosting one and the bookie journal's checkpoint never ran."""
+    async def main():
+        r, _ = await _master(tmp_path)
+        r.release_read_pages()  # (AttributeError before)
+        await r.close()
+    asyncio.run(main())
+
+
+class _FlakyController:
+    """The controller calls of a node: the first heartbeat raises what uvloop raises on a transport the peer
+    already closed; every later one answers that this member is master with a lease."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def ha_controller(self, op: str, body: dict, timeout_ms: float = 0) -> dict:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+        return {"master": "n0", "epoch": 1, "sync_state_set": ["n0"], "lease_ms": 60_000}
+
+
+def test_the_controller_heartbeat_loop_outlives_an_unexpected_error(tmp_path):
+    """A RuntimeError out of the controller call ended the heartbeat task for good: the member never took a
+    lease again (0 writes for as long as the fault lasted, two members claiming master). Now it backs off and
+    asks again."""
+    async def main():
+        host = _Host()
+        host.calls = _FlakyController()
+        cfg = NodeConfig(node_id="n0", peers=dict(PEERS), data_dir=str(tmp_path / "n0"), group="ms",
+                         data_segment_size=1 << 20, index_segment_size=32 * 1024, max_entry_bytes=256 * 1024)
+        r = MasterSlaveReplica(host, cfg, {"master_slave": {"master": "n0", "min_in_sync_replicas": 1}})
+        r.open()
+        r.start()
+        beat = asyncio.ensure_future(r._heartbeats())
+        await _until(lambda: r.is_master and r._lease_until > now_ms() or beat.done())
+        assert not beat.done() and host.calls.calls >= 2
+        r.begin_stop()
+        await asyncio.wait_for(beat, 5)
+        await r.close()
+    asyncio.run(main())
