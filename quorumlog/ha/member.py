@@ -63,10 +63,15 @@ def sync_state_set_proposal(master_id: str, accepted: Collection[str], in_sync: 
                             offsets: Mapping[str, int], acked_offset: int, confirmed: int) -> frozenset[str] | None:
     """The set the master should ask the controller for, or None to keep `accepted`: the master, members of
     `accepted` still in sync, and slaves in sync that hold every acknowledged byte (`acked_offset`) and every
-    confirmed one (`confirmed`)."""
+    confirmed one (`confirmed`). A set that loses a member keeps only members holding all of that: an ack was
+    held by min_in_sync_replicas members of the old set, maybe by the very member that leaves, and the controller
+    may elect any member of the new one (a paused member kept "in sync" beside a holder cut off was elected,
+    and 640 acks were lost). A set that only grows keeps its laggards: every ack still has its holders in it."""
     bar = max(acked_offset, confirmed)
-    want = {master_id}
-    want |= {s for s in in_sync if s in accepted or offsets.get(s, -1) >= bar}
+    kept = {s for s in in_sync if s in accepted}
+    want = {master_id} | kept | {s for s in in_sync if offsets.get(s, -1) >= bar}
+    if not set(accepted) - {master_id} <= kept:
+        want = {master_id} | {s for s in want if offsets.get(s, -1) >= bar}
     return None if want == set(accepted) else frozenset(want)
 
 

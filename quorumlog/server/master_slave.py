@@ -191,6 +191,7 @@ class MasterSlaveReplica:
         self._in_memory_bytes = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
                                  * self.settings.access_message_in_memory_max_ratio // 100)
         self._lease_until = 0  # (monotonic ms) a master takes writes until then
+        self.boot = os.urandom(8).hex()  # this process, for the controller: a master with a new one restarted
         # master
         self._connections: dict[str, HAConnection] = {}
         self._transfer = self._new_transfer()
@@ -358,16 +359,12 @@ class MasterSlaveReplica:
         """Every HEARTBEAT_MS to the controller, for the life of the member: the lease, the master and the
         SyncStateSet all come from here, so this loop never ends on an error — it logs, backs off and asks again
         (a member whose loop died once claimed master for good with no lease, and its group took no write)."""
-        restarted = True
         failures = 0
         while not self.stopping and not self.failed:
             sent = now_ms()
             try:
-                view = await self.host.calls.ha_controller("heartbeat", {
-                    "group": self.group, "member": self.node_id, "members": sorted(self.members),
-                    "master": self.settings.master, "epoch": self.epochs.last_epoch,
-                    "max_offset": self.store.write_position, "restarted": restarted}, timeout_ms=2 * HEARTBEAT_MS)
-                restarted = False
+                view = await self.host.calls.ha_controller("heartbeat", self._heartbeat_body(),
+                                                           timeout_ms=2 * HEARTBEAT_MS)
                 failures = 0
                 if not self.stopping:
                     self._on_view(view, sent)
@@ -379,6 +376,21 @@ class MasterSlaveReplica:
                               failures)
             await asyncio.sleep(heartbeat_backoff_ms(failures) / 1000)
 
+    def _heartbeat_body(self) -> dict:
+        """What the controller decides by: this process (`boot`: a master whose process changed restarted, even if
+        a power cut took its epoch entry), what it holds durably (what a power cut keeps), and for the master
+        the end of everything it acknowledged or let readers see."""
+        acked = max(self._acked_offset, self._confirmed) if self.is_master else 0
+        return {"group": self.group, "member": self.node_id, "members": sorted(self.members),
+                "master": self.settings.master, "epoch": self.epochs.last_epoch, "max_offset": self._durable_offset(),
+                "boot": self.boot, "acked_offset": acked,
+                "min_in_sync_replicas": self._transfer.min_in_sync_replicas}
+
+    def _durable_offset(self) -> int:
+        if self.sync_flush and self.committer is not None:
+            return min(self.store.write_position, self.store.position_after(self.committer.durable_index))
+        return self.store.write_position
+
     def _on_view(self, view: dict, sent_ms: int) -> None:
         master, epoch = view["master"], int(view["epoch"])
         if epoch < self.epoch or master is None:
@@ -386,10 +398,11 @@ class MasterSlaveReplica:
         self._view_sync_state_set = frozenset(view.get("sync_state_set") or ())
         if epoch > self.epoch or master != self.master_id:
             self._become(master, epoch)
+        if self.is_master:
+            self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
+                                         int(view.get("sync_state_set_epoch", 0)))
         if self.is_master and "lease_ms" in view and not self._handing_over:
             self._lease_until = sent_ms + int(view["lease_ms"])
-            if not self._altering:
-                self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
             self._pump(now_ms())
 
     def _become(self, master: str, epoch: int) -> None:
@@ -431,19 +444,23 @@ class MasterSlaveReplica:
         if want is None:
             return
         self._altering, self._altered_at = True, now
+        t.propose(want)  # (a shrink counts from now on, not once the controller answers)
         self.host.spawn(self._alter(want, self.epoch), f"ha-alter-{self.group}")
 
     async def _alter(self, members: frozenset, epoch: int) -> None:
         try:
             view = await self.host.calls.ha_controller("alter_sync_state_set", {
                 "group": self.group, "master": self.node_id, "epoch": epoch, "members": sorted(members)})
-            if self.is_master and self.epoch == epoch:
-                self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
+            if self.is_master and self.epoch == epoch and int(view.get("epoch", epoch)) == epoch:
+                self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
+                                             int(view.get("sync_state_set_epoch", 0)))
                 log.info("master/slave group %s: sync state set %s (epoch %d)", self.group,
                          sorted(self._transfer.accepted), epoch)
         except Exception as e:  # noqa: BLE001 - proposed again on a later tick
             log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
         finally:
+            if self.epoch == epoch:
+                self._transfer.proposal_done()
             self._altering = False
             self._altered_at = now_ms()
 
@@ -536,7 +553,7 @@ class MasterSlaveReplica:
             # reader must never have seen that, nor a topic's dispatcher handed out its queue offsets (found by
             # the switch simulator). (Its acks need not wait for its fsync: two slaves holding it suffice.)
             end = min(end, self.store.position_after(self.committer.durable_index))
-        self._confirmed = confirm_offset(end, self._transfer.accepted, self.node_id,
+        self._confirmed = confirm_offset(end, self._transfer.possibly_accepted, self.node_id,
                                          {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
         return self._confirmed
 

@@ -55,9 +55,19 @@ def test_a_slave_joins_the_set_only_holding_every_confirmed_byte():
 
 
 def test_a_member_out_of_sync_leaves_and_one_in_the_set_stays_while_in_sync():
-    assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 5, "n2": 900},
+    assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 900, "n2": 900},
                                    acked_offset=900, confirmed=0) == {"n0", "n1"}
     assert sync_state_set_proposal("n0", {"n0", "n1"}, ["n1"], {"n1": 5}, acked_offset=900, confirmed=0) is None
+
+
+def test_a_shrink_keeps_no_member_lacking_an_acknowledged_byte():
+    """n1 paused while still "in sync", 900 acked by n0 and n2, then n2 cut off: the set shrank to {n0, n1} and
+    n1 was elected, 640 acks lost. A set that loses a member keeps only members holding every acked byte."""
+    assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 5, "n2": 900},
+                                   acked_offset=900, confirmed=0) == {"n0"}
+    # (growing only: a laggard stays, every ack still has its holders in the set)
+    assert sync_state_set_proposal("n0", {"n0", "n1"}, ["n1", "n2"], {"n1": 5, "n2": 900},
+                                   acked_offset=900, confirmed=0) == {"n0", "n1", "n2"}
 
 
 def test_the_confirm_offset_is_the_lowest_held_across_the_set_and_never_moves_back():
