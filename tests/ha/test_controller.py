@@ -167,3 +167,26 @@ def test_every_change_of_the_set_has_a_new_version():
     assert c.alter_sync_state_set(a, 1, {a, b})
     assert c.sync_state_set_epoch == v + 1
     assert c.alter_sync_state_set(a, 1, {a, b}) and c.sync_state_set_epoch == v + 1  # (no change: same version)
+
+
+def test_a_shrink_counts_before_the_controller_answers_and_a_stale_answer_restores_nothing():
+    """The master applied a new set only once the controller's answer came back, so a slave already removed by
+    the controller still completed appends; a late answer of a deposed `_meta` leader restored the old set; a
+    disconnected slave's last report kept counting."""
+    g = GroupTransferService(min_in_sync_replicas=2, slave_timeout_ms=1_000)
+    assert g.set_committed(frozenset({"n0", "n1", "n2"}), 5)
+    g.on_slave_offset("n1", 100, 300, 0)
+    g.on_slave_offset("n2", 300, 300, 0)
+    g.propose(frozenset({"n0", "n1"}))  # n2 leaves: from now on it counts for nothing
+    assert g.request(1, 300, 0) is None
+    assert g.possibly_accepted == {"n0", "n1", "n2"}  # (what readers may see still waits for n2 too)
+    assert g.set_committed(frozenset({"n0", "n1"}), 6)
+    g.proposal_done()
+    assert not g.set_committed(frozenset({"n0", "n1", "n2"}), 5)  # a late answer from before the shrink
+    assert g.accepted == {"n0", "n1"} and g.poll(10) == []
+    g.on_slave_offset("n1", 300, 300, 20)
+    g.on_slave_gone("n1")  # its session ended: its report no longer counts
+    assert g.poll(30) == []
+    g.on_slave_connected("n1")
+    g.on_slave_offset("n1", 300, 300, 40)
+    assert [d.code for d in g.poll(40)] == [ResponseCode.SUCCESS]
