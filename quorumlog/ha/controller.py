@@ -92,7 +92,13 @@ class HAController:
         self.switching_to = to
         self._switch_due_ms = None
 
-    def alter_sync_state_set(self, master: str, epoch: int, members: set[str] | frozenset[str]) -> bool:
+    def alter_sync_state_set(self, master: str, epoch: int, members: set[str] | frozenset[str],
+                             base_version: int | None = None) -> bool:
+        """`base_version`: the set's version the master proposed from; refused if it moved since (a late copy of
+        an earlier proposal must not undo a later one)."""
+        if base_version is not None and base_version != self.sync_state_set_epoch \
+                and frozenset(members) != self.sync_state_set:
+            return False
         if master != self.master or epoch != self.epoch or master not in members \
                 or not set(members) <= set(self.members) or self.master_restarted:
             # (a master back from a crash may have lost a tail its set's slaves hold: it must not shrink the set
@@ -149,14 +155,18 @@ class HAController:
             raise ValueError(f"no electable member (alive {sorted(alive)}, SyncStateSet {sorted(self.sync_state_set)}"
                              f", min_in_sync_replicas {self.min_in_sync_replicas})")
         best = max(self.heard[m].max_offset for m in pool)
-        if is_clean and best < self.acked_offset:
+        if is_clean and not self._holds_acked(best):
             raise ValueError(f"no live member of the set holds the acknowledged offset {self.acked_offset} "
                              f"(best {best})")
         if to is not None:
-            if to not in pool or (is_clean and self.heard[to].max_offset < max(best, self.acked_offset)):
+            if to not in pool or (is_clean and not self._holds_acked(self.heard[to].max_offset, best)):
                 raise ValueError(f"{to} is not electable (pool {sorted(pool)}, acked offset {self.acked_offset})")
             return {to}, is_clean
         return pool, is_clean
+
+    def _holds_acked(self, max_offset: int, best: int = 0) -> bool:
+        """A member reporting `max_offset` holds every acknowledged byte (and as much as the best candidate)."""
+        return max_offset >= max(best, self.acked_offset)
 
     def _meets_every_ack_quorum(self, clean: set[str], now_ms: int, to: str | None) -> bool:
         """Whether `clean` holds a member of every q members of the set (each ack's holders), so its best member

@@ -59,6 +59,7 @@ class GroupTransferService:
         self.accepted_version = -1  # the controller's version of the committed set (sync_state_set_epoch)
         self._committed: frozenset[str] | None = None
         self._proposed: frozenset[str] | None = None
+        self._proposed_base = -1
         # What the master holds durably (its fsynced end, flush sync): it counts as one member for the appends
         # below it. None: the master counts for whatever it wrote (flush async, the simulators). An append
         # completes once min_in_sync_replicas members hold it — the master not necessarily among them, as a
@@ -67,23 +68,30 @@ class GroupTransferService:
 
     # -- the SyncStateSet whose acks count ------------------------------------------------------------------
     def set_committed(self, members: frozenset[str], version: int) -> bool:
-        """The controller's committed set, as an answer carried it. An answer older than the set this master
-        applied (a late one, from a deposed `_meta` leader) is ignored: it would count a removed member again."""
+        """The controller's committed set and its version, as an answer carried them. An answer older than the
+        set this master applied (a late one, from a deposed `_meta` leader) is ignored: it would count a removed
+        member again. A newer version than a pending proposal's base decides it (only this master changes the
+        set within its epoch, and the controller takes a proposal only on its base version)."""
         if version < self.accepted_version:
             return False
         self.accepted_version, self._committed = version, frozenset(members)
+        if self._proposed is not None and (version > self._proposed_base or self._committed == self._proposed):
+            self._proposed = None
         self._refresh_accepted()
         return True
 
-    def propose(self, members: frozenset[str]) -> None:
-        """A new set is on its way to the controller: until its answer (`proposal_done`), count only members of
-        both — a shrink applies before the controller commits it, never after."""
-        self._proposed = frozenset(members)
+    def propose(self, members: frozenset[str]) -> int:
+        """A new set is on its way to the controller: until the controller's answer says what it holds, count
+        only members of both — a shrink applies before the controller commits it, never after. Returns the base
+        version the controller must still hold to take it. A proposal whose answer never came stays pending
+        (`pending_proposal`): send it again rather than another."""
+        self._proposed, self._proposed_base = frozenset(members), self.accepted_version
         self._refresh_accepted()
+        return self._proposed_base
 
-    def proposal_done(self) -> None:
-        self._proposed = None
-        self._refresh_accepted()
+    @property
+    def pending_proposal(self) -> frozenset[str] | None:
+        return self._proposed
 
     @property
     def possibly_accepted(self) -> frozenset[str] | None:

@@ -121,7 +121,9 @@ class HAControllerService:
             if req.op == "alter_sync_state_set":
                 if group in self._writing:
                     return answer(ResponseCode.LEADER_PENDING_FULL, "a change of this group is being written")
-                if not c.alter_sync_state_set(str(b["master"]), int(b["epoch"]), set(b["members"])):
+                base = b.get("sync_state_set_epoch")
+                if not c.alter_sync_state_set(str(b["master"]), int(b["epoch"]), set(b["members"]),
+                                              None if base is None else int(base)):
                     return answer(ResponseCode.TERM_CHANGED, f"not the master of epoch {c.epoch}",
                                   self.committed[group])
                 return self._write(group, c, session, req)

@@ -438,19 +438,20 @@ class MasterSlaveReplica:
         if self._altering or now - self._altered_at < ALTER_SYNC_STATE_SET_MS or now >= self._lease_until:
             return
         t = self._transfer
-        want = sync_state_set_proposal(self.node_id, t.accepted, t.in_sync(now),
-                                       {n: sl.offset for n, sl in t.slaves.items()}, self._acked_offset,
-                                       self._confirm_offset())
+        want = t.pending_proposal or sync_state_set_proposal(  # (one whose answer never came: sent again)
+            self.node_id, t.accepted, t.in_sync(now), {n: sl.offset for n, sl in t.slaves.items()},
+            self._acked_offset, self._confirm_offset())
         if want is None:
             return
         self._altering, self._altered_at = True, now
-        t.propose(want)  # (a shrink counts from now on, not once the controller answers)
-        self.host.spawn(self._alter(want, self.epoch), f"ha-alter-{self.group}")
+        base = t.propose(want)  # (a shrink counts from now on, not once the controller answers)
+        self.host.spawn(self._alter(want, self.epoch, base), f"ha-alter-{self.group}")
 
-    async def _alter(self, members: frozenset, epoch: int) -> None:
+    async def _alter(self, members: frozenset, epoch: int, base: int) -> None:
         try:
             view = await self.host.calls.ha_controller("alter_sync_state_set", {
-                "group": self.group, "master": self.node_id, "epoch": epoch, "members": sorted(members)})
+                "group": self.group, "master": self.node_id, "epoch": epoch, "members": sorted(members),
+                "sync_state_set_epoch": base})
             if self.is_master and self.epoch == epoch and int(view.get("epoch", epoch)) == epoch:
                 self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
                                              int(view.get("sync_state_set_epoch", 0)))
@@ -459,8 +460,6 @@ class MasterSlaveReplica:
         except Exception as e:  # noqa: BLE001 - proposed again on a later tick
             log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
         finally:
-            if self.epoch == epoch:
-                self._transfer.proposal_done()
             self._altering = False
             self._altered_at = now_ms()
 

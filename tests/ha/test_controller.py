@@ -177,11 +177,11 @@ def test_a_shrink_counts_before_the_controller_answers_and_a_stale_answer_restor
     assert g.set_committed(frozenset({"n0", "n1", "n2"}), 5)
     g.on_slave_offset("n1", 100, 300, 0)
     g.on_slave_offset("n2", 300, 300, 0)
-    g.propose(frozenset({"n0", "n1"}))  # n2 leaves: from now on it counts for nothing
+    assert g.propose(frozenset({"n0", "n1"})) == 5  # n2 leaves: from now on it counts for nothing
     assert g.request(1, 300, 0) is None
     assert g.possibly_accepted == {"n0", "n1", "n2"}  # (what readers may see still waits for n2 too)
-    assert g.set_committed(frozenset({"n0", "n1"}), 6)
-    g.proposal_done()
+    assert not g.set_committed(frozenset({"n0", "n1", "n2"}), 4) and g.pending_proposal == {"n0", "n1"}
+    assert g.set_committed(frozenset({"n0", "n1"}), 6) and g.pending_proposal is None
     assert not g.set_committed(frozenset({"n0", "n1", "n2"}), 5)  # a late answer from before the shrink
     assert g.accepted == {"n0", "n1"} and g.poll(10) == []
     g.on_slave_offset("n1", 300, 300, 20)
@@ -190,3 +190,12 @@ def test_a_shrink_counts_before_the_controller_answers_and_a_stale_answer_restor
     g.on_slave_connected("n1")
     g.on_slave_offset("n1", 300, 300, 40)
     assert [d.code for d in g.poll(40)] == [ResponseCode.SUCCESS]
+
+
+def test_the_controller_takes_a_proposal_only_on_its_base_version():
+    """A late copy of an earlier proposal (its answer lost, sent again meanwhile) must not undo a later one."""
+    c, a, (b, cc) = _running()
+    v = c.sync_state_set_epoch
+    assert c.alter_sync_state_set(a, 1, {a, b}, base_version=v)
+    assert not c.alter_sync_state_set(a, 1, {a, b, cc}, base_version=v) and c.sync_state_set == {a, b}
+    assert c.alter_sync_state_set(a, 1, {a, b}, base_version=v)  # (the same one again: already taken)
