@@ -1,20 +1,21 @@
 """Master/slave groups with the controller in the deterministic simulator: switches.
 
-    python -m quorumlog.sim.ha_switch --seeds 500 [--start S] [--seed S --trace] [--bug no_lease|no_truncate]
+    python -m quorumlog.sim.ha_switch --seeds 500 [--start S] [--seed S --trace] [--bug NAME]
 
-Three members and the controller (quorumlog/ha/controller.py). Every member heartbeats the controller; the
-master holds a lease and accepts SYNC_MASTER writes (min_in_sync_replicas 2) only under it; slaves pull from
-the master they know (HAClient / HAConnection). What a member decides is the node runtime's own code
-(quorumlog/ha/member.py): the handshake's cut to the consistent point and the adopted epochs, its epoch entry
-when elected, the SyncStateSet it proposes. Faults, up to two members at once: kill -9, losing what it had not
-flushed (up to 2 KiB of its tail, never a byte it acknowledged: a master flushes before it counts itself, a
-slave before it reports; restarted later, an old master comes back as a slave, possibly behind the new one —
-RocketMQ #2706), or isolation from everyone (the controller too) for a while.
+Three members and the controller (quorumlog/ha/controller.py, min_in_sync_replicas 2). Every member heartbeats
+the controller with what it holds durably, its process (`boot`) and, the master, its acked offset; the
+controller's answers (the master, epoch, SyncStateSet and its version, a lease) come back late, and a deposed
+controller's late answers still arrive. The master holds a lease and accepts SYNC_MASTER writes only under it;
+slaves pull from the master they know (HAClient / HAConnection); the master counts itself only for what it
+fsynced (GroupTransferService.master_held), and its fsyncs stall at times. What a member decides is the node
+runtime's own code (quorumlog/ha/member.py, transfer.py): the handshake's cut and adopted epochs, its epoch
+entry when elected, the SyncStateSet it proposes (sent to the controller with its base version, counted from
+the moment it is proposed), the confirm offset over every set the controller may hold.
 
-Every write is a topic message of one of QUEUES queues, and every member dispatches its log into consume
-queues as a topic group does (server/master_slave.py): in log order, whole records only, up to its commit point
-— a master's confirm offset (ha/member.py's confirm_offset over its accepted SyncStateSet), a slave's lowest of
-what it reported (flushed) and the master's confirm offset as its last frame carried it.
+Faults, up to two members at once: kill -9 (a power cut: what it had not fsynced is lost, its epoch entry with
+it; it comes back as a new process), SIGSTOP (a paused member keeps its sessions and its place in the set), or
+isolation from everyone (the controller too); besides, the controller is replaced by a new one rebuilt from its
+committed state (a new `_meta` leader), and hand switches (`ha elect --to`) to any member.
 
 Checker: never two members writable at one instant; at every election the new master holds every byte
 acknowledged so far, and so does the final master; after healing every member converges to the master's log
@@ -22,6 +23,13 @@ and a new write is acknowledged. Topics: a queue offset names one message on eve
 (never reused after a switch: RocketMQ #7689, #8539); a handshake never cuts a tail a member dispatched; after
 healing, the master dispatched its whole log and every member's consume queues are a prefix of the master's
 and exactly what its own log holds up to its dispatch point.
+
+Planted bugs (installed here, by replacing the cores' functions for one run): `no_lease`, `no_truncate`,
+`dispatch_unconfirmed`, and the old rules of the controller and the member: `keep_lagging_in_set` (a shrink
+keeps a paused member that lacks acked bytes, and the controller elects any live member of the set),
+`switch_to_lagging` (a hand switch to a member lacking acked bytes), `count_outside_set` (a shrink counts only
+once the controller answers; a disconnected slave's report counts), `restart_unseen` (a master back from a
+power cut is not seen as restarted).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import random
 import struct
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..codes import ResponseCode
@@ -40,10 +49,13 @@ from ..ha.master import HAConfig
 from ..ha.messages import Drop, SlaveReport
 from .seed_cli import seed_main
 
-PLANTED = ("no_lease", "no_truncate", "dispatch_unconfirmed")
+PLANTED = ("no_lease", "no_truncate", "dispatch_unconfirmed", "keep_lagging_in_set", "switch_to_lagging",
+           "count_outside_set", "restart_unseen")
 MEMBERS = ("m0", "m1", "m2")
 STEP_MS = 5
 HEARTBEAT_MS = 50
+ALTER_MS = 100  # how often a master may propose a new SyncStateSet
+CONTROLLER_DELAYS_MS = (1, 2, 5, 10, 40, 120)  # a request's or an answer's way to or from the controller
 QUEUES = 4
 RECORD = struct.Struct(">HB")  # a message: payload length, queue id; then the payload
 
@@ -93,7 +105,12 @@ class Member:
     known_epoch: int = 0
     lease_until: int = 0
     last_heartbeat: int = -HEARTBEAT_MS
-    restarted: bool = False  # its process started since its last heartbeat
+    boot: int = 0  # its process: a new one at every restart
+    paused_until: int = 0  # SIGSTOP: it does nothing before then, and keeps its sessions
+    flushed: int = 0  # what it fsynced: a power cut keeps it (a slave fsyncs before it reports)
+    fsync_stalled_until: int = 0
+    altering: bool = False  # a SyncStateSet proposal awaits the controller's answer
+    altered_at: int = -10_000
     gts: GroupTransferService | None = None  # while it is master
     acked_offset: int = 0  # while it is master: the end of its last acknowledged append
     reported: int = 0  # the highest offset it reported as a slave: flushed, so a crash never takes it back
@@ -123,7 +140,9 @@ class HASwitchSim:
         self.cfg = HAConfig(transfer_batch_bytes=512, heartbeat_interval_ms=100, housekeeping_ms=600,
                             max_unacked_bytes=4_096, empty_slave_from_current_segment=False)
         self.m = {n: Member(n) for n in MEMBERS}
-        self.ctl = HAController(list(MEMBERS), master_timeout_ms=400, lease_ms=250)
+        self.ctl = HAController(list(MEMBERS), master_timeout_ms=400, lease_ms=250, min_in_sync_replicas=2)
+        self.to_ctl: list[tuple] = []  # (arrives at, member, kind, body)
+        self.from_ctl: list[tuple] = []  # (arrives at, member, its boot, kind, answer)
         self.acked: list[tuple[int, bytes]] = []  # (start offset, bytes) of every acknowledged write
         self.acked_end = 0
         self.pending: dict[int, tuple[str, int, bytes]] = {}  # rid -> (master, start, data)
@@ -138,39 +157,126 @@ class HASwitchSim:
         if self.trace:
             self.trace(f"{self.now:7d} {text}")
 
-    # -- roles -----------------------------------------------------------------------------------------
-    def _learn(self, x: Member) -> None:
-        """What a member hears from the controller (at each heartbeat, when it can reach it)."""
-        master, epoch = self.ctl.master, self.ctl.epoch
-        if epoch == x.known_epoch:
-            return
+    # -- roles: the controller, its late answers -----------------------------------------------------------
+    def _runs(self, x: Member) -> bool:
+        return x.alive and self.now >= x.paused_until
+
+    def _durable(self, x: Member) -> int:
+        return min(x.log.max_offset(), max(x.flushed, x.reported))
+
+    def _ctl_delay(self) -> int:
+        return self.now + self.rng.choice(CONTROLLER_DELAYS_MS)
+
+    def _become(self, x: Member, master: str, epoch: int) -> None:
+        """The controller's answer names a new master or epoch."""
         x.known_master, x.known_epoch = master, epoch
         self._disconnect(x)
-        x.gts, x.acked_offset, x.master_confirm = None, 0, -1
+        x.gts, x.acked_offset, x.master_confirm, x.altering = None, 0, -1, False
         if master == x.name:
             begin_epoch(x.epochs, epoch, x.log.max_offset())
             x.gts = GroupTransferService(2, slave_timeout_ms=500, not_catchup_ms=800)
-            x.gts.accepted = self.ctl.sync_state_set
+            x.gts.accepted = frozenset({x.name})
+            x.gts.master_held = x.flushed
             self.log(f"{x.name} is master, epoch {epoch}, from offset {x.log.max_offset()}")
 
     def _heartbeat(self, x: Member) -> None:
-        if not x.reachable or self.now - x.last_heartbeat < HEARTBEAT_MS:
+        if not (x.reachable and self._runs(x)) or self.now - x.last_heartbeat < HEARTBEAT_MS:
             return
         x.last_heartbeat = self.now
-        lease = self.ctl.on_heartbeat(x.name, self.now, x.epochs.last_epoch, x.log.max_offset(),
-                                      restarted=x.restarted)
-        x.restarted = False
-        self._learn(x)
-        if lease is not None and x.known_master == x.name:
-            x.lease_until = lease
-        if x.gts is not None and x.known_master == x.name and self.now < x.lease_until:  # grow / shrink the set
-            want = sync_state_set_proposal(x.name, x.gts.accepted, x.gts.in_sync(self.now),
-                                           {n: sl.offset for n, sl in x.gts.slaves.items()}, x.acked_offset, x.commit)
-            if want is not None and self.ctl.alter_sync_state_set(x.name, x.known_epoch, want):
-                x.gts.accepted = want
+        master = x.gts is not None and x.known_master == x.name
+        self.to_ctl.append((self._ctl_delay(), x.name, "heartbeat", dict(
+            epoch=x.epochs.last_epoch, max_offset=self._durable(x), boot=f"{x.name}.{x.boot}",
+            acked_offset=max(x.acked_offset, x.commit) if master else 0, sent=self.now)))
+
+    def _propose(self, x: Member) -> None:
+        """A master grows or shrinks its set (the runtime's _maybe_alter_sync_state_set)."""
+        t = x.gts
+        if t is None or x.altering or self.now - x.altered_at < ALTER_MS or self.now >= x.lease_until:
+            return
+        want = t.pending_proposal or sync_state_set_proposal(
+            x.name, t.accepted, t.in_sync(self.now), {n: sl.offset for n, sl in t.slaves.items()}, x.acked_offset,
+            x.commit)
+        if want is None:
+            return
+        base = t.propose(want)
+        x.altering, x.altered_at = True, self.now
+        self.to_ctl.append((self._ctl_delay(), x.name, "alter", dict(epoch=x.known_epoch, members=want, base=base)))
+
+    def _controller_step(self) -> None:
+        """Requests reaching the controller now; its answers (late) to the members."""
+        due = [r for r in self.to_ctl if r[0] <= self.now]
+        self.to_ctl = [r for r in self.to_ctl if r[0] > self.now]
+        for _, name, kind, b in due:
+            x = self.m[name]
+            if not x.reachable:
+                if kind == "alter":
+                    x.altering = False  # (lost on its way: the call times out, the proposal stays pending)
+                continue
+            if kind == "heartbeat":
+                lease = self.ctl.on_heartbeat(name, self.now, b["epoch"], b["max_offset"], boot=b["boot"],
+                                              acked_offset=b["acked_offset"])
+                view = (self.ctl.master, self.ctl.epoch, self.ctl.sync_state_set, self.ctl.sync_state_set_epoch,
+                        lease is not None, b["sent"])
+            else:
+                ok = self.ctl.alter_sync_state_set(name, b["epoch"], b["members"], b["base"])
+                view = (ok, b["epoch"], self.ctl.sync_state_set, self.ctl.sync_state_set_epoch)
+            self.from_ctl.append((self._ctl_delay(), name, x.boot, kind, view))
+        due = [r for r in self.from_ctl if r[0] <= self.now]
+        self.from_ctl = [r for r in self.from_ctl if r[0] > self.now]
+        for at, name, boot, kind, view in due:
+            x = self.m[name]
+            if not x.alive or x.boot != boot:
+                continue  # (for the process that died)
+            if self.now < x.paused_until:
+                self.from_ctl.append((x.paused_until, name, boot, kind, view))  # (read once it runs again)
+                continue
+            if kind == "heartbeat":
+                if x.reachable:
+                    self._on_view(x, view)
+            else:
+                self._on_altered(x, view if x.reachable else None)
+
+    def _on_view(self, x: Member, view: tuple) -> None:
+        master, epoch, sset, version, leased, sent = view
+        if epoch < x.known_epoch or master is None:
+            return
+        if epoch > x.known_epoch or master != x.known_master:
+            self._become(x, master, epoch)
+        if x.gts is not None and x.known_master == x.name:
+            x.gts.set_committed(frozenset(sset) | {x.name}, version)
+            until = sent + self.ctl.lease_ms
+            if leased and until > self.now:
+                if x.lease_until <= self.now:  # (it may write and serve its slaves from now on)
+                    self._check_holds_acked(x, f"{x.name} leased as master (epoch {epoch})")
+                x.lease_until = max(x.lease_until, until)
+
+    def _on_altered(self, x: Member, answer: tuple | None) -> None:
+        x.altering = False
+        if answer is None:
+            return  # (no answer: the proposal stays pending, sent again)
+        ok, epoch, sset, version = answer
+        if ok and x.gts is not None and x.known_master == x.name and x.known_epoch == epoch:
+            x.gts.set_committed(frozenset(sset) | {x.name}, version)
+
+    def _replace_controller(self) -> None:
+        """A new `_meta` leader: a controller rebuilt from the committed state (master, epoch, set, its version,
+        the master's boot); what it heard, the leases it gave and a switch asked of it are gone. Requests on
+        their way to the old one are lost; its answers on their way still arrive."""
+        old = self.ctl
+        c = HAController(list(MEMBERS), master_timeout_ms=old.master_timeout_ms, lease_ms=old.lease_ms,
+                         min_in_sync_replicas=old.min_in_sync_replicas)
+        c.master, c.epoch, c.sync_state_set = old.master, old.epoch, old.sync_state_set
+        c.sync_state_set_epoch, c.master_boot = old.sync_state_set_epoch, old.master_boot
+        c.lease_end_ms = self.now + c.master_timeout_ms  # (the old one may have given a lease just now)
+        self.ctl = c
+        for _, name, kind, _ in self.to_ctl:
+            if kind == "alter":
+                self.m[name].altering = False
+        self.to_ctl = []
+        self.log("the controller is replaced")
 
     def _writable(self, x: Member) -> bool:
-        return x.alive and x.gts is not None and x.known_master == x.name and (
+        return self._runs(x) and x.gts is not None and x.known_master == x.name and (
             "no_lease" in self.bugs or self.now < x.lease_until)
 
     # -- connections -----------------------------------------------------------------------------------
@@ -187,6 +293,7 @@ class HASwitchSim:
         # a master serves its slaves only under the controller's lease: a master that restarted after a crash
         # gets none (the controller elects again), so no slave truncates to the tail it lost
         if s.known_master == s.name or not (s.reachable and up.reachable and up.gts is not None
+                                            and self._runs(s) and self._runs(up)
                                             and up.known_epoch == s.known_epoch and self.now < up.lease_until):
             return
         # the handshake (the runtime's hello / HaEpochs): cut to the consistent point, adopt the master's epochs
@@ -215,6 +322,7 @@ class HASwitchSim:
             if isinstance(msg, Drop):
                 return self._disconnect(s)
             s.reported = max(s.reported, msg.offset)  # (flushed before it is reported)
+            s.flushed = max(s.flushed, msg.offset)
             s.to_master.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
 
     def _to_slave(self, s: Member, msgs: list) -> None:
@@ -231,19 +339,21 @@ class HASwitchSim:
         conn = up.conns.get(s.name)
         if conn is None:
             return self._disconnect(s)
-        while s.upstream and s.to_master and s.to_master[0][0] <= self.now:
+        up_runs, s_runs = self._runs(up), self._runs(s)  # (a paused side reads and writes nothing)
+        while up_runs and s.upstream and s.to_master and s.to_master[0][0] <= self.now:
             _, msg = s.to_master.pop(0)
             assert isinstance(msg, SlaveReport)
             out = conn.on_report(msg, self.now)
             if conn.slave_ack_offset >= 0 and up.gts is not None:
                 up.gts.on_slave_offset(s.name, conn.slave_ack_offset, up.log.max_offset(), self.now, conn.skipped_to)
             self._to_slave(s, out)
-        while s.upstream and s.to_slave and s.to_slave[0][0] <= self.now:
+        while s_runs and s.upstream and s.to_slave and s.to_slave[0][0] <= self.now:
             _, msg, confirm = s.to_slave.pop(0)
             s.master_confirm = max(s.master_confirm, confirm)
             self._to_master(s, s.client.on_message(msg, self.now))  # type: ignore[union-attr]
-        if s.upstream:
+        if s.upstream and up_runs:
             self._to_slave(s, conn.poll(self.now))
+        if s.upstream and s_runs:
             self._to_master(s, s.client.poll(self.now))  # type: ignore[union-attr]
 
     # -- the run ---------------------------------------------------------------------------------------
@@ -269,11 +379,11 @@ class HASwitchSim:
         master, start, data = self.pending.pop(d.request_id)
         self.last = (d.request_id, d.code)
         if d.code == ResponseCode.SUCCESS:
-            holders = [y.name for y in self.m.values() if y.name != master and y.log.max_offset() >= start + len(data)
+            holders = [y.name for y in self.m.values() if self._durable(y) >= start + len(data)
                        and y.log.min_offset() <= start and y.log.raw(start, len(data)) == data]
-            if len(holders) + 1 < 2:
+            if len(holders) < 2:
                 raise Violation("acked_not_held", f"write {start}..{start + len(data)} acknowledged by {master}, "
-                                                  f"held by no slave")
+                                                  f"held durably by {holders} only")
             self.acked.append((start, data))
             self.acked_end = max(self.acked_end, start + len(data))
             self.m[master].acked_offset = max(self.m[master].acked_offset, start + len(data))
@@ -284,7 +394,7 @@ class HASwitchSim:
         if not x.alive:
             return
         if x.gts is not None and x.known_master == x.name:
-            point = confirm_offset(x.log.max_offset(), x.gts.accepted, x.name,
+            point = confirm_offset(min(x.log.max_offset(), x.flushed), x.gts.possibly_accepted, x.name,
                                    {n: sl.offset for n, sl in x.gts.slaves.items()}, x.commit)
         else:
             point = min(x.reported, x.master_confirm)  # (flush sync: what it holds durably)
@@ -340,13 +450,14 @@ class HASwitchSim:
         free = [n for n in MEMBERS if n not in self.restart_at]  # (a second fault hits another member)
         x = self.m[master if master in free and self.rng.random() < 0.6 else self.rng.choice(free)]
         hold = self.rng.randint(200, 2_000)
-        if self.rng.random() < 0.6 and x.alive:
+        kind = self.rng.random()
+        if kind < 0.45 and x.alive:
             x.alive = False
-            # what it had not flushed: never an acknowledged byte (a master flushes before it counts itself, a
-            # slave before it reports: flush sync), but anything after them
-            lost = self.rng.choice((0, 0, self.rng.randint(1, 2_048)))
-            keep = max(x.log.min_offset(), x.log.max_offset() - lost,
-                       min(max(self.acked_end, x.reported), x.log.max_offset()))
+            # a power cut: what it had not fsynced may be lost (a slave fsyncs before it reports, a master counts
+            # itself only for what it fsynced), its epoch entries with the bytes they begin in
+            unflushed = x.log.max_offset() - self._durable(x)
+            lost = self.rng.choice((0, unflushed, self.rng.randint(0, 2_048)))
+            keep = max(x.log.min_offset(), x.log.max_offset() - lost, self._durable(x))
             # (a slave dispatches only what it flushed, kept above; a master confirms only what it fsynced too)
             keep = max(keep, min(x.durable, x.log.max_offset()))
             if keep < x.dispatched:
@@ -358,12 +469,18 @@ class HASwitchSim:
                 x.log.truncate(keep)
                 x.epochs.truncate(keep)
                 self.log(f"{x.name} loses its last {lost} bytes: holds up to {keep}")
+            x.flushed, x.reported = min(x.flushed, keep), min(x.reported, keep)
             for s in self.m.values():
                 if s.upstream == x.name or s is x:
                     self._disconnect(s)
             x.gts, x.conns, x.known_epoch, x.known_master, x.lease_until = None, {}, 0, None, 0
+            x.altering, x.paused_until, x.fsync_stalled_until = False, 0, 0
             self.restart_at[x.name] = self.now + hold
             self.log(f"kill -9 {x.name} for {hold} ms")
+        elif kind < 0.7 and x.alive:
+            x.paused_until = self.now + hold  # SIGSTOP: it keeps its sessions and its place in the set
+            self.restart_at[x.name] = self.now + hold
+            self.log(f"pause {x.name} for {hold} ms")
         else:
             x.isolated = True
             self.restart_at[x.name] = self.now + hold
@@ -375,16 +492,30 @@ class HASwitchSim:
             if force or self.now >= at:
                 x = self.m[name]
                 if not x.alive:
+                    x.boot += 1
                     self.log(f"{name} restarts")
-                    x.restarted = True
-                x.alive, x.isolated = True, False
+                x.alive, x.isolated, x.paused_until = True, False, 0
                 del self.restart_at[name]
+        if force:
+            for x in self.m.values():
+                x.fsync_stalled_until = 0
+
+    def _fsync(self, x: Member) -> None:
+        """A master's fsyncs finish now and then, and stall at times (a slow disk)."""
+        if x.gts is None or not self._runs(x):
+            return
+        if self.rng.random() < 0.002:
+            x.fsync_stalled_until = self.now + self.rng.randint(100, 800)
+        if self.now >= x.fsync_stalled_until and self.rng.random() < 0.5:
+            x.flushed = x.log.max_offset()
+        x.gts.master_held = x.flushed
 
     def _step(self) -> None:
         self.now += STEP_MS
         self._heal()
         for x in self.m.values():
             self._heartbeat(x)
+        self._controller_step()
         e = self.ctl.tick(self.now)
         if e is not None:
             self.elections += 1
@@ -395,11 +526,21 @@ class HASwitchSim:
                 self._connect(x)
             if x.upstream:
                 self._move(x)
-            if x.gts is not None:
+            self._fsync(x)
+            if x.gts is not None and self._runs(x):
                 for d in x.gts.poll(self.now):
                     self._done(d)
-            self._advance_commit(x)
-            self._dispatch(x)
+                if x.reachable:
+                    self._propose(x)
+            if self._runs(x):
+                self._advance_commit(x)
+                self._dispatch(x)
+
+    def _switch_by_hand(self) -> None:
+        if self.ctl.master is not None and self.ctl.switching_to is None:
+            to = self.rng.choice([n for n in MEMBERS if n != self.ctl.master])
+            self.log(f"ha elect --to {to}")
+            self.ctl.request_switch(to)
 
     def run(self, steps: int = 3_000) -> None:
         for _ in range(steps):
@@ -407,6 +548,10 @@ class HASwitchSim:
                 self._write()
             if self.rng.random() < 0.003 and len(self.restart_at) < 2:  # up to two members down at once
                 self._fault()
+            if self.rng.random() < 0.0008:
+                self._switch_by_hand()
+            if self.rng.random() < 0.0006:
+                self._replace_controller()
             self._step()
         self._heal(force=True)
         for _ in range(2_000):  # 10 s healed
@@ -438,11 +583,70 @@ class HASwitchSim:
 
 
 def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Violation | None:
-    try:
-        HASwitchSim(seed, bugs, trace).run()
-    except Violation as v:
-        return v
+    with _planted(bugs):
+        try:
+            HASwitchSim(seed, bugs, trace).run()
+        except Violation as v:
+            return v
     return None
+
+
+# -- planted bugs: the old rules, put in place of the cores' for one run ------------------------------------
+def _old_sync_state_set_proposal(master_id, accepted, in_sync, offsets, acked_offset, confirmed):
+    """Kept every member of the set still "in sync" (a paused one is, for not_catchup_ms), whatever it held."""
+    bar = max(acked_offset, confirmed)
+    want = {master_id} | {s for s in in_sync if s in accepted or offsets.get(s, -1) >= bar}
+    return None if want == set(accepted) else frozenset(want)
+
+
+def _propose_on_answer(self, members):
+    """Counted a new set only once the controller's answer came back."""
+    self._proposed_base = self.accepted_version
+    return self._proposed_base
+
+
+def _counted_disconnected_too(self):
+    return [s for n, s in self.slaves.items() if self.accepted is None or n in self.accepted]
+
+
+_real_on_heartbeat = HAController.on_heartbeat
+
+
+def _restart_seen_only_with_its_epoch(self, member, now_ms, last_epoch, max_offset, restarted=False, *, boot=None,
+                                      acked_offset=0):
+    """A restart counted only when the member's epoch entry survived (its epoch ≥ the controller's)."""
+    boots = self.__dict__.setdefault("_planted_boots", {})
+    restarted = boots.get(member, boot) != boot and last_epoch >= self.epoch
+    boots[member] = boot
+    return _real_on_heartbeat(self, member, now_ms, last_epoch, max_offset, restarted, boot=None,
+                              acked_offset=acked_offset)
+
+
+@contextmanager
+def _planted(bugs: frozenset[str]):
+    undo: list[tuple[object, str, object]] = []
+
+    def put(owner: object, name: str, value: object) -> None:
+        undo.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    me = sys.modules[__name__]
+    if "keep_lagging_in_set" in bugs:
+        put(me, "sync_state_set_proposal", _old_sync_state_set_proposal)
+        put(HAController, "_meets_every_ack_quorum", lambda self, clean, now_ms, to: True)
+        put(HAController, "_holds_acked", lambda self, max_offset, best=0: True)
+    if "switch_to_lagging" in bugs:
+        put(HAController, "_holds_acked", lambda self, max_offset, best=0: True)
+    if "count_outside_set" in bugs:
+        put(GroupTransferService, "propose", _propose_on_answer)
+        put(GroupTransferService, "_counted", _counted_disconnected_too)
+    if "restart_unseen" in bugs:
+        put(HAController, "on_heartbeat", _restart_seen_only_with_its_epoch)
+    try:
+        yield
+    finally:
+        for owner, name, value in reversed(undo):
+            setattr(owner, name, value)
 
 
 def main(argv: list[str] | None = None) -> int:
