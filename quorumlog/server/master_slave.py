@@ -469,6 +469,11 @@ class MasterSlaveReplica:
             return
         conn = self._connections.get(m.frm)
         if m.hello or conn is None or conn.closed:
+            if now >= self._lease_until:
+                # (no session without a lease: a master back from a power cut, shorter, that a view from before
+                # its restart names master of its old epoch, would have its slaves cut acknowledged bytes to it;
+                # the controller gives it no lease and elects again. The slave says hello again.)
+                return
             # A new session: the slave learns our epochs, truncates to the consistent point, then reports.
             self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now)
             self._transfer.on_slave_connected(m.frm)

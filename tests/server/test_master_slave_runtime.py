@@ -331,3 +331,19 @@ def test_the_controller_heartbeat_loop_outlives_an_unexpected_error(tmp_path):
         await asyncio.wait_for(beat, 5)
         await r.close()
     asyncio.run(main())
+
+
+def test_a_master_without_a_lease_opens_no_session(tmp_path):
+    """Found by the switch simulator: a master back from a power cut, shorter, named master of its old epoch by a
+    view from before its restart, answered a slave's hello with its epochs, and the slave cut acknowledged bytes
+    to follow it. Without a lease, a master opens no session; with one, it does."""
+    async def main():
+        r, host = await _master(tmp_path)
+        r._lease_until = 0
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        assert not _frames(host, HaEpochs) and "n1" not in r._connections
+        r._lease_until = now_ms() + 60_000
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        assert _frames(host, HaEpochs) and "n1" in r._connections
+        await r.close()
+    asyncio.run(main())
