@@ -55,6 +55,18 @@ MEMBERS = ("m0", "m1", "m2")
 STEP_MS = 5
 HEARTBEAT_MS = 50
 ALTER_MS = 100  # how often a master may propose a new SyncStateSet
+# The fault orderings of the bug reports, each a script of (ms after its start, step), besides random faults:
+ORDERINGS = {
+    # an in-set slave paused, acks by the master and the other slave, that one cut off, the master killed
+    "paused_cut_kill": ((0, "pause_slave"), (250, "isolate_other_slave"), (500, "kill_master")),
+    # a slave's link throttled, then `ha elect --to` it
+    "throttled_switch": ((0, "throttle_slave"), (800, "switch_to_throttled")),
+    # the next master's fsyncs stall from its first write; a power cut takes its whole epoch; it is back at once
+    "stalled_power_cut": ((0, "stall_next_master"), (0, "kill_master"), (1_500, "power_cut_master")),
+    # a shrink on its way to a slow controller while the removed slave's report could still count
+    "shrink_race": ((0, "throttle_slave"), (0, "stall_master"), (0, "slow_controller"),
+                    (100, "isolate_other_slave"), (450, "kill_master_keep")),
+}
 CONTROLLER_DELAYS_MS = (1, 2, 5, 10, 40, 120)  # a request's or an answer's way to or from the controller
 QUEUES = 4
 RECORD = struct.Struct(">HB")  # a message: payload length, queue id; then the payload
@@ -109,6 +121,7 @@ class Member:
     paused_until: int = 0  # SIGSTOP: it does nothing before then, and keeps its sessions
     flushed: int = 0  # what it fsynced: a power cut keeps it (a slave fsyncs before it reports)
     fsync_stalled_until: int = 0
+    throttled_until: int = 0  # its HA link is slow until then
     altering: bool = False  # a SyncStateSet proposal awaits the controller's answer
     altered_at: int = -10_000
     gts: GroupTransferService | None = None  # while it is master
@@ -142,6 +155,12 @@ class HASwitchSim:
         self.m = {n: Member(n) for n in MEMBERS}
         self.ctl = HAController(list(MEMBERS), master_timeout_ms=400, lease_ms=250, min_in_sync_replicas=2)
         self.to_ctl: list[tuple] = []  # (arrives at, member, kind, body)
+        self.slow_controller_until = 0
+        self.healed = False  # the faults are over: the liveness phase
+        self.stall_next_master = False  # the next member to become master has its fsyncs stalled at once
+        self.script: list[tuple[int, str]] = []  # (at ms, step) of one of ORDERINGS
+        if self.rng.random() < 0.6:
+            self._plan(self.rng.choice(sorted(ORDERINGS)), self.rng.randint(1_000, 9_000))
         self.from_ctl: list[tuple] = []  # (arrives at, member, its boot, kind, answer)
         self.acked: list[tuple[int, bytes]] = []  # (start offset, bytes) of every acknowledged write
         self.acked_end = 0
@@ -165,7 +184,8 @@ class HASwitchSim:
         return min(x.log.max_offset(), max(x.flushed, x.reported))
 
     def _ctl_delay(self) -> int:
-        return self.now + self.rng.choice(CONTROLLER_DELAYS_MS)
+        slow = self.rng.randint(100, 300) if self.now < self.slow_controller_until else 0
+        return self.now + self.rng.choice(CONTROLLER_DELAYS_MS) + slow
 
     def _become(self, x: Member, master: str, epoch: int) -> None:
         """The controller's answer names a new master or epoch."""
@@ -173,6 +193,9 @@ class HASwitchSim:
         self._disconnect(x)
         x.gts, x.acked_offset, x.master_confirm, x.altering = None, 0, -1, False
         if master == x.name:
+            if self.stall_next_master:
+                self.stall_next_master = False
+                x.fsync_stalled_until = self.now + 1_500
             begin_epoch(x.epochs, epoch, x.log.max_offset())
             x.gts = GroupTransferService(2, slave_timeout_ms=500, not_catchup_ms=800)
             x.gts.accepted = frozenset({x.name})
@@ -323,14 +346,18 @@ class HASwitchSim:
                 return self._disconnect(s)
             s.reported = max(s.reported, msg.offset)  # (flushed before it is reported)
             s.flushed = max(s.flushed, msg.offset)
-            s.to_master.append((self.now + self.rng.choice((1, 2, 5, 10)), msg))
+            s.to_master.append((self.now + self._link_delay(s), msg))
 
     def _to_slave(self, s: Member, msgs: list) -> None:
         confirm = self.m[s.upstream].commit if s.upstream else -1  # (every frame carries it, as HaTransfer does)
         for msg in msgs:
             if isinstance(msg, Drop):
                 return self._disconnect(s)
-            s.to_slave.append((self.now + self.rng.choice((1, 2, 5, 10)), msg, confirm))
+            s.to_slave.append((self.now + self._link_delay(s), msg, confirm))
+
+    def _link_delay(self, s: Member) -> int:
+        """A frame's way on a slave's link: a few ms, or hundreds while its link is throttled."""
+        return self.rng.choice((1, 2, 5, 10)) + (self.rng.randint(300, 600) if self.now < s.throttled_until else 0)
 
     def _move(self, s: Member) -> None:
         up = self.m[s.upstream] if s.upstream else None
@@ -445,6 +472,42 @@ class HASwitchSim:
                 raise Violation("acked_lost", f"{when}: {x.name} lacks the acknowledged bytes {start}.."
                                               f"{start + len(data)} (holds up to {x.log.max_offset()})")
 
+    def _plan(self, name: str, at: int) -> None:
+        self.script = sorted((at + dt, step) for dt, step in ORDERINGS[name])
+        self.ordering, self.scripted = name, {}
+
+    def _scripted_step(self) -> None:
+        while self.script and self.script[0][0] <= self.now:
+            _, step = self.script.pop(0)
+            master = self.m.get(self.ctl.master or "")
+            slaves = [n for n in MEMBERS if master is None or n != master.name]
+            if step in ("pause_slave", "throttle_slave"):
+                self.scripted["slave"] = self.rng.choice(slaves)
+            slave = self.m[self.scripted.get("slave", slaves[0])]
+            other = self.m[next((n for n in slaves if n != slave.name), slaves[0])]
+            self.log(f"ordering {self.ordering}: {step}")
+            if step == "pause_slave" and slave.name not in self.restart_at:
+                slave.paused_until = self.now + 1_200
+                self.restart_at[slave.name] = slave.paused_until
+            elif step == "throttle_slave":
+                slave.throttled_until = self.now + 2_500
+            elif step == "isolate_other_slave" and other.name not in self.restart_at:
+                other.isolated = True
+                self.restart_at[other.name] = self.now + 1_500
+            elif step in ("kill_master", "kill_master_keep", "power_cut_master") and master is not None \
+                    and master.name not in self.restart_at and master.alive:
+                hold = self.rng.randint(50, 300) if step == "power_cut_master" else 1_500
+                self._kill(master, hold, 0 if step == "kill_master_keep" else None)
+            elif step == "switch_to_throttled" and master is not None and master.name != slave.name:
+                self.log(f"ha elect --to {slave.name}")
+                self.ctl.request_switch(slave.name)
+            elif step == "stall_next_master":
+                self.stall_next_master = True
+            elif step == "stall_master" and master is not None:
+                master.fsync_stalled_until = self.now + 300
+            elif step == "slow_controller":
+                self.slow_controller_until = self.now + 1_000
+
     def _fault(self) -> None:
         master = self.ctl.master
         free = [n for n in MEMBERS if n not in self.restart_at]  # (a second fault hits another member)
@@ -452,31 +515,7 @@ class HASwitchSim:
         hold = self.rng.randint(200, 2_000)
         kind = self.rng.random()
         if kind < 0.45 and x.alive:
-            x.alive = False
-            # a power cut: what it had not fsynced may be lost (a slave fsyncs before it reports, a master counts
-            # itself only for what it fsynced), its epoch entries with the bytes they begin in
-            unflushed = x.log.max_offset() - self._durable(x)
-            lost = self.rng.choice((0, unflushed, self.rng.randint(0, 2_048)))
-            keep = max(x.log.min_offset(), x.log.max_offset() - lost, self._durable(x))
-            # (a slave dispatches only what it flushed, kept above; a master confirms only what it fsynced too)
-            keep = max(keep, min(x.durable, x.log.max_offset()))
-            if keep < x.dispatched:
-                raise Violation("dispatched_lost", f"{x.name} dispatched up to {x.dispatched}, a crash keeps {keep}")
-            keep = x.log.record_end_below(x.dispatched, keep)  # (a torn record: dropped at restart)
-            x.commit = min(x.commit, keep)
-            lost = x.log.max_offset() - keep
-            if lost:
-                x.log.truncate(keep)
-                x.epochs.truncate(keep)
-                self.log(f"{x.name} loses its last {lost} bytes: holds up to {keep}")
-            x.flushed, x.reported = min(x.flushed, keep), min(x.reported, keep)
-            for s in self.m.values():
-                if s.upstream == x.name or s is x:
-                    self._disconnect(s)
-            x.gts, x.conns, x.known_epoch, x.known_master, x.lease_until = None, {}, 0, None, 0
-            x.altering, x.paused_until, x.fsync_stalled_until = False, 0, 0
-            self.restart_at[x.name] = self.now + hold
-            self.log(f"kill -9 {x.name} for {hold} ms")
+            self._kill(x, hold)
         elif kind < 0.7 and x.alive:
             x.paused_until = self.now + hold  # SIGSTOP: it keeps its sessions and its place in the set
             self.restart_at[x.name] = self.now + hold
@@ -486,6 +525,34 @@ class HASwitchSim:
             self.restart_at[x.name] = self.now + hold
             self.log(f"isolate {x.name} for {hold} ms")
         self.faults_until = max(self.faults_until, self.now + hold)
+
+    def _kill(self, x: Member, hold: int, lost: int | None = None) -> None:
+        """kill -9, a power cut: what it had not fsynced may be lost (a slave fsyncs before it reports, a master
+        counts itself only for what it fsynced), its epoch entries with the bytes they begin in."""
+        x.alive = False
+        unflushed = x.log.max_offset() - self._durable(x)
+        if lost is None:
+            lost = self.rng.choice((0, unflushed, self.rng.randint(0, 2_048)))
+        keep = max(x.log.min_offset(), x.log.max_offset() - lost, self._durable(x))
+        # (a slave dispatches only what it flushed, kept above; a master confirms only what it fsynced too)
+        keep = max(keep, min(x.durable, x.log.max_offset()))
+        if keep < x.dispatched:
+            raise Violation("dispatched_lost", f"{x.name} dispatched up to {x.dispatched}, a crash keeps {keep}")
+        keep = x.log.record_end_below(x.dispatched, keep)  # (a torn record: dropped at restart)
+        x.commit = min(x.commit, keep)
+        lost = x.log.max_offset() - keep
+        if lost:
+            x.log.truncate(keep)
+            x.epochs.truncate(keep)
+            self.log(f"{x.name} loses its last {lost} bytes: holds up to {keep}")
+        x.flushed, x.reported = min(x.flushed, keep), min(x.reported, keep)
+        for s in self.m.values():
+            if s.upstream == x.name or s is x:
+                self._disconnect(s)
+        x.gts, x.conns, x.known_epoch, x.known_master, x.lease_until = None, {}, 0, None, 0
+        x.altering, x.paused_until, x.fsync_stalled_until = False, 0, 0
+        self.restart_at[x.name] = self.now + hold
+        self.log(f"kill -9 {x.name} for {hold} ms")
 
     def _heal(self, force: bool = False) -> None:
         for name, at in list(self.restart_at.items()):
@@ -497,14 +564,16 @@ class HASwitchSim:
                 x.alive, x.isolated, x.paused_until = True, False, 0
                 del self.restart_at[name]
         if force:
+            self.healed = True
+            self.script, self.stall_next_master, self.slow_controller_until = [], False, 0
             for x in self.m.values():
-                x.fsync_stalled_until = 0
+                x.fsync_stalled_until = x.throttled_until = 0
 
     def _fsync(self, x: Member) -> None:
         """A master's fsyncs finish now and then, and stall at times (a slow disk)."""
         if x.gts is None or not self._runs(x):
             return
-        if self.rng.random() < 0.002:
+        if self.rng.random() < 0.002 and not self.healed:
             x.fsync_stalled_until = self.now + self.rng.randint(100, 800)
         if self.now >= x.fsync_stalled_until and self.rng.random() < 0.5:
             x.flushed = x.log.max_offset()
@@ -548,6 +617,7 @@ class HASwitchSim:
                 self._write()
             if self.rng.random() < 0.003 and len(self.restart_at) < 2:  # up to two members down at once
                 self._fault()
+            self._scripted_step()
             if self.rng.random() < 0.0008:
                 self._switch_by_hand()
             if self.rng.random() < 0.0006:
