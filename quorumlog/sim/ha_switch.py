@@ -55,6 +55,7 @@ MEMBERS = ("m0", "m1", "m2")
 STEP_MS = 5
 HEARTBEAT_MS = 50
 ALTER_MS = 100  # how often a master may propose a new SyncStateSet
+ALL_UNFLUSHED = -1  # (a power cut that loses every byte not fsynced)
 # The fault orderings of the bug reports, each a script of (ms after its start, step), besides random faults:
 ORDERINGS = {
     # an in-set slave paused, acks by the master and the other slave, that one cut off, the master killed
@@ -62,7 +63,7 @@ ORDERINGS = {
     # a slave's link throttled, then `ha elect --to` it
     "throttled_switch": ((0, "throttle_slave"), (800, "switch_to_throttled")),
     # the next master's fsyncs stall from its first write; a power cut takes its whole epoch; it is back at once
-    "stalled_power_cut": ((0, "stall_next_master"), (0, "kill_master"), (1_500, "power_cut_master")),
+    "stalled_power_cut": ((0, "stall_next_master"), (0, "switch_to_slave"), (1_500, "power_cut_master")),
     # a shrink on its way to a slow controller while the removed slave's report could still count
     "shrink_race": ((0, "throttle_slave"), (0, "stall_master"), (0, "slow_controller"),
                     (100, "isolate_other_slave"), (450, "kill_master_keep")),
@@ -159,8 +160,6 @@ class HASwitchSim:
         self.healed = False  # the faults are over: the liveness phase
         self.stall_next_master = False  # the next member to become master has its fsyncs stalled at once
         self.script: list[tuple[int, str]] = []  # (at ms, step) of one of ORDERINGS
-        if self.rng.random() < 0.6:
-            self._plan(self.rng.choice(sorted(ORDERINGS)), self.rng.randint(1_000, 9_000))
         self.from_ctl: list[tuple] = []  # (arrives at, member, its boot, kind, answer)
         self.acked: list[tuple[int, bytes]] = []  # (start offset, bytes) of every acknowledged write
         self.acked_end = 0
@@ -497,14 +496,18 @@ class HASwitchSim:
             elif step in ("kill_master", "kill_master_keep", "power_cut_master") and master is not None \
                     and master.name not in self.restart_at and master.alive:
                 hold = self.rng.randint(50, 300) if step == "power_cut_master" else 1_500
-                self._kill(master, hold, 0 if step == "kill_master_keep" else None)
+                lost = {"kill_master_keep": 0, "power_cut_master": ALL_UNFLUSHED}.get(step)
+                self._kill(master, hold, lost)
             elif step == "switch_to_throttled" and master is not None and master.name != slave.name:
+                self.log(f"ha elect --to {slave.name}")
+                self.ctl.request_switch(slave.name)
+            elif step == "switch_to_slave" and master is not None and self.ctl.switching_to is None:
                 self.log(f"ha elect --to {slave.name}")
                 self.ctl.request_switch(slave.name)
             elif step == "stall_next_master":
                 self.stall_next_master = True
             elif step == "stall_master" and master is not None:
-                master.fsync_stalled_until = self.now + 300
+                master.fsync_stalled_until = max(master.fsync_stalled_until, self.now + 300)
             elif step == "slow_controller":
                 self.slow_controller_until = self.now + 1_000
 
@@ -533,6 +536,8 @@ class HASwitchSim:
         unflushed = x.log.max_offset() - self._durable(x)
         if lost is None:
             lost = self.rng.choice((0, unflushed, self.rng.randint(0, 2_048)))
+        elif lost == ALL_UNFLUSHED:
+            lost = unflushed
         keep = max(x.log.min_offset(), x.log.max_offset() - lost, self._durable(x))
         # (a slave dispatches only what it flushed, kept above; a master confirms only what it fsynced too)
         keep = max(keep, min(x.durable, x.log.max_offset()))
@@ -574,7 +579,7 @@ class HASwitchSim:
         if x.gts is None or not self._runs(x):
             return
         if self.rng.random() < 0.002 and not self.healed:
-            x.fsync_stalled_until = self.now + self.rng.randint(100, 800)
+            x.fsync_stalled_until = max(x.fsync_stalled_until, self.now + self.rng.randint(100, 800))
         if self.now >= x.fsync_stalled_until and self.rng.random() < 0.5:
             x.flushed = x.log.max_offset()
         x.gts.master_held = x.flushed
@@ -612,6 +617,8 @@ class HASwitchSim:
             self.ctl.request_switch(to)
 
     def run(self, steps: int = 3_000) -> None:
+        if self.rng.random() < 0.8:  # (one of the reported orderings, beside the random faults)
+            self._plan(self.rng.choice(sorted(ORDERINGS)), self.rng.randint(500, max(600, steps * STEP_MS - 2_000)))
         for _ in range(steps):
             if self.rng.random() < 0.3:
                 self._write()
@@ -652,10 +659,10 @@ class HASwitchSim:
         self._check_dispatched(self.m[self.ctl.master])  # type: ignore[index]
 
 
-def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None) -> Violation | None:
+def run_seed(seed: int, bugs: frozenset[str] = frozenset(), trace=None, steps: int = 3_000) -> Violation | None:
     with _planted(bugs):
         try:
-            HASwitchSim(seed, bugs, trace).run()
+            HASwitchSim(seed, bugs, trace).run(steps)
         except Violation as v:
             return v
     return None
