@@ -208,7 +208,7 @@ class HASwitchSim:
         master = x.gts is not None and x.known_master == x.name
         self.to_ctl.append((self._ctl_delay(), x.name, "heartbeat", dict(
             epoch=x.epochs.last_epoch, max_offset=self._durable(x), boot=f"{x.name}.{x.boot}",
-            acked_offset=max(x.acked_offset, x.commit) if master else 0, sent=self.now)))
+            acked_offset=max(x.acked_offset, x.commit) if master else 0, sent=self.now, process=x.boot)))
 
     def _propose(self, x: Member) -> None:
         """A master grows or shrinks its set (the runtime's _maybe_alter_sync_state_set)."""
@@ -222,7 +222,8 @@ class HASwitchSim:
             return
         base = t.propose(want)
         x.altering, x.altered_at = True, self.now
-        self.to_ctl.append((self._ctl_delay(), x.name, "alter", dict(epoch=x.known_epoch, members=want, base=base)))
+        self.to_ctl.append((self._ctl_delay(), x.name, "alter", dict(epoch=x.known_epoch, members=want, base=base,
+                                                                     process=x.boot)))
 
     def _controller_step(self) -> None:
         """Requests reaching the controller now; its answers (late) to the members."""
@@ -242,7 +243,8 @@ class HASwitchSim:
             else:
                 ok = self.ctl.alter_sync_state_set(name, b["epoch"], b["members"], b["base"])
                 view = (ok, b["epoch"], self.ctl.sync_state_set, self.ctl.sync_state_set_epoch)
-            self.from_ctl.append((self._ctl_delay(), name, x.boot, kind, view))
+            # (the answer goes to the process that asked: one that died since never reads it)
+            self.from_ctl.append((self._ctl_delay(), name, b["process"], kind, view))
         due = [r for r in self.from_ctl if r[0] <= self.now]
         self.from_ctl = [r for r in self.from_ctl if r[0] > self.now]
         for at, name, boot, kind, view in due:
