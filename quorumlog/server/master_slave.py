@@ -47,7 +47,7 @@ from ..config import NodeConfig
 from ..errors import DiskError, DiskFull, QuorumLogError
 from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
 from ..ha.epochs import EpochCache, EpochEntry
-from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
+from ..ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
 from ..ha.master import HAConfig
 from ..ha.messages import Drop
 from ..store.files import is_enospc
@@ -168,11 +168,10 @@ class MasterSlaveReplica:
         self.topics = TopicService(self)
         self.settings = MasterSlaveSettings.from_definition(definition, sorted(config.peers))
         self.node_id = config.node_id
-        # Who is master, in which epoch: the controller's word. Until its first answer this member follows the
-        # configured master and takes no writes.
-        self.master_id = self.settings.master
-        self.epoch = 0
-        self.is_master = False
+        # Who is master, in which epoch, and this member's lease: the controller's word, as ha/member.py's
+        # MasterTerm decides from its answers. Until its first answer this member follows the configured master
+        # and takes no writes.
+        self.term = MasterTerm(self.node_id, self.settings.master, alter_interval_ms=ALTER_SYNC_STATE_SET_MS)
         self.members = frozenset(config.peers)
         self.links = {p: a for p, a in config.peers.items() if p != self.node_id}
         self.sync_flush = config.flush == "sync"
@@ -190,7 +189,6 @@ class MasterSlaveReplica:
         self._ha = self.settings.ha_config()
         self._in_memory_bytes = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
                                  * self.settings.access_message_in_memory_max_ratio // 100)
-        self._lease_until = 0  # (monotonic ms) a master takes writes until then
         self.boot = os.urandom(8).hex()  # this process, for the controller: a master with a new one restarted
         # master
         self._connections: dict[str, HAConnection] = {}
@@ -199,8 +197,6 @@ class MasterSlaveReplica:
         self._next_id = 1
         self._acked_offset = 0  # the end offset of the last append answered SUCCESS
         self._confirmed = 0  # the confirm offset: only grows within an epoch
-        self._altering = False
-        self._altered_at = 0
         self._handing_over = False
         self._pump_scheduled = False
         self._confirm_sent: dict[str, int] = {}  # slave -> the confirm offset its last frame carried
@@ -250,6 +246,18 @@ class MasterSlaveReplica:
             observe_fsync_s=self.metrics.fsync_seconds.observe, fsync_worker=self.host.fsync_worker)
         self.host.spawn(self.committer.run(), f"flusher-{self.group}")
         self.host.spawn(self._heartbeats(), f"ha-heartbeat-{self.group}")
+
+    @property
+    def master_id(self) -> str:
+        return self.term.master_id  # type: ignore[return-value]
+
+    @property
+    def epoch(self) -> int:
+        return self.term.epoch
+
+    @property
+    def is_master(self) -> bool:
+        return self.term.is_master
 
     @property
     def role(self) -> str:
@@ -320,7 +328,7 @@ class MasterSlaveReplica:
         log.warning("disk full node=%s group=%s: handing the master over to %s (%s)", self.node_id, self.group, to,
                     reason)
         self._handing_over = True
-        self._lease_until = 0
+        self.term.drop_lease()
         self._fail_pending(ResponseCode.TERM_CHANGED, f"{self.node_id} hands the master over to {to}: disk full")
         self.host.spawn(self._hand_over(to, self.epoch), f"ha-hand-over-{self.group}")
 
@@ -396,22 +404,19 @@ class MasterSlaveReplica:
         if epoch < self.epoch or master is None:
             return
         self._view_sync_state_set = frozenset(view.get("sync_state_set") or ())
-        if epoch > self.epoch or master != self.master_id:
+        lease = int(view["lease_ms"]) if "lease_ms" in view and not self._handing_over else None
+        if self.term.on_view(master, epoch, sent_ms, lease):
             self._become(master, epoch)
         if self.is_master:
             self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
                                          int(view.get("sync_state_set_epoch", 0)))
-        if self.is_master and "lease_ms" in view and not self._handing_over:
-            self._lease_until = sent_ms + int(view["lease_ms"])
-            self._pump(now_ms())
+            if lease is not None:
+                self._pump(now_ms())
 
     def _become(self, master: str, epoch: int) -> None:
         log.warning("master/slave group %s: %s is master in epoch %d (this node %s was %s in epoch %d)",
                     self.group, master, epoch, self.node_id, self.role, self.epoch)
         self._fail_pending(ResponseCode.TERM_CHANGED, f"master changed to {master} (epoch {epoch})")
-        self.master_id, self.epoch = master, epoch
-        self.is_master = master == self.node_id
-        self._lease_until = 0
         self._handing_over = False
         self._connections = {}
         self._confirm_sent = {}
@@ -435,16 +440,10 @@ class MasterSlaveReplica:
     def _maybe_alter_sync_state_set(self, now: int) -> None:
         """Grow the SyncStateSet by slaves in sync holding every acknowledged and every confirmed byte; shrink it
         by those out of sync. The controller's answer, once committed, is the set whose acks count."""
-        if self._altering or now - self._altered_at < ALTER_SYNC_STATE_SET_MS or now >= self._lease_until:
+        got = self.term.proposal(now, self._transfer, self._acked_offset, self._confirm_offset())
+        if got is None:
             return
-        t = self._transfer
-        want = t.pending_proposal or sync_state_set_proposal(  # (one whose answer never came: sent again)
-            self.node_id, t.accepted, t.in_sync(now), {n: sl.offset for n, sl in t.slaves.items()},
-            self._acked_offset, self._confirm_offset())
-        if want is None:
-            return
-        self._altering, self._altered_at = True, now
-        base = t.propose(want)  # (a shrink counts from now on, not once the controller answers)
+        want, base = got  # (a shrink counts from now on, not once the controller answers)
         self.host.spawn(self._alter(want, self.epoch, base), f"ha-alter-{self.group}")
 
     async def _alter(self, members: frozenset, epoch: int, base: int) -> None:
@@ -460,8 +459,7 @@ class MasterSlaveReplica:
         except Exception as e:  # noqa: BLE001 - proposed again on a later tick
             log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
         finally:
-            self._altering = False
-            self._altered_at = now_ms()
+            self.term.alter_answered(now_ms())
 
     # -- the master ----------------------------------------------------------------------------------------
     def _on_report(self, m: HaReport, now: int) -> None:
@@ -469,7 +467,7 @@ class MasterSlaveReplica:
             return
         conn = self._connections.get(m.frm)
         if m.hello or conn is None or conn.closed:
-            if now >= self._lease_until:
+            if not self.term.holds_lease(now):
                 # (no session without a lease: a master back from a power cut, shorter, that a view from before
                 # its restart names master of its old epoch, would have its slaves cut acknowledged bytes to it;
                 # the controller gives it no lease and elects again. The slave says hello again.)
@@ -591,7 +589,7 @@ class MasterSlaveReplica:
             return refuse(ResponseCode.NOT_LEADER, f"{self.node_id} is a slave of group {self.group}; the master "
                                                    f"is {self.master_id}")
         now = now_ms()
-        if now >= self._lease_until:
+        if not self.term.holds_lease(now):
             return refuse(ResponseCode.LEADER_NOT_READY, f"{self.node_id} holds no lease from the controller: "
                                                          f"it takes no writes (epoch {self.epoch})")
         if not request.bodies:
@@ -913,7 +911,7 @@ class MasterSlaveReplica:
         if self.is_master:
             in_sync = self._transfer.in_sync(now)
             doc.update(confirm_offset=self._confirm_offset(), sync_state_set=sorted(self._transfer.accepted),
-                       lease_ms_left=max(0, self._lease_until - now),
+                       lease_ms_left=max(0, self.term.lease_until_ms - now),
                        min_in_sync_replicas=self._transfer.min_in_sync_replicas,
                        slaves={s: {"ack_offset": c.slave_ack_offset, "request_offset": c.slave_request_offset,
                                    "push2slave_max_offset": c.push2slave_max_offset, "in_sync": s in in_sync,

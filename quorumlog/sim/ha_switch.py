@@ -44,7 +44,8 @@ from ..codes import ResponseCode
 from ..ha import GroupTransferService, HAClient, HAConnection, MemoryHALog
 from ..ha.controller import HAController
 from ..ha.epochs import EpochCache
-from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
+from ..ha import member as ha_member
+from ..ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
 from ..ha.master import HAConfig
 from ..ha.messages import Drop, SlaveReport
 from .seed_cli import seed_main
@@ -116,15 +117,13 @@ class Member:
     isolated: bool = False
     known_master: str | None = None
     known_epoch: int = 0
-    lease_until: int = 0
+    term: MasterTerm | None = None  # what it decides from the controller's answers (the runtime's own core)
     last_heartbeat: int = -HEARTBEAT_MS
     boot: int = 0  # its process: a new one at every restart
     paused_until: int = 0  # SIGSTOP: it does nothing before then, and keeps its sessions
     flushed: int = 0  # what it fsynced: a power cut keeps it (a slave fsyncs before it reports)
     fsync_stalled_until: int = 0
     throttled_until: int = 0  # its HA link is slow until then
-    altering: bool = False  # a SyncStateSet proposal awaits the controller's answer
-    altered_at: int = -10_000
     gts: GroupTransferService | None = None  # while it is master
     acked_offset: int = 0  # while it is master: the end of its last acknowledged append
     reported: int = 0  # the highest offset it reported as a slave: flushed, so a crash never takes it back
@@ -153,7 +152,7 @@ class HASwitchSim:
         self.now = 0
         self.cfg = HAConfig(transfer_batch_bytes=512, heartbeat_interval_ms=100, housekeeping_ms=600,
                             max_unacked_bytes=4_096, empty_slave_from_current_segment=False)
-        self.m = {n: Member(n) for n in MEMBERS}
+        self.m = {n: Member(n, term=MasterTerm(n, alter_interval_ms=ALTER_MS)) for n in MEMBERS}
         self.ctl = HAController(list(MEMBERS), master_timeout_ms=400, lease_ms=250, min_in_sync_replicas=2)
         self.to_ctl: list[tuple] = []  # (arrives at, member, kind, body)
         self.slow_controller_until = 0
@@ -190,7 +189,7 @@ class HASwitchSim:
         """The controller's answer names a new master or epoch."""
         x.known_master, x.known_epoch = master, epoch
         self._disconnect(x)
-        x.gts, x.acked_offset, x.master_confirm, x.altering = None, 0, -1, False
+        x.gts, x.acked_offset, x.master_confirm = None, 0, -1
         if master == x.name:
             if self.stall_next_master:
                 self.stall_next_master = False
@@ -212,16 +211,10 @@ class HASwitchSim:
 
     def _propose(self, x: Member) -> None:
         """A master grows or shrinks its set (the runtime's _maybe_alter_sync_state_set)."""
-        t = x.gts
-        if t is None or x.altering or self.now - x.altered_at < ALTER_MS or self.now >= x.lease_until:
+        got = x.term.proposal(self.now, x.gts, x.acked_offset, x.commit) if x.gts is not None else None
+        if got is None:
             return
-        want = t.pending_proposal or sync_state_set_proposal(
-            x.name, t.accepted, t.in_sync(self.now), {n: sl.offset for n, sl in t.slaves.items()}, x.acked_offset,
-            x.commit)
-        if want is None:
-            return
-        base = t.propose(want)
-        x.altering, x.altered_at = True, self.now
+        want, base = got
         self.to_ctl.append((self._ctl_delay(), x.name, "alter", dict(epoch=x.known_epoch, members=want, base=base,
                                                                      process=x.boot)))
 
@@ -233,7 +226,7 @@ class HASwitchSim:
             x = self.m[name]
             if not x.reachable:
                 if kind == "alter":
-                    x.altering = False  # (lost on its way: the call times out, the proposal stays pending)
+                    x.term.alter_answered(self.now)  # (lost on its way: the call times out, the proposal stays pending)
                 continue
             if kind == "heartbeat":
                 lease = self.ctl.on_heartbeat(name, self.now, b["epoch"], b["max_offset"], boot=b["boot"],
@@ -262,20 +255,17 @@ class HASwitchSim:
 
     def _on_view(self, x: Member, view: tuple) -> None:
         master, epoch, sset, version, leased, sent = view
-        if epoch < x.known_epoch or master is None:
-            return
-        if epoch > x.known_epoch or master != x.known_master:
+        had_lease = x.term.holds_lease(self.now)
+        changed = x.term.on_view(master, epoch, sent, self.ctl.lease_ms if leased else None)
+        if changed:
             self._become(x, master, epoch)
         if x.gts is not None and x.known_master == x.name:
             x.gts.set_committed(frozenset(sset) | {x.name}, version)
-            until = sent + self.ctl.lease_ms
-            if leased and until > self.now:
-                if x.lease_until <= self.now:  # (it may write and serve its slaves from now on)
-                    self._check_holds_acked(x, f"{x.name} leased as master (epoch {epoch})")
-                x.lease_until = max(x.lease_until, until)
+            if x.term.holds_lease(self.now) and (changed or not had_lease):  # (it may write and serve from now)
+                self._check_holds_acked(x, f"{x.name} leased as master (epoch {epoch})")
 
     def _on_altered(self, x: Member, answer: tuple | None) -> None:
-        x.altering = False
+        x.term.alter_answered(self.now)
         if answer is None:
             return  # (no answer: the proposal stays pending, sent again)
         ok, epoch, sset, version = answer
@@ -295,13 +285,13 @@ class HASwitchSim:
         self.ctl = c
         for _, name, kind, _ in self.to_ctl:
             if kind == "alter":
-                self.m[name].altering = False
+                self.m[name].term.alter_answered(self.now)
         self.to_ctl = []
         self.log("the controller is replaced")
 
     def _writable(self, x: Member) -> bool:
         return self._runs(x) and x.gts is not None and x.known_master == x.name and (
-            "no_lease" in self.bugs or self.now < x.lease_until)
+            "no_lease" in self.bugs or x.term.holds_lease(self.now))
 
     # -- connections -----------------------------------------------------------------------------------
     def _disconnect(self, s: Member) -> None:
@@ -318,7 +308,7 @@ class HASwitchSim:
         # gets none (the controller elects again), so no slave truncates to the tail it lost
         if s.known_master == s.name or not (s.reachable and up.reachable and up.gts is not None
                                             and self._runs(s) and self._runs(up)
-                                            and up.known_epoch == s.known_epoch and self.now < up.lease_until):
+                                            and up.known_epoch == s.known_epoch and up.term.holds_lease(self.now)):
             return
         # the handshake (the runtime's hello / HaEpochs): cut to the consistent point, adopt the master's epochs
         cp = handshake_cut(s.epochs, s.log.max_offset(), up.epochs, up.log.max_offset())
@@ -556,8 +546,9 @@ class HASwitchSim:
         for s in self.m.values():
             if s.upstream == x.name or s is x:
                 self._disconnect(s)
-        x.gts, x.conns, x.known_epoch, x.known_master, x.lease_until = None, {}, 0, None, 0
-        x.altering, x.paused_until, x.fsync_stalled_until = False, 0, 0
+        x.gts, x.conns, x.known_epoch, x.known_master = None, {}, 0, None
+        x.term = MasterTerm(x.name, alter_interval_ms=ALTER_MS)  # (a new process knows nothing of it)
+        x.paused_until, x.fsync_stalled_until = 0, 0
         self.restart_at[x.name] = self.now + hold
         self.log(f"kill -9 {x.name} for {hold} ms")
 
@@ -709,9 +700,8 @@ def _planted(bugs: frozenset[str]):
         undo.append((owner, name, getattr(owner, name)))
         setattr(owner, name, value)
 
-    me = sys.modules[__name__]
     if "keep_lagging_in_set" in bugs:
-        put(me, "sync_state_set_proposal", _old_sync_state_set_proposal)
+        put(ha_member, "sync_state_set_proposal", _old_sync_state_set_proposal)
         put(HAController, "_meets_every_ack_quorum", lambda self, clean, now_ms, to: True)
         put(HAController, "_holds_acked", lambda self, max_offset, best=0: True)
     if "switch_to_lagging" in bugs:

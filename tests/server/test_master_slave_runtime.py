@@ -63,7 +63,7 @@ async def _master(tmp_path, file_reserved_hours: float = 72.0, sync_state_set: t
     r = MasterSlaveReplica(host, cfg, {"master_slave": {"master": "n0", "min_in_sync_replicas": 2, **settings}})
     r.open()
     r.start()
-    r._altered_at = now_ms() + 3_600_000  # (no controller here: the set stays the view's, never proposed anew)
+    r.term.altered_at_ms = now_ms() + 3_600_000  # (no controller here: the set stays the view's, never proposed anew)
     r._on_view({"master": "n0", "epoch": 1, "sync_state_set": list(sync_state_set), "lease_ms": 60_000}, now_ms())
     assert r.is_master
     return r, host
@@ -325,7 +325,7 @@ def test_the_controller_heartbeat_loop_outlives_an_unexpected_error(tmp_path):
         r.open()
         r.start()
         beat = asyncio.ensure_future(r._heartbeats())
-        await _until(lambda: r.is_master and r._lease_until > now_ms() or beat.done())
+        await _until(lambda: r.term.holds_lease(now_ms()) or beat.done())
         assert not beat.done() and host.calls.calls >= 2
         r.begin_stop()
         await asyncio.wait_for(beat, 5)
@@ -339,10 +339,10 @@ def test_a_master_without_a_lease_opens_no_session(tmp_path):
     to follow it. Without a lease, a master opens no session; with one, it does."""
     async def main():
         r, host = await _master(tmp_path)
-        r._lease_until = 0
+        r.term.drop_lease()
         r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
         assert not _frames(host, HaEpochs) and "n1" not in r._connections
-        r._lease_until = now_ms() + 60_000
+        r.term.lease_until_ms = now_ms() + 60_000
         r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
         assert _frames(host, HaEpochs) and "n1" in r._connections
         await r.close()
