@@ -33,13 +33,13 @@ def test_switch_seeds(chunk):
 # counted only once the controller answered, and a disconnected slave's report counted; restart_unseen: a master
 # back from a power cut that took its epoch entry was not seen as restarted.
 @pytest.mark.parametrize("planted, seeds, kinds", [
-    ("no_lease", (3, 5, 8, 10, 11, 12), {"two_writable_masters", "not_converged", "queue_offset_reused"}),
-    ("no_truncate", (1, 6, 9, 10, 11, 14), {"not_converged", "acked_lost", "queue_offset_reused", "bad_record"}),
-    ("dispatch_unconfirmed", (1, 6, 9, 10, 11, 12), {"queue_offset_reused", "dispatched_truncated"}),
-    ("keep_lagging_in_set", (16, 17, 18, 30, 34, 40), {"acked_lost"}),
-    ("switch_to_lagging", (16, 18, 45, 47, 49, 67), {"acked_lost"}),
-    ("count_outside_set", (24, 32, 58, 72, 97), {"acked_lost", "queue_offset_reused"}),
-    ("restart_unseen", (9, 17, 27, 50, 63, 65), {"acked_lost", "queue_offset_reused"})])
+    ("no_lease", (3, 5, 9, 12, 14, 15), {"two_writable_masters", "not_converged", "queue_offset_reused"}),
+    ("no_truncate", (1, 2, 7, 9, 11, 13), {"not_converged", "acked_lost", "queue_offset_reused", "bad_record"}),
+    ("dispatch_unconfirmed", (2, 5, 9, 11, 12, 15), {"queue_offset_reused", "dispatched_truncated"}),
+    ("keep_lagging_in_set", (4, 6, 8, 10, 17, 18), {"acked_lost"}),
+    ("switch_to_lagging", (8, 10, 18, 21, 38, 45), {"acked_lost"}),
+    ("count_outside_set", (7, 13, 14, 24, 26, 32), {"acked_lost", "queue_offset_reused"}),
+    ("restart_unseen", (5, 9, 12, 17, 27, 29), {"acked_lost", "queue_offset_reused"})])
 def test_planted_bugs_are_caught(planted, seeds, kinds):
     caught = {s: v.kind for s in seeds if (v := run_seed(s, frozenset({planted}), steps=STEPS)) is not None}
     assert set(caught) == set(seeds) and set(caught.values()) <= kinds, caught
