@@ -63,10 +63,15 @@ def sync_state_set_proposal(master_id: str, accepted: Collection[str], in_sync: 
                             offsets: Mapping[str, int], acked_offset: int, confirmed: int) -> frozenset[str] | None:
     """The set the master should ask the controller for, or None to keep `accepted`: the master, members of
     `accepted` still in sync, and slaves in sync that hold every acknowledged byte (`acked_offset`) and every
-    confirmed one (`confirmed`)."""
+    confirmed one (`confirmed`). A set that loses a member keeps only members holding all of that: an ack was
+    held by min_in_sync_replicas members of the old set, maybe by the very member that leaves, and the controller
+    may elect any member of the new one (a paused member kept "in sync" beside a holder cut off was elected,
+    and 640 acks were lost). A set that only grows keeps its laggards: every ack still has its holders in it."""
     bar = max(acked_offset, confirmed)
-    want = {master_id}
-    want |= {s for s in in_sync if s in accepted or offsets.get(s, -1) >= bar}
+    kept = {s for s in in_sync if s in accepted}
+    want = {master_id} | kept | {s for s in in_sync if offsets.get(s, -1) >= bar}
+    if not set(accepted) - {master_id} <= kept:
+        want = {master_id} | {s for s in want if offsets.get(s, -1) >= bar}
     return None if want == set(accepted) else frozenset(want)
 
 
@@ -76,3 +81,69 @@ def confirm_offset(end: int, accepted: Collection[str], master_id: str, offsets:
     what each other member of `accepted` reported; never below `confirmed`."""
     held = [offsets[n] if offsets.get(n, -1) >= 0 else confirmed for n in accepted if n != master_id]
     return max(confirmed, min([end, *held]))
+
+
+class MasterTerm:
+    """What a member decides from the controller's answers, sans-I/O: whom it follows in which epoch, the lease
+    under which it may write and open HA sessions as master, and when it proposes a new SyncStateSet. The node
+    runtime (server/master_slave.py) and the switch simulator (sim/ha_switch.py) drive this same object.
+
+        t = MasterTerm("n0", alter_interval_ms=500)
+        t.on_view(master, epoch, sent_ms, lease_ms) -> bool    # True: a new master or epoch (become it / follow it)
+        t.holds_lease(now_ms) -> bool                          # writes and new sessions only then
+        t.proposal(now_ms, transfer, acked_offset, confirmed) -> (members, base_version) | None
+        t.alter_answered(now_ms)                               # the controller's answer, or its failure
+
+    A lease runs from the heartbeat's send time, never from its answer's arrival: the controller counts it from
+    the request's arrival, later, so the member's lease ends first."""
+
+    def __init__(self, node_id: str, master_id: str | None = None, *, alter_interval_ms: int) -> None:
+        self.node_id = node_id
+        self.master_id = master_id
+        self.epoch = 0
+        self.lease_until_ms = 0
+        self.alter_interval_ms = alter_interval_ms
+        self.altering = False  # a proposal awaits the controller's answer
+        self.altered_at_ms: int | None = None
+
+    @property
+    def is_master(self) -> bool:
+        return self.master_id == self.node_id and self.epoch > 0
+
+    def on_view(self, master: str | None, epoch: int, sent_ms: int, lease_ms: int | None) -> bool:
+        """The controller's committed master and epoch, and the lease it gave (None: none) to the heartbeat sent
+        at `sent_ms`. An answer of an older epoch (late) changes nothing."""
+        if master is None or epoch < self.epoch:
+            return False
+        changed = epoch > self.epoch or master != self.master_id
+        if changed:
+            self.master_id, self.epoch = master, epoch
+            self.lease_until_ms, self.altering = 0, False
+        if lease_ms is not None and master == self.node_id:
+            self.lease_until_ms = max(self.lease_until_ms, sent_ms + lease_ms)
+        return changed
+
+    def drop_lease(self) -> None:
+        self.lease_until_ms = 0
+
+    def holds_lease(self, now_ms: int) -> bool:
+        return self.is_master and now_ms < self.lease_until_ms
+
+    def proposal(self, now_ms: int, transfer, acked_offset: int, confirmed: int) -> tuple[frozenset[str], int] | None:
+        """A new SyncStateSet to send now, with the base version the controller must still hold, or None. One at
+        a time, at most every alter_interval_ms, only under a lease; one whose answer never came is sent again.
+        From now on only members of both sets count (GroupTransferService.propose)."""
+        if self.altering or not self.holds_lease(now_ms) or (
+                self.altered_at_ms is not None and now_ms - self.altered_at_ms < self.alter_interval_ms):
+            return None
+        want = transfer.pending_proposal or sync_state_set_proposal(
+            self.node_id, transfer.accepted, transfer.in_sync(now_ms),
+            {n: sl.offset for n, sl in transfer.slaves.items()}, acked_offset, confirmed)
+        if want is None:
+            return None
+        self.altering, self.altered_at_ms = True, now_ms
+        return want, transfer.propose(want)
+
+    def alter_answered(self, now_ms: int) -> None:
+        """The proposal's answer came (the runtime applies the set it carries), or the call failed."""
+        self.altering, self.altered_at_ms = False, now_ms

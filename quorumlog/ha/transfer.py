@@ -52,14 +52,58 @@ class GroupTransferService:
         self.slaves: dict[str, _Slave] = {}
         self._waiting: dict[int, tuple[int, int, int]] = {}  # request id -> (start, end offset, deadline ms)
         self._now_ms = 0
-        # With a controller: the SyncStateSet it accepted (master included). Only these members' acks count,
-        # so whichever of them is elected next holds every acknowledged byte. None: no controller.
+        # With a controller: the SyncStateSet whose members' acks count (master included), so whichever member the
+        # controller elects next holds every acknowledged byte. None: no controller. While a new set is on its way
+        # to the controller (`propose`) only members of both count: the controller may have committed either.
         self.accepted: frozenset[str] | None = None
+        self.accepted_version = -1  # the controller's version of the committed set (sync_state_set_epoch)
+        self._committed: frozenset[str] | None = None
+        self._proposed: frozenset[str] | None = None
+        self._proposed_base = -1
         # What the master holds durably (its fsynced end, flush sync): it counts as one member for the appends
         # below it. None: the master counts for whatever it wrote (flush async, the simulators). An append
         # completes once min_in_sync_replicas members hold it — the master not necessarily among them, as a
         # Raft majority.
         self.master_held: int | None = None
+
+    # -- the SyncStateSet whose acks count ------------------------------------------------------------------
+    def set_committed(self, members: frozenset[str], version: int) -> bool:
+        """The controller's committed set and its version, as an answer carried them. An answer older than the
+        set this master applied (a late one, from a deposed `_meta` leader) is ignored: it would count a removed
+        member again. A newer version than a pending proposal's base decides it (only this master changes the
+        set within its epoch, and the controller takes a proposal only on its base version)."""
+        if version < self.accepted_version:
+            return False
+        self.accepted_version, self._committed = version, frozenset(members)
+        if self._proposed is not None and (version > self._proposed_base or self._committed == self._proposed):
+            self._proposed = None
+        self._refresh_accepted()
+        return True
+
+    def propose(self, members: frozenset[str]) -> int:
+        """A new set is on its way to the controller: until the controller's answer says what it holds, count
+        only members of both — a shrink applies before the controller commits it, never after. Returns the base
+        version the controller must still hold to take it. A proposal whose answer never came stays pending
+        (`pending_proposal`): send it again rather than another."""
+        self._proposed, self._proposed_base = frozenset(members), self.accepted_version
+        self._refresh_accepted()
+        return self._proposed_base
+
+    @property
+    def pending_proposal(self) -> frozenset[str] | None:
+        return self._proposed
+
+    @property
+    def possibly_accepted(self) -> frozenset[str] | None:
+        """Every member the controller may hold in the set now (the committed set and a proposed one): the
+        confirm offset, what readers may see, is what all of them hold, since the controller may elect any."""
+        if self._committed is None:
+            return self.accepted
+        return self._committed | self._proposed if self._proposed is not None else self._committed
+
+    def _refresh_accepted(self) -> None:
+        if self._committed is not None:
+            self.accepted = self._committed & self._proposed if self._proposed is not None else self._committed
 
     # -- what the slaves hold ----------------------------------------------------------------------------
     def on_slave_offset(self, slave: str, offset: int, master_max_offset: int, now_ms: int,
@@ -144,12 +188,13 @@ class GroupTransferService:
         return done
 
     def _counted(self) -> list[_Slave]:
-        return [s for n, s in self.slaves.items() if self.accepted is None or n in self.accepted]
+        """The slaves whose reports count: connected, in the accepted set. A slave whose session ended may come
+        back shorter (its unsynced tail lost) and is counted again only from its next report."""
+        return [s for n, s in self.slaves.items() if s.connected and (self.accepted is None or n in self.accepted)]
 
     def _held_offset(self) -> int:
         """The highest offset that min_in_sync_replicas counted members report (-1: none): found once per poll,
-        not per waiting append. A slave that reported the bytes holds them, whether or not its connection is
-        still up; only members of the accepted SyncStateSet count, when there is one."""
+        not per waiting append. Only connected members of the accepted SyncStateSet count, when there is one."""
         holds = [s.offset for s in self._counted()]
         holds.append(_EVERYTHING if self.master_held is None else self.master_held)
         if len(holds) < self.min_in_sync_replicas:

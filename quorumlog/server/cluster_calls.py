@@ -72,7 +72,9 @@ class ClusterCalls:
             self._conns[key] = conn
         try:
             return await conn.call(request, max(1, int(timeout_ms)))
-        except (QuorumLogError, OSError, EOFError):
+        except (QuorumLogError, OSError, EOFError, RuntimeError):
+            # (RuntimeError: uvloop's answer to a write on a transport the peer already closed; the connection
+            # is as dead as after an OSError, and kept it would fail every later call the same way)
             if self._conns.get(key) is conn:
                 del self._conns[key]
             await conn.close()
@@ -107,7 +109,7 @@ class ClusterCalls:
             resp = None
             try:
                 resp = await self._call(target, addresses[target], META_GROUP, make_request(), timeout_ms)
-            except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError) as e:
+            except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError, RuntimeError) as e:
                 last = f"{target}: {e}"
             if resp is not None:
                 if resp.code == ResponseCode.SUCCESS:

@@ -2,14 +2,19 @@
 Raft group in place of its DLedger controller group). The decisions are ha/controller.py's, sans-I/O; this
 service feeds it heartbeats, ticks it, and makes each decision durable in `_meta` before anyone acts on it.
 
-- State per group, `ha/<group>` = {master, epoch, sync_state_set, members}: every change is written through the
-  `_meta` log and answered (or handed out in heartbeat answers) only once committed. A member therefore never
-  learns an epoch or a SyncStateSet that a later `_meta` leader could have forgotten.
-- heartbeat ({group, member, members, master, epoch, max_offset, restarted}): every member, every
-  HEARTBEAT_MS; the answer is the committed {master, epoch, sync_state_set} and, for the master, `lease_ms`:
-  it accepts writes until its send time + lease_ms. The controller elects another master only after
-  `master_timeout_ms` (> lease) without the master's heartbeat — so the old master's lease ran out first, even
-  when it is only cut off (RocketMQ #6316: a returning old master was writable beside the new one).
+- State per group, `ha/<group>` = {master, epoch, sync_state_set, sync_state_set_epoch, master_boot, members}: every
+  change is written through the `_meta` log and answered (or handed out in heartbeat answers) only once
+  committed. A member therefore never learns an epoch or a SyncStateSet that a later `_meta` leader could have
+  forgotten; `master_boot` (the master's process) is durable before its first lease, so a master that restarted
+  — even one whose power cut took its epoch entry — is seen as restarted by every later `_meta` leader too.
+- heartbeat ({group, member, members, master, epoch, max_offset, boot, acked_offset, min_in_sync_replicas}):
+  every member, every HEARTBEAT_MS, `max_offset` what it holds durably; the answer is the committed state and,
+  for the master, `lease_ms`: it accepts writes until its send time + lease_ms. The controller elects another
+  master only after `master_timeout_ms` (> lease) without the master's heartbeat — so the old master's lease ran
+  out first, even when it is only cut off (RocketMQ #6316: a returning old master was writable beside the new
+  one) — and only a member holding every acknowledged byte (ha/controller.py).
+- The controller answers nothing until this `_meta` leader applied its own term's first entry: built earlier, from
+  a state missing the last committed election, it could give an epoch to a second master.
 - alter_sync_state_set ({group, master, epoch, members}): the master grows or shrinks its SyncStateSet;
   answered once committed, and only then does the master count the new set's acks.
 - elect ({group, to}): `ha elect`, a switch by hand once the master's lease ran out.
@@ -77,6 +82,10 @@ class HAControllerService:
             return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
         if r.core.role is not Role.LEADER:
             return answer(ResponseCode.NOT_LEADER)
+        if not r.holds_everything_committed():
+            # (a new leader that has not applied its own term's first entry may not have applied the last
+            # election either: built from that, it could elect again in an epoch already given to another)
+            return answer(ResponseCode.LEADER_NOT_READY, "the `_meta` leader has not applied its term's first entry")
         if r.core.term != self._term:  # a new leadership: start again from what `_meta` holds
             self._term = r.core.term
             self.controllers.clear()
@@ -92,17 +101,29 @@ class HAControllerService:
             if c is None:
                 return answer(ResponseCode.UNKNOWN_GROUP, f"no master/slave group {group!r} is known")
             if req.op == "heartbeat":
-                # (a restart counts for a master that wrote in the current epoch, not for a new group's master)
+                # (`restarted`, from members that send no boot: counts for a master that wrote in the current
+                # epoch, not for a new group's master)
                 restarted = bool(b.get("restarted")) and int(b["epoch"]) >= c.epoch
-                lease = c.on_heartbeat(str(b["member"]), now, int(b["epoch"]), int(b["max_offset"]), restarted)
+                member, boot = str(b["member"]), b.get("boot")
+                if "min_in_sync_replicas" in b:
+                    c.min_in_sync_replicas = int(b["min_in_sync_replicas"])
+                lease = c.on_heartbeat(member, now, int(b["epoch"]), int(b["max_offset"]), restarted,
+                                       boot=None if boot is None else str(boot),
+                                       acked_offset=int(b.get("acked_offset", 0)))
                 view = dict(self.committed[group])
-                if lease is not None and view["master"] == b["member"] and view["epoch"] == c.epoch:
+                if c.master_boot != view.get("master_boot") and c.master == view["master"] \
+                        and c.epoch == view["epoch"] and group not in self._writing:
+                    self._write(group, c)  # the master's boot, durable before its first lease in the epoch
+                if lease is not None and view["master"] == member and view["epoch"] == c.epoch \
+                        and view.get("master_boot") == boot:
                     view["lease_ms"] = self.lease_ms
                 return answer(ResponseCode.SUCCESS, body=view)
             if req.op == "alter_sync_state_set":
                 if group in self._writing:
                     return answer(ResponseCode.LEADER_PENDING_FULL, "a change of this group is being written")
-                if not c.alter_sync_state_set(str(b["master"]), int(b["epoch"]), set(b["members"])):
+                base = b.get("sync_state_set_epoch")
+                if not c.alter_sync_state_set(str(b["master"]), int(b["epoch"]), set(b["members"]),
+                                              None if base is None else int(base)):
                     return answer(ResponseCode.TERM_CHANGED, f"not the master of epoch {c.epoch}",
                                   self.committed[group])
                 return self._write(group, c, session, req)
@@ -133,8 +154,11 @@ class HAControllerService:
             state = {"master": str(b["master"]), "epoch": 0, "sync_state_set": [], "members": sorted(b["members"])}
         else:
             return None
-        c = HAController(state["members"], master_timeout_ms=self.master_timeout_ms, lease_ms=self.lease_ms)
+        c = HAController(state["members"], master_timeout_ms=self.master_timeout_ms, lease_ms=self.lease_ms,
+                         min_in_sync_replicas=int(b.get("min_in_sync_replicas", 1)))
         c.master, c.epoch, c.sync_state_set = state["master"], state["epoch"], frozenset(state["sync_state_set"])
+        c.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
+        c.master_boot = state.get("master_boot")
         c.lease_end_ms = now + self.master_timeout_ms  # (an earlier controller may have granted one just now)
         self.controllers[group] = c
         self.committed[group] = _state(c)
@@ -219,6 +243,7 @@ class HAControllerService:
 
 def _state(c: HAController) -> dict:
     return {"master": c.master, "epoch": c.epoch, "sync_state_set": sorted(c.sync_state_set),
+            "sync_state_set_epoch": c.sync_state_set_epoch, "master_boot": c.master_boot,
             "members": sorted(c.members)}
 
 

@@ -47,7 +47,7 @@ from ..config import NodeConfig
 from ..errors import DiskError, DiskFull, QuorumLogError
 from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
 from ..ha.epochs import EpochCache, EpochEntry
-from ..ha.member import adopt_epochs, begin_epoch, confirm_offset, handshake_cut, sync_state_set_proposal
+from ..ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
 from ..ha.master import HAConfig
 from ..ha.messages import Drop
 from ..store.files import is_enospc
@@ -77,6 +77,12 @@ HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this 
 HA_MAX_UNACKED_BYTES = 32 * 1024 * 1024
 HAND_OVER_WAIT_MS = 2_000  # a master that resigned and is still master after this long takes leases again
 ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
+MAX_HEARTBEAT_BACKOFF_MS = 4 * HEARTBEAT_MS  # after repeated unexpected failures (below the controller's lease)
+
+
+def heartbeat_backoff_ms(failures: int) -> int:
+    """The wait before the next controller heartbeat after `failures` unexpected errors in a row."""
+    return min(HEARTBEAT_MS << min(failures, 8), MAX_HEARTBEAT_BACKOFF_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +168,10 @@ class MasterSlaveReplica:
         self.topics = TopicService(self)
         self.settings = MasterSlaveSettings.from_definition(definition, sorted(config.peers))
         self.node_id = config.node_id
-        # Who is master, in which epoch: the controller's word. Until its first answer this member follows the
-        # configured master and takes no writes.
-        self.master_id = self.settings.master
-        self.epoch = 0
-        self.is_master = False
+        # Who is master, in which epoch, and this member's lease: the controller's word, as ha/member.py's
+        # MasterTerm decides from its answers. Until its first answer this member follows the configured master
+        # and takes no writes.
+        self.term = MasterTerm(self.node_id, self.settings.master, alter_interval_ms=ALTER_SYNC_STATE_SET_MS)
         self.members = frozenset(config.peers)
         self.links = {p: a for p, a in config.peers.items() if p != self.node_id}
         self.sync_flush = config.flush == "sync"
@@ -184,7 +189,7 @@ class MasterSlaveReplica:
         self._ha = self.settings.ha_config()
         self._in_memory_bytes = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
                                  * self.settings.access_message_in_memory_max_ratio // 100)
-        self._lease_until = 0  # (monotonic ms) a master takes writes until then
+        self.boot = os.urandom(8).hex()  # this process, for the controller: a master with a new one restarted
         # master
         self._connections: dict[str, HAConnection] = {}
         self._transfer = self._new_transfer()
@@ -192,8 +197,6 @@ class MasterSlaveReplica:
         self._next_id = 1
         self._acked_offset = 0  # the end offset of the last append answered SUCCESS
         self._confirmed = 0  # the confirm offset: only grows within an epoch
-        self._altering = False
-        self._altered_at = 0
         self._handing_over = False
         self._pump_scheduled = False
         self._confirm_sent: dict[str, int] = {}  # slave -> the confirm offset its last frame carried
@@ -243,6 +246,18 @@ class MasterSlaveReplica:
             observe_fsync_s=self.metrics.fsync_seconds.observe, fsync_worker=self.host.fsync_worker)
         self.host.spawn(self.committer.run(), f"flusher-{self.group}")
         self.host.spawn(self._heartbeats(), f"ha-heartbeat-{self.group}")
+
+    @property
+    def master_id(self) -> str:
+        return self.term.master_id  # type: ignore[return-value]
+
+    @property
+    def epoch(self) -> int:
+        return self.term.epoch
+
+    @property
+    def is_master(self) -> bool:
+        return self.term.is_master
 
     @property
     def role(self) -> str:
@@ -313,7 +328,7 @@ class MasterSlaveReplica:
         log.warning("disk full node=%s group=%s: handing the master over to %s (%s)", self.node_id, self.group, to,
                     reason)
         self._handing_over = True
-        self._lease_until = 0
+        self.term.drop_lease()
         self._fail_pending(ResponseCode.TERM_CHANGED, f"{self.node_id} hands the master over to {to}: disk full")
         self.host.spawn(self._hand_over(to, self.epoch), f"ha-hand-over-{self.group}")
 
@@ -349,41 +364,59 @@ class MasterSlaveReplica:
 
     # -- the controller ------------------------------------------------------------------------------------
     async def _heartbeats(self) -> None:
-        restarted = True
+        """Every HEARTBEAT_MS to the controller, for the life of the member: the lease, the master and the
+        SyncStateSet all come from here, so this loop never ends on an error — it logs, backs off and asks again
+        (a member whose loop died once claimed master for good with no lease, and its group took no write)."""
+        failures = 0
         while not self.stopping and not self.failed:
             sent = now_ms()
             try:
-                view = await self.host.calls.ha_controller("heartbeat", {
-                    "group": self.group, "member": self.node_id, "members": sorted(self.members),
-                    "master": self.settings.master, "epoch": self.epochs.last_epoch,
-                    "max_offset": self.store.write_position, "restarted": restarted}, timeout_ms=2 * HEARTBEAT_MS)
-                restarted = False
+                view = await self.host.calls.ha_controller("heartbeat", self._heartbeat_body(),
+                                                           timeout_ms=2 * HEARTBEAT_MS)
+                failures = 0
                 if not self.stopping:
                     self._on_view(view, sent)
             except (QuorumLogError, OSError, EOFError, asyncio.TimeoutError, ValueError, KeyError) as e:
                 log.debug("controller heartbeat failed node=%s group=%s: %s", self.node_id, self.group, e)
-            await asyncio.sleep(HEARTBEAT_MS / 1000)
+            except Exception:  # noqa: BLE001 - a supervision loop: anything else is logged, then asked again
+                failures += 1
+                log.exception("controller heartbeat raised node=%s group=%s failures=%d", self.node_id, self.group,
+                              failures)
+            await asyncio.sleep(heartbeat_backoff_ms(failures) / 1000)
+
+    def _heartbeat_body(self) -> dict:
+        """What the controller decides by: this process (`boot`: a master whose process changed restarted, even if
+        a power cut took its epoch entry), what it holds durably (what a power cut keeps), and for the master
+        the end of everything it acknowledged or let readers see."""
+        acked = max(self._acked_offset, self._confirmed) if self.is_master else 0
+        return {"group": self.group, "member": self.node_id, "members": sorted(self.members),
+                "master": self.settings.master, "epoch": self.epochs.last_epoch, "max_offset": self._durable_offset(),
+                "boot": self.boot, "acked_offset": acked,
+                "min_in_sync_replicas": self._transfer.min_in_sync_replicas}
+
+    def _durable_offset(self) -> int:
+        if self.sync_flush and self.committer is not None:
+            return min(self.store.write_position, self.store.position_after(self.committer.durable_index))
+        return self.store.write_position
 
     def _on_view(self, view: dict, sent_ms: int) -> None:
         master, epoch = view["master"], int(view["epoch"])
         if epoch < self.epoch or master is None:
             return
         self._view_sync_state_set = frozenset(view.get("sync_state_set") or ())
-        if epoch > self.epoch or master != self.master_id:
+        lease = int(view["lease_ms"]) if "lease_ms" in view and not self._handing_over else None
+        if self.term.on_view(master, epoch, sent_ms, lease):
             self._become(master, epoch)
-        if self.is_master and "lease_ms" in view and not self._handing_over:
-            self._lease_until = sent_ms + int(view["lease_ms"])
-            if not self._altering:
-                self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
-            self._pump(now_ms())
+        if self.is_master:
+            self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
+                                         int(view.get("sync_state_set_epoch", 0)))
+            if lease is not None:
+                self._pump(now_ms())
 
     def _become(self, master: str, epoch: int) -> None:
         log.warning("master/slave group %s: %s is master in epoch %d (this node %s was %s in epoch %d)",
                     self.group, master, epoch, self.node_id, self.role, self.epoch)
         self._fail_pending(ResponseCode.TERM_CHANGED, f"master changed to {master} (epoch {epoch})")
-        self.master_id, self.epoch = master, epoch
-        self.is_master = master == self.node_id
-        self._lease_until = 0
         self._handing_over = False
         self._connections = {}
         self._confirm_sent = {}
@@ -407,30 +440,26 @@ class MasterSlaveReplica:
     def _maybe_alter_sync_state_set(self, now: int) -> None:
         """Grow the SyncStateSet by slaves in sync holding every acknowledged and every confirmed byte; shrink it
         by those out of sync. The controller's answer, once committed, is the set whose acks count."""
-        if self._altering or now - self._altered_at < ALTER_SYNC_STATE_SET_MS or now >= self._lease_until:
+        got = self.term.proposal(now, self._transfer, self._acked_offset, self._confirm_offset())
+        if got is None:
             return
-        t = self._transfer
-        want = sync_state_set_proposal(self.node_id, t.accepted, t.in_sync(now),
-                                       {n: sl.offset for n, sl in t.slaves.items()}, self._acked_offset,
-                                       self._confirm_offset())
-        if want is None:
-            return
-        self._altering, self._altered_at = True, now
-        self.host.spawn(self._alter(want, self.epoch), f"ha-alter-{self.group}")
+        want, base = got  # (a shrink counts from now on, not once the controller answers)
+        self.host.spawn(self._alter(want, self.epoch, base), f"ha-alter-{self.group}")
 
-    async def _alter(self, members: frozenset, epoch: int) -> None:
+    async def _alter(self, members: frozenset, epoch: int, base: int) -> None:
         try:
             view = await self.host.calls.ha_controller("alter_sync_state_set", {
-                "group": self.group, "master": self.node_id, "epoch": epoch, "members": sorted(members)})
-            if self.is_master and self.epoch == epoch:
-                self._transfer.accepted = frozenset(view["sync_state_set"]) | {self.node_id}
+                "group": self.group, "master": self.node_id, "epoch": epoch, "members": sorted(members),
+                "sync_state_set_epoch": base})
+            if self.is_master and self.epoch == epoch and int(view.get("epoch", epoch)) == epoch:
+                self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
+                                             int(view.get("sync_state_set_epoch", 0)))
                 log.info("master/slave group %s: sync state set %s (epoch %d)", self.group,
                          sorted(self._transfer.accepted), epoch)
         except Exception as e:  # noqa: BLE001 - proposed again on a later tick
             log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
         finally:
-            self._altering = False
-            self._altered_at = now_ms()
+            self.term.alter_answered(now_ms())
 
     # -- the master ----------------------------------------------------------------------------------------
     def _on_report(self, m: HaReport, now: int) -> None:
@@ -438,6 +467,11 @@ class MasterSlaveReplica:
             return
         conn = self._connections.get(m.frm)
         if m.hello or conn is None or conn.closed:
+            if not self.term.holds_lease(now):
+                # (no session without a lease: a master back from a power cut, shorter, that a view from before
+                # its restart names master of its old epoch, would have its slaves cut acknowledged bytes to it;
+                # the controller gives it no lease and elects again. The slave says hello again.)
+                return
             # A new session: the slave learns our epochs, truncates to the consistent point, then reports.
             self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now)
             self._transfer.on_slave_connected(m.frm)
@@ -521,7 +555,7 @@ class MasterSlaveReplica:
             # reader must never have seen that, nor a topic's dispatcher handed out its queue offsets (found by
             # the switch simulator). (Its acks need not wait for its fsync: two slaves holding it suffice.)
             end = min(end, self.store.position_after(self.committer.durable_index))
-        self._confirmed = confirm_offset(end, self._transfer.accepted, self.node_id,
+        self._confirmed = confirm_offset(end, self._transfer.possibly_accepted, self.node_id,
                                          {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
         return self._confirmed
 
@@ -555,7 +589,7 @@ class MasterSlaveReplica:
             return refuse(ResponseCode.NOT_LEADER, f"{self.node_id} is a slave of group {self.group}; the master "
                                                    f"is {self.master_id}")
         now = now_ms()
-        if now >= self._lease_until:
+        if not self.term.holds_lease(now):
             return refuse(ResponseCode.LEADER_NOT_READY, f"{self.node_id} holds no lease from the controller: "
                                                          f"it takes no writes (epoch {self.epoch})")
         if not request.bodies:
@@ -825,6 +859,12 @@ class MasterSlaveReplica:
         return max(held)[1] if held else None
 
     # -- periodic work, status -------------------------------------------------------------------------------
+    def release_read_pages(self) -> None:
+        """Unmap the sealed segments' pages readers touched (the node's checkpoint asks every group)."""
+        release = getattr(self.store, "release_read_pages", None)
+        if release is not None:
+            release()
+
     def checkpoint_due(self) -> bool:
         return False  # (the store checkpoints from its flushes; close() writes the last one)
 
@@ -871,7 +911,7 @@ class MasterSlaveReplica:
         if self.is_master:
             in_sync = self._transfer.in_sync(now)
             doc.update(confirm_offset=self._confirm_offset(), sync_state_set=sorted(self._transfer.accepted),
-                       lease_ms_left=max(0, self._lease_until - now),
+                       lease_ms_left=max(0, self.term.lease_until_ms - now),
                        min_in_sync_replicas=self._transfer.min_in_sync_replicas,
                        slaves={s: {"ack_offset": c.slave_ack_offset, "request_offset": c.slave_request_offset,
                                    "push2slave_max_offset": c.push2slave_max_offset, "in_sync": s in in_sync,

@@ -55,9 +55,19 @@ def test_a_slave_joins_the_set_only_holding_every_confirmed_byte():
 
 
 def test_a_member_out_of_sync_leaves_and_one_in_the_set_stays_while_in_sync():
-    assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 5, "n2": 900},
+    assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 900, "n2": 900},
                                    acked_offset=900, confirmed=0) == {"n0", "n1"}
     assert sync_state_set_proposal("n0", {"n0", "n1"}, ["n1"], {"n1": 5}, acked_offset=900, confirmed=0) is None
+
+
+def test_a_shrink_keeps_no_member_lacking_an_acknowledged_byte():
+    """n1 paused while still "in sync", 900 acked by n0 and n2, then n2 cut off: the set shrank to {n0, n1} and
+    n1 was elected, 640 acks lost. A set that loses a member keeps only members holding every acked byte."""
+    assert sync_state_set_proposal("n0", {"n0", "n1", "n2"}, ["n1"], {"n1": 5, "n2": 900},
+                                   acked_offset=900, confirmed=0) == {"n0"}
+    # (growing only: a laggard stays, every ack still has its holders in the set)
+    assert sync_state_set_proposal("n0", {"n0", "n1"}, ["n1", "n2"], {"n1": 5, "n2": 900},
+                                   acked_offset=900, confirmed=0) == {"n0", "n1", "n2"}
 
 
 def test_the_confirm_offset_is_the_lowest_held_across_the_set_and_never_moves_back():
@@ -75,3 +85,29 @@ def test_a_slave_elected_before_it_pulled_the_masters_first_byte_begins_its_epoc
     assert mine.entries == [EpochEntry(1, 0), EpochEntry(3, 900)]
     assert not begin_epoch(mine, 3, 950)  # (restarted within its own epoch: continues it)
     assert mine.entries == [EpochEntry(1, 0), EpochEntry(3, 900)]
+
+
+def test_a_member_follows_the_controllers_answers_and_holds_a_lease_from_its_send_time():
+    from quorumlog.ha.member import MasterTerm
+    t = MasterTerm("n0", "n0", alter_interval_ms=500)
+    assert not t.is_master and not t.holds_lease(0)  # (no answer yet: no writes)
+    assert t.on_view("n0", 1, sent_ms=100, lease_ms=600)  # a new epoch: become master
+    assert t.holds_lease(699) and not t.holds_lease(700)  # from the send time, not the answer's arrival
+    assert not t.on_view("n0", 1, sent_ms=50, lease_ms=600) and t.lease_until_ms == 700  # (a late answer)
+    assert not t.on_view("n1", 0, sent_ms=800, lease_ms=None)  # an older epoch changes nothing
+    assert t.on_view("n1", 2, sent_ms=800, lease_ms=None) and not t.is_master and not t.holds_lease(801)
+
+
+def test_a_master_proposes_one_set_at_a_time_under_its_lease_and_sends_an_unanswered_one_again():
+    from quorumlog.ha.member import MasterTerm
+    from quorumlog.ha.transfer import GroupTransferService
+    g = GroupTransferService(min_in_sync_replicas=2)
+    g.set_committed(frozenset({"n0", "n1"}), 3)
+    t = MasterTerm("n0", "n0", alter_interval_ms=500)
+    assert t.proposal(0, g, 0, 0) is None  # no lease
+    t.on_view("n0", 1, sent_ms=0, lease_ms=10_000)
+    assert t.proposal(10, g, 0, 0) == (frozenset({"n0"}), 3)  # n1 out of sync: it leaves, counted at once
+    assert g.accepted == {"n0"} and t.proposal(20, g, 0, 0) is None  # (one at a time)
+    t.alter_answered(30)  # the call failed: no answer
+    assert t.proposal(100, g, 0, 0) is None  # (not before alter_interval_ms)
+    assert t.proposal(600, g, 0, 0) == (frozenset({"n0"}), 3)  # the same one again, on the same base

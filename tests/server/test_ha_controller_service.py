@@ -32,6 +32,10 @@ class _Replica:
         self.sent: list[Any] = []
         self._rid = 0
         self._applied = 0
+        self.ready = True  # (its term's first entry applied)
+
+    def holds_everything_committed(self) -> bool:
+        return self.ready
 
     def _new_request_id(self) -> int:
         self._rid += 1
@@ -53,9 +57,9 @@ class _Replica:
         (service.confirmed if p.kind == "ha_confirm" else service.completed)(p, c)
 
 
-def _heartbeat(service: HAControllerService, member: str, epoch: int, max_offset: int) -> dict:
+def _heartbeat(service: HAControllerService, member: str, epoch: int, max_offset: int, **more: Any) -> dict:
     body = {"group": "ms", "member": member, "members": MEMBERS, "master": "n0", "epoch": epoch,
-            "max_offset": max_offset}
+            "max_offset": max_offset, **more}
     service.on_request(None, HaControllerRequest(1, "heartbeat", json.dumps(body).encode()))
     return json.loads(service.replica.sent[-1].body)
 
@@ -115,5 +119,44 @@ def test_a_confirmed_leadership_writes_the_election():
         r.finish(service, write, ResponseCode.SUCCESS)
         view = _heartbeat(service, "n1", 1, 500)
         assert (view["master"], view["epoch"], view.get("lease_ms")) == ("n1", 2, service.lease_ms)
+        service.close()
+    asyncio.run(main())
+
+
+def test_a_new_meta_leader_answers_nothing_before_it_applied_its_terms_first_entry():
+    """Built from a `_meta` state that may miss the last committed election, the controller could elect again in
+    an epoch already given to another master: it waits until the leader holds everything committed."""
+    async def main() -> None:
+        r = _Replica()
+        r.ready = False
+        service = HAControllerService(r, clock=lambda: 10_000_000)  # type: ignore[arg-type]
+        body = {"group": "ms", "member": "n0", "members": MEMBERS, "master": "n0", "epoch": 0, "max_offset": 0}
+        service.on_request(None, HaControllerRequest(1, "heartbeat", json.dumps(body).encode()))
+        assert r.sent[-1].code == ResponseCode.LEADER_NOT_READY and not service.controllers and not r.steps
+        r.ready = True
+        service.on_request(None, HaControllerRequest(2, "heartbeat", json.dumps(body).encode()))
+        assert r.sent[-1].code == ResponseCode.SUCCESS and "ms" in service.controllers
+        service.close()
+    asyncio.run(main())
+
+
+def test_a_masters_boot_is_durable_before_its_lease_and_a_new_boot_is_a_restart_for_a_new_meta_leader():
+    """The restart was a flag sent once, kept in one controller's memory, and counted only if the member's epoch
+    entry survived: a master whose power cut took it came back shorter and resumed its epoch. Now its boot is
+    in `_meta`, and any later `_meta` leader sees a new one."""
+    async def main() -> None:
+        now = 10_000_000
+        r, service = _running_with_master_n0(now)
+        service.controllers["ms"].lease_end_ms = 0
+        assert "lease_ms" not in _heartbeat(service, "n0", 1, 0, boot="b1")  # (its boot is not durable yet)
+        write = r.steps[-1]
+        assert isinstance(write, ClientAppend)
+        r.finish(service, write, ResponseCode.SUCCESS)
+        assert _heartbeat(service, "n0", 1, 0, boot="b1")["lease_ms"] == service.lease_ms
+        # a new `_meta` leader (its own term), and the master comes back from a power cut with its epoch entry
+        # gone: a new boot, an older epoch
+        r.core.term += 1
+        assert "lease_ms" not in _heartbeat(service, "n0", 0, 0, boot="b2")
+        assert service.controllers["ms"].master_restarted
         service.close()
     asyncio.run(main())

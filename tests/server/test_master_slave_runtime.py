@@ -63,6 +63,7 @@ async def _master(tmp_path, file_reserved_hours: float = 72.0, sync_state_set: t
     r = MasterSlaveReplica(host, cfg, {"master_slave": {"master": "n0", "min_in_sync_replicas": 2, **settings}})
     r.open()
     r.start()
+    r.term.altered_at_ms = now_ms() + 3_600_000  # (no controller here: the set stays the view's, never proposed anew)
     r._on_view({"master": "n0", "epoch": 1, "sync_state_set": list(sync_state_set), "lease_ms": 60_000}, now_ms())
     assert r.is_master
     return r, host
@@ -283,5 +284,66 @@ def test_a_slave_that_cannot_write_its_epochs_stays_out_of_session_without_raisi
         monkeypatch.setattr(ms, "write_json_durably", real)
         r.on_peer_message(epochs)
         assert r._client.connected and any(isinstance(m, HaReport) and not m.hello for m in host.sent)
+        await r.close()
+    asyncio.run(main())
+
+
+def test_the_node_checkpoint_can_release_a_master_slave_groups_read_pages(tmp_path):
+    """Node._checkpoint asks every group to release its read pages; a master/slave group had no such method, so
+    the checkpoint raised on every node hosting one and the bookie journal's checkpoint never ran."""
+    async def main():
+        r, _ = await _master(tmp_path)
+        r.release_read_pages()  # (AttributeError before)
+        await r.close()
+    asyncio.run(main())
+
+
+class _FlakyController:
+    """The controller calls of a node: the first heartbeat raises what uvloop raises on a transport the peer
+    already closed; every later one answers that this member is master with a lease."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def ha_controller(self, op: str, body: dict, timeout_ms: float = 0) -> dict:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+        return {"master": "n0", "epoch": 1, "sync_state_set": ["n0"], "lease_ms": 60_000}
+
+
+def test_the_controller_heartbeat_loop_outlives_an_unexpected_error(tmp_path):
+    """A RuntimeError out of the controller call ended the heartbeat task for good: the member never took a
+    lease again (0 writes for as long as the fault lasted, two members claiming master). Now it backs off and
+    asks again."""
+    async def main():
+        host = _Host()
+        host.calls = _FlakyController()
+        cfg = NodeConfig(node_id="n0", peers=dict(PEERS), data_dir=str(tmp_path / "n0"), group="ms",
+                         data_segment_size=1 << 20, index_segment_size=32 * 1024, max_entry_bytes=256 * 1024)
+        r = MasterSlaveReplica(host, cfg, {"master_slave": {"master": "n0", "min_in_sync_replicas": 1}})
+        r.open()
+        r.start()
+        beat = asyncio.ensure_future(r._heartbeats())
+        await _until(lambda: r.term.holds_lease(now_ms()) or beat.done())
+        assert not beat.done() and host.calls.calls >= 2
+        r.begin_stop()
+        await asyncio.wait_for(beat, 5)
+        await r.close()
+    asyncio.run(main())
+
+
+def test_a_master_without_a_lease_opens_no_session(tmp_path):
+    """Found by the switch simulator: a master back from a power cut, shorter, named master of its old epoch by a
+    view from before its restart, answered a slave's hello with its epochs, and the slave cut acknowledged bytes
+    to follow it. Without a lease, a master opens no session; with one, it does."""
+    async def main():
+        r, host = await _master(tmp_path)
+        r.term.drop_lease()
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        assert not _frames(host, HaEpochs) and "n1" not in r._connections
+        r.term.lease_until_ms = now_ms() + 60_000
+        r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
+        assert _frames(host, HaEpochs) and "n1" in r._connections
         await r.close()
     asyncio.run(main())
