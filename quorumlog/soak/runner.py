@@ -58,19 +58,24 @@ MEMBERSHIP_KINDS = ("replace_follower", "remove_leader")
 IS_ROOT = os.geteuid() == 0
 FAULT_KINDS = BASE_KINDS + (ROOT_KINDS if IS_ROOT else ())
 EXTRA_KINDS = (() if IS_ROOT else ROOT_KINDS) + MEMBERSHIP_KINDS
-ALL_KINDS = BASE_KINDS + ROOT_KINDS + MEMBERSHIP_KINDS
+# The orderings that lost acknowledged appends of master/slave groups (docs/ha.md): an in-set slave stopped,
+# the other slave's links cut while it lives, then the master killed (the controller must elect nobody lacking
+# an acknowledged byte); and a switch by hand under load (to a member that may lag: it waits or is given up).
+MASTER_SLAVE_ORDERINGS = ("pause_slave_cut_kill_master", "hand_switch")
+ALL_KINDS = BASE_KINDS + ROOT_KINDS + MEMBERSHIP_KINDS + MASTER_SLAVE_ORDERINGS
 # A master/slave group (--mode master-slave) is created with the nodes' direct addresses: the per-link TCP
 # proxies do not sit on its links, so only the kinds that act on processes, disks and network namespaces
 # reach it (partitions need netns, i.e. root).
 MASTER_SLAVE_KINDS = ("kill9_node", "kill9_majority", "pause_leader", "restart_all", "torn_tail",
-                      "failing_disk_leader", "partition_minority", "isolate_leader") + ROOT_KINDS
+                      "failing_disk_leader", "partition_minority", "isolate_leader") + ROOT_KINDS \
+    + MASTER_SLAVE_ORDERINGS
 MASTER_SLAVE_GROUP = "ms"
 # disk_full fills the target's disk to the last byte, in either mode: a Raft member must still persist its
 # votes (server/hard_state.py), and a full master/slave member's `_meta` follower must still let the controller
 # commit the hand-over (server/group_commit.py: its flush backoff ends when the disk has room again).
 SLOTS = ("n0", "n1", "n2")  # a schedule names slots; a slot's node changes when a membership cycle replaces it
 LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_leader", "disk_full",
-                "failing_disk_leader")
+                "failing_disk_leader") + MASTER_SLAVE_ORDERINGS
 
 # Answers that guarantee the attempt appended nothing: refused before the request reached the log.
 # (DISK_FULL and DISK_ERROR are not: a leader fails its pending requests with them, and those entries may
@@ -267,6 +272,8 @@ class Soak:
         # the group the writers use: the nodes' own Raft group, or a master/slave group created on them
         self.group = MASTER_SLAVE_GROUP if mode == "master-slave" else "default"
         if mode == "master-slave":
+            if kinds == FAULT_KINDS:  # (the default: every kind, the master/slave orderings too)
+                kinds = kinds + MASTER_SLAVE_ORDERINGS
             dropped = [k for k in kinds if k not in MASTER_SLAVE_KINDS]
             kinds = tuple(k for k in kinds if k in MASTER_SLAVE_KINDS)
             if not (network == "netns" or (network == "auto" and netns.available())):
@@ -455,6 +462,10 @@ class Soak:
                 c.note = "proxy, TCP-level: per chunk 5% stall of one RTO, 0.5% connection reset"
         elif c.kind in MEMBERSHIP_KINDS:
             await self._change_members(c, admin, leader)
+        elif c.kind == "pause_slave_cut_kill_master":
+            await self._pause_slave_cut_kill_master(c, t[0])
+        elif c.kind == "hand_switch":
+            await self._hand_switch(c, admin, t[0])
         elif c.kind == "reorder_duplicate":
             c.targets = list(self.members)
             if self.links and self.links.packet_faults() == "netem":
@@ -516,6 +527,36 @@ class Soak:
         c.unavailable_s = round(max(b - a for a, b in zip(edges, edges[1:])), 3)
         held = [c.t_fault, *(x for x in acks if x <= c.t_heal), c.t_heal]
         c.hold_unavailable_s = round(max(b - a for a, b in zip(held, held[1:])), 3)
+
+    async def _pause_slave_cut_kill_master(self, c: CycleRecord, master: str) -> None:
+        """One slave SIGSTOPped (it stays in the SyncStateSet until the controller hears it is gone), writes go
+        on acknowledged by the master and the other slave, that slave's links are cut (it lives), then the
+        master is killed: the controller must not elect the stopped slave, which lacks those writes."""
+        nodes = self.cluster.nodes
+        paused, cut = self.rng.sample([m for m in self.members if m != master], 2)
+        nodes[paused].signal(signal.SIGSTOP)
+        self._stopped.add(paused)
+        await asyncio.sleep(0.5)  # (acknowledged appends the paused slave does not hold)
+        if self.links:
+            self.links.isolate([cut])
+        else:
+            c.note += "no netns: the second slave's links are not cut; "
+        await asyncio.sleep(0.3)
+        nodes[master].kill9()
+        c.targets = [paused, cut, master]
+
+    async def _hand_switch(self, c: CycleRecord, admin: Client, master: str) -> None:
+        """`ha elect --to` a random other member under load: it becomes master once it holds every acknowledged
+        byte, or the switch is given up; either way nothing acknowledged is lost."""
+        from quorumlog.client import ha
+
+        to = self.rng.choice([m for m in self.members if m != master])
+        c.targets = [to]
+        try:
+            state = await ha.elect(admin.peers, self.group, to=to, wait_s=c.hold_s + 5)
+            c.note += f"elected {state.get('master')} (epoch {state.get('epoch')}); "
+        except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
+            c.note += f"elect {to}: {getattr(e, 'code', type(e).__name__)!s}: {e}; "
 
     async def _change_members(self, c: CycleRecord, admin: Client, leader: str | None) -> None:
         """replace_follower: kill -9 a follower, remove it, add a fresh node in its slot. remove_leader: remove
