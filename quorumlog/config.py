@@ -13,6 +13,7 @@ import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Mapping
 
 from .peers import Address, parse_peers
@@ -25,6 +26,13 @@ MIB = 1024 * 1024
 class ConfigError(ValueError):
     """A malformed configuration: the message names the key and the bad value."""
 
+
+
+class Flush(StrEnum):
+    """When a replica counts an entry it stored: after its fdatasync (`sync`), or once the write reached the
+    page cache (`async`, DLedger's default; a power cut can lose what was acknowledged)."""
+    SYNC = "sync"
+    ASYNC = "async"
 
 @dataclass(frozen=True, slots=True)
 class ConfigKey:
@@ -79,7 +87,7 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        "entry once it reached the OS page cache; flushed in the background (a power loss can lose acked entries).",
        "DLedger flushes asynchronously (`flushFileInterval` 10 ms) and acks before fsync; we default to `sync` "
        "because an acknowledged entry must survive a crash of every node. `async` is DLedger's behaviour.",
-       choices=("sync", "async")),
+       choices=tuple(Flush)),
     _k("checkpoint_interval_ms", 1_000, "int", "How often the checkpoint (end index, committed index) is persisted.",
        "DLedger persists its checkpoint from the flush service (every ~3 s).", minimum=10),
     # -- election -------------------------------------------------------------------------------------------
@@ -216,7 +224,7 @@ class NodeConfig:
     bind_host: str = ""
     bind_port: int = 0
     http_port: int = 0
-    flush: str = "sync"
+    flush: Flush = Flush.SYNC
     checkpoint_interval_ms: int = 1_000
     heartbeat_interval_ms: int = raft_types.HEARTBEAT_INTERVAL_MS
     election_timeout_min_ms: int = raft_types.ELECTION_TIMEOUT_MIN_MS
@@ -262,6 +270,7 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         _validate(self)
+        object.__setattr__(self, "flush", Flush(self.flush))  # (given as the string, from a file or a flag)
 
     @property
     def address(self) -> Address:

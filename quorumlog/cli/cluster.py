@@ -24,7 +24,8 @@ from ..client.groups import GroupAdmin
 from ..client.kv import META_GROUP
 from ..errors import QuorumLogError
 from ..codes import ResponseCode
-from ..config import ConfigError, load_config
+from ..config import ConfigError, Flush, load_config
+from ..ha.master import Ack
 from ..peers import format_address, format_peers
 from ..transport.tls import TLS_CA_ENV
 from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, resolve_target, run,
@@ -227,11 +228,11 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     stopped = _stopped_cluster(existing)
     if stopped is not None:
         return _restart(existing, stopped, timeout_s, json_out)
-    if flush not in ("sync", "async"):
+    if flush not in tuple(Flush):
         usage(f"--flush {flush!r}: must be sync or async")
     if mode not in ("raft", "master-slave"):
         usage(f"--mode {mode!r}: raft or master-slave")
-    if ack not in ("sync", "async"):
+    if ack not in tuple(Ack):
         usage(f"--ack {ack!r}: sync or async")
     if mode == "master-slave" and group.startswith("_"):
         usage(f"--group {group!r}: names starting with _ are the cluster's own (_meta, {NODE_GROUP})")
@@ -402,7 +403,7 @@ async def create_master_slave(peers: dict[str, tuple[str, int]], group: str, ack
     try:
         async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
             p = await admin.create(group, nodes=list(peers), mode="master-slave", master_slave={
-                "ack": ack, "min_in_sync_replicas": min(2, len(peers)) if ack == "sync" else 1,
+                "ack": ack, "min_in_sync_replicas": min(2, len(peers)) if ack == Ack.SYNC else 1,
                 "slave_read_enable": slave_read_enable})
     except QuorumLogError as e:
         raise RuntimeError(f"creating the master/slave group {group}: {type(e).__name__} ({e.code.name}): {e}") \

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from ..client.groups import RESERVED_PREFIX, GroupAdmin, GroupPlacement
+from ..ha.master import Ack
 from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
 
 group_app = typer.Typer(help="Create, list, describe or delete groups", no_args_is_help=True)
@@ -60,10 +61,10 @@ def create(name: str = typer.Argument(..., help="Group name: letters, digits, . 
               f"groups (`_meta` is made by `cluster up`)")
     if mode not in ("raft", "master-slave"):
         usage(f"--mode {mode!r}: raft or master-slave")
-    if ack not in ("sync", "async"):
+    if ack not in tuple(Ack):
         usage(f"--ack {ack!r}: sync or async")
     master_slave = {"ack": ack, "slave_read_enable": slave_read_enable,
-                    "min_in_sync_replicas": min_in_sync_replicas or (2 if ack == "sync" else 1)}
+                    "min_in_sync_replicas": min_in_sync_replicas or (2 if ack == Ack.SYNC else 1)}
     if state_machine not in (None, "topics"):
         usage(f"--state-machine {state_machine!r}: only topics (the key/value store is `_meta`'s)")
     named = [n.strip() for n in nodes.split(",") if n.strip()] if nodes else None

@@ -21,9 +21,17 @@ HA's). Refusals, each from a RocketMQ bug report:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .log import HALog
 from .messages import Drop, Reset, SlaveReport, Transfer
+
+
+class Ack(StrEnum):
+    """When a master/slave group answers an append: once `min_in_sync_replicas` members of its SyncStateSet hold
+    it (`sync`, RocketMQ's SYNC_MASTER), or after the master's own write (`async`, ASYNC_MASTER)."""
+    SYNC = "sync"
+    ASYNC = "async"
 
 
 @dataclass(frozen=True, slots=True)

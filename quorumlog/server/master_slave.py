@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..codes import ResponseCode
-from ..config import NodeConfig
+from ..config import Flush, NodeConfig
 from ..errors import DiskError, DiskFull, QuorumLogError
 from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
 from ..ha.epochs import EpochCache, EpochEntry
 from ..ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
-from ..ha.master import HAConfig
+from ..ha.master import Ack, HAConfig
 from ..ha.messages import Drop
 from ..store.files import is_enospc
 from ..topic.dispatcher import TopicDispatcher
@@ -90,7 +90,7 @@ class MasterSlaveSettings:
     """A master/slave group's own settings (its definition's `master_slave` object), RocketMQ's names."""
 
     master: str
-    ack: str = "sync"  # brokerRole SYNC_MASTER / ASYNC_MASTER
+    ack: Ack = Ack.SYNC  # brokerRole SYNC_MASTER / ASYNC_MASTER
     min_in_sync_replicas: int = 2  # minInSyncReplicas (master included); 1 under ack async
     slave_timeout_ms: int = 3_000  # syncFlushTimeout's HA sibling: how long a SYNC_MASTER append waits
     ha_max_time_slave_not_catchup_ms: int = 15_000  # haMaxTimeSlaveNotCatchup
@@ -114,8 +114,9 @@ class MasterSlaveSettings:
         s = cls(**ms)
         if s.master not in members:
             raise ValueError(f"master {s.master!r} is not a member ({members})")
-        if s.ack not in ("sync", "async"):
+        if s.ack not in tuple(Ack):
             raise ValueError(f"ack must be sync or async, not {s.ack!r}")
+        object.__setattr__(s, "ack", Ack(s.ack))
         if not 1 <= s.min_in_sync_replicas <= len(members):
             raise ValueError(f"min_in_sync_replicas {s.min_in_sync_replicas} must be 1..{len(members)}")
         if not 0 <= s.access_message_in_memory_max_ratio <= 100:
@@ -174,7 +175,7 @@ class MasterSlaveReplica:
         self.term = MasterTerm(self.node_id, self.settings.master, alter_interval_ms=ALTER_SYNC_STATE_SET_MS)
         self.members = frozenset(config.peers)
         self.links = {p: a for p, a in config.peers.items() if p != self.node_id}
-        self.sync_flush = config.flush == "sync"
+        self.sync_flush = config.flush is Flush.SYNC
         self.metrics: GroupMetrics = host.metrics.group(config.group)
         self.notifier = CommitNotifier()
         self.store: Any = None
@@ -208,7 +209,7 @@ class MasterSlaveReplica:
 
     def _new_transfer(self) -> GroupTransferService:
         s = self.settings
-        t = GroupTransferService(s.min_in_sync_replicas if s.ack == "sync" else 1, s.slave_timeout_ms,
+        t = GroupTransferService(s.min_in_sync_replicas if s.ack is Ack.SYNC else 1, s.slave_timeout_ms,
                                  s.ha_max_time_slave_not_catchup_ms)
         t.accepted = frozenset({self.node_id})
         if self.sync_flush:  # (the master counts for what it fsynced; flush async: for what it wrote)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..codes import ResponseCode
-from ..config import NodeConfig
+from ..config import Flush, NodeConfig
 from ..errors import QuorumLogError
 from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
 from ..peers import parse_address
@@ -112,7 +112,7 @@ class Replica:
         self._checkpointed: tuple[int, int, int] | None = None
         self._membership: Any = None  # (configuration, committed?) last turned into `links`
         self.links: dict[str, tuple[str, int]] = {}  # the peers this replica needs linked, with addresses
-        self.sync_flush = config.flush == "sync"
+        self.sync_flush = config.flush is Flush.SYNC
         self.stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------------------------
