@@ -75,7 +75,11 @@ EPOCHS_FILE = "epochs.json"
 HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
 HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this long is sent again
 HA_MAX_UNACKED_BYTES = 32 * 1024 * 1024
-HAND_OVER_WAIT_MS = 2_000  # a master that resigned and is still master after this long takes leases again
+# A master that resigned and is still master after this long takes leases again. It covers a `_meta` leader
+# change on the way (the full disk may be `_meta`'s leader's too): an election timeout, the new leader's first
+# entry, then the master timeout it waits before electing anybody (2 s was too short: the soak's full-disk master
+# took leases back before the switch and led on, unable to write).
+HAND_OVER_WAIT_MS = 6_000
 ALTER_SYNC_STATE_SET_MS = 500  # how often a master may propose a new SyncStateSet
 MAX_HEARTBEAT_BACKOFF_MS = 4 * HEARTBEAT_MS  # after repeated unexpected failures (below the controller's lease)
 

@@ -641,7 +641,9 @@ class Soak:
             except quorumlog.QuorumLogError:
                 continue
             s = st.get(target)
-            if s is not None and s.role in WRITABLE_ROLES:
+            # (a master/slave master leads only under a lease: one that resigned keeps its role, not its lease,
+            # until the controller's next view)
+            if s is not None and s.role in WRITABLE_ROLES and s.raw.get("lease_ms_left", 1) > 0:
                 c.target_led_after_fault = True
         c.acks_during_hold = sum(1 for x in self.ok_times if c.t_fault <= x <= end)
 
