@@ -127,6 +127,13 @@ def decode_command(body: bytes) -> tuple[int, str, bytes | None, int | None]:
 
 
 # -- the state machine ----------------------------------------------------------------------------------------
+def _key_and_value(data, off: int, key_size: int, value_size: int) -> tuple[str, bytes, int]:
+    """A snapshot record's key and value at `off`, and the offset after them."""
+    key = bytes(data[off:off + key_size]).decode()
+    off += key_size
+    return key, bytes(data[off:off + value_size]), off + value_size
+
+
 class KVStore:
     def __init__(self, history_limit: int = DEFAULT_HISTORY_LIMIT) -> None:
         self._kv: dict[str, KeyValue] = {}
@@ -262,22 +269,14 @@ class KVStore:
         try:
             for _ in range(n):
                 key_size, value_size, create, mod, ver = _SNAP_KEY.unpack_from(data, off)
-                off += _SNAP_KEY.size
-                key = data[off:off + key_size].decode()
-                off += key_size
-                value = bytes(data[off:off + value_size])
-                off += value_size
+                key, value, off = _key_and_value(data, off + _SNAP_KEY.size, key_size, value_size)
                 store._kv[key] = KeyValue(key, value, ver, create, mod)
             if version >= 2:
                 store._compacted_through, count = _SNAP_HISTORY.unpack_from(data, off)
                 off += _SNAP_HISTORY.size
                 for _ in range(count):
                     rev, ver, key_size, has_value, value_size = _SNAP_CHANGE.unpack_from(data, off)
-                    off += _SNAP_CHANGE.size
-                    key = data[off:off + key_size].decode()
-                    off += key_size
-                    value = bytes(data[off:off + value_size])
-                    off += value_size
+                    key, value, off = _key_and_value(data, off + _SNAP_CHANGE.size, key_size, value_size)
                     store._record(Change(rev, key, value if has_value else None, ver))
         except (struct.error, UnicodeDecodeError) as e:
             raise CorruptEntry(f"kv snapshot: {e}") from None
