@@ -18,7 +18,9 @@ class QuorumLogError(Exception):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        if "code" in cls.__dict__:  # a class that declares a code is the one for_code gives for it
+        # A class of this module that declares a code is the one for_code gives for it (once per code). A
+        # subclass elsewhere (spark's DataLoss) is a kind of its parent, never what a code maps to.
+        if "code" in cls.__dict__ and cls.__module__ == __name__:
             assert cls.code not in QuorumLogError._by_code, f"{cls.code.name} declared twice"
             QuorumLogError._by_code[cls.code] = cls
 

@@ -128,15 +128,23 @@ class LoopLagMonitor:
         if self._held is not None:
             held, self._held = self._held, None
             if self._resumed:
-                self.lag.paused += 1
-                self._on_paused()
+                self._pause()
             else:
                 self._count(*held)
-        self._resumed = False
-        if lag_ms > LOOP_LAG_JUDGE_LATER_MS:
+            self._resumed = False
+        late = lag_ms > LOOP_LAG_JUDGE_LATER_MS
+        if late and self._resumed:  # the SIGCONT was handled before the stop's late wake: it covers this one
+            self._resumed = False
+            self._pause()
+        elif late:
             self._held = (lag_ms, cpu_wait_ms)
         else:
+            self._resumed = False  # (a SIGCONT without a stop behind it)
             self._count(lag_ms, cpu_wait_ms)
+
+    def _pause(self) -> None:
+        self.lag.paused += 1
+        self._on_paused()
 
     def _count(self, lag_ms: float, cpu_wait_ms: float) -> None:
         self.lag.observe(lag_ms)

@@ -33,10 +33,8 @@ LONG_POLL_MS = 1_000  # one wait for a replica to commit the next index
 DEFAULT_ENTRY_BYTES = 256  # when nothing could be sampled
 
 
-class DataLoss(QuorumLogError):
+class DataLoss(IndexOutOfRange):
     """Entries a read needs were already removed by retention (failOnDataLoss=true)."""
-
-    code = IndexOutOfRange.code
 
 
 class LogPartition(InputPartition):

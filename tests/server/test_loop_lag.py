@@ -27,6 +27,22 @@ def test_a_late_wake_is_counted_one_wake_later_unless_a_sigcont_explains_it():
     assert s["max_ms"] == 900.0 and s["less_cpu_wait"]["max_ms"] == 800.0 and s["paused"] == 1
 
 
+def test_a_sigcont_handled_before_the_stops_late_wake_still_explains_it():
+    """After a stop the loop may run the SIGCONT handler before the sleeper's overdue wake (both are ready in
+    the same turn): the late wake is the stop's, not lag (the e2e test saw an 800 ms stop counted as lag)."""
+    m = LoopLagMonitor()
+    m.woke(1.0)
+    m.resumed()  # SIGCONT first ...
+    m.woke(800.0)  # ... then the wake that was due during the stop
+    m.woke(1.0)
+    assert m.lag.paused == 1 and m.lag.max_ms == 1.0
+    m.resumed()  # a SIGCONT without a stop explains nothing later
+    m.woke(1.0)
+    m.woke(300.0)
+    m.woke(1.0)
+    assert m.lag.paused == 1 and m.lag.max_ms == 300.0
+
+
 def test_quantiles_come_from_the_fine_buckets_and_add_up_across_processes():
     a, b = LoopLag(), LoopLag()
     for _ in range(998):
