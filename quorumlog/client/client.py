@@ -337,21 +337,27 @@ class Client:
             for t in tasks:
                 t.cancel()
         if best is None and fatal is not None:
-            if isinstance(fatal, UnknownGroup) and not self._located and await self._locate_group():
-                return await self._discover_leader()
+            if isinstance(fatal, UnknownGroup) and not self._located:
+                found = await self._locate_group()
+                if found:
+                    return await self._discover_leader()
+                if found is None:  # `_meta` could not answer now (no leader yet): a retry may find the group
+                    raise NotLeader(f"{fatal}; its members could not be looked up in `_meta` yet")
             raise fatal
         return best[1] if best else None
 
-    async def _locate_group(self) -> bool:
+    async def _locate_group(self) -> bool | None:
         """None of our peers hosts the group: look its members up in the `_meta` group's record (`groups/NAME`,
-        `nodes/ID`, kept by `group create`) and add them to our peers. Once per client."""
-        self._located = True
+        `nodes/ID`, kept by `group create`) and add them to our peers. Once per client, unless `_meta` could
+        not answer (None: asked again at the next discovery); False: it has no other member to offer."""
         if self.group == META_GROUP:
+            self._located = True
             return False
         try:
             kv = self._kv()
             record = await kv.get(f"groups/{self.group}")
             if record is None:
+                self._located = True
                 return False
             added = False
             for nid in json.loads(record[0])["members"]:
@@ -361,9 +367,17 @@ class Client:
                     added = True
             if added:
                 log.info("group %s located through _meta: members %s", self.group, sorted(self.peers))
+            self._located = True
             return added
-        except (QuorumLogError, ValueError, KeyError, TypeError) as e:
+        except QuorumLogError as e:
             log.debug("cannot locate group %s through _meta: %s", self.group, e)
+            if e.retriable:
+                return None
+            self._located = True
+            return False
+        except (ValueError, KeyError, TypeError) as e:
+            log.debug("cannot locate group %s through _meta: %s", self.group, e)
+            self._located = True
             return False
 
     # -- reads -------------------------------------------------------------------------------------

@@ -350,7 +350,7 @@ def test_topic_retention_by_size_and_time_and_a_consumer_resets_to_the_earliest_
                 # a consumer group with nothing committed that starts from the earliest: the earliest kept
                 async with quorumlog.Consumer(cluster.peers, consumer_group="cg", topics=["small"],
                                               timeout_ms=10_000) as c:
-                    first = await asyncio.wait_for(c.__anext__(), 10)
+                    first = await asyncio.wait_for(c.__anext__(), 30)  # (a new `_meta` leader waits 5 s first)
                     assert first.queue_offset == lo
                     # the rest as lists (Consumer.poll), in order, and committed as delivered
                     rest: list = []
