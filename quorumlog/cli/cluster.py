@@ -181,8 +181,8 @@ def _spawn_node(argv: list[str], log_file: str, cwd: str) -> subprocess.Popen:
 
 
 async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.Popen], timeout_s: float) -> dict:
-    """Poll status until one member leads (a master/slave group: its master) and a majority answers; raise if a
-    node dies or time runs out."""
+    """Poll status until one member leads (a master/slave group: its master, holding the controller's lease);
+    raise if a node dies or time runs out."""
     deadline = time.monotonic() + timeout_s
     async with Client(peers, group=group, request_timeout_ms=500, timeout_ms=1_000, max_retries=0) as c:
         while True:
@@ -190,7 +190,9 @@ async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.P
                 if p.poll() is not None:
                     raise RuntimeError(f"node {nid} exited with code {p.returncode} during startup")
             nodes = await c.status()
-            leaders = [n for n in nodes if n.role in ("leader", "master")]
+            # (a master/slave member is master only under the controller's lease: after a restart the old master
+            # is named in its old epoch, without a lease, until the controller elects again)
+            leaders = [n for n in nodes if n.role == "leader" or (n.role == "master" and n.raw.get("lease_ms_left"))]
             if leaders:
                 return {"leader_id": leaders[0].id, "term": leaders[0].term,
                         "nodes": [n.to_dict() for n in nodes]}
