@@ -1,7 +1,11 @@
 """`quorumlog cluster up/down`: a local group of node processes, described by D/cluster.json.
 
 cluster.json holds `group`, `peers`, `flush` and one object per node with `id`, `address`, `pid`, `data_dir`,
-`log_file`, `argv` (the exact command line, so a node can be restarted by hand) and `http_port` (0 = off).
+`log_file`, `argv` (the exact command line, so a node can be restarted by hand) and `http_port` (0 = off), and
+`bootstrapped`: false until `_meta` and the first group exist (a later `cluster up` finishes the job).
+
+An interrupted `cluster up` (Ctrl-C) or one that failed stops its nodes and removes the data they made (the
+logs stay): nothing was acknowledged, and a half-made `_meta` would refuse every later start.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from rich.table import Table
 from ..client import Client
 from ..client.groups import GroupAdmin
 from ..client.kv import META_GROUP
-from ..errors import QuorumLogError
+from ..errors import GroupExists, QuorumLogError
 from ..codes import ResponseCode
 from ..config import ConfigError, Flush, load_config
 from ..ha.master import Ack
@@ -36,6 +40,7 @@ cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_
 STOP_GRACE_S = 10.0  # SIGTERM lets a node flush and checkpoint; SIGKILL after this
 POLL_INTERVAL_S = 0.05  # how often a waiting command re-checks processes or the election
 NODE_GROUP = "_nodes"  # a master-slave cluster's nodes' own Raft group (a node process always runs one)
+HTTP_PORT_OFFSET = 1000  # the status pages' default ports: node ports + this (7001 → 8001), when free
 
 
 def _tls_settings(tls_dir: str, node_id: str) -> list[str]:
@@ -208,8 +213,9 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
        base_port: int = typer.Option(7001, "--base-port", min=1, max=65535, help="Node i listens on base-port + i"),
        host: str = typer.Option("127.0.0.1", "--host", help="Address every node listens on"),
        group: str = typer.Option("default", "--group", help="Group name"),
-       http_base_port: int = typer.Option(0, "--http-base-port", min=0, max=65535,
-                                          help="Node i serves /status and /metrics on this + i (0 = off)"),
+       http_base_port: int = typer.Option(-1, "--http-base-port", min=-1, max=65535, show_default=False,
+                                          help="Node i serves its status page and /metrics on this + i (0 = off; "
+                                          f"default: base-port + {HTTP_PORT_OFFSET} when free, else free ports)"),
        flush: str = typer.Option("sync", "--flush", help="sync (fsync before ack) or async (DLedger's default)"),
        mode: str = typer.Option("raft", "--mode", help="raft, or master-slave: the group is RocketMQ's HA kind "
                                 "(one master, placed to spread leaders, the rest slaves; the nodes' own Raft group "
@@ -242,20 +248,21 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     # NODE_GROUP, and the cluster's group is a master/slave group on every node, created once `_meta` (its
     # controller's state) exists.
     node_group = group if mode == "raft" else NODE_GROUP
-    if base_port + nodes - 1 > 65535 or (http_base_port and http_base_port + nodes - 1 > 65535):
+    if base_port + nodes - 1 > 65535 or (http_base_port > 0 and http_base_port + nodes - 1 > 65535):
         usage(f"--base-port {base_port} / --http-base-port {http_base_port}: {nodes} nodes run past port 65535")
     data_dir = os.path.abspath(data_dir)
     config = os.path.abspath(config) if config else None
     kv = _parse_settings(settings or [])
     ids = [f"n{i}" for i in range(nodes)]
     peers = {nid: (host, base_port + i) for i, nid in enumerate(ids)}
+    http_ports = _http_ports(host, base_port, nodes, http_base_port)
     peers_text = format_peers(peers)
     # Validate every node's whole configuration before anything is written or started.
     for i, nid in enumerate(ids):
         try:
             load_config(config, env={}, flags={"node_id": nid, "peers": peers_text, "group": node_group, "flush": flush,
                                                "data_dir": os.path.join(data_dir, nid),
-                                               "http_port": str(http_base_port + i if http_base_port else 0),
+                                               "http_port": str(http_ports[i]),
                                                **dict(kv)})
         except ConfigError as e:
             usage(str(e))
@@ -272,10 +279,14 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
                   f"({', '.join(running)}); run `quorumlog cluster down --data-dir {data_dir}` first")
     # (a cluster.json whose nodes' data is gone is stale: a new cluster replaces it)
     busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
-    if http_base_port:
-        busy += [f"{host}:{http_base_port + i}" for i in range(nodes) if not _port_free(host, http_base_port + i)]
+    if http_base_port > 0:
+        busy += [f"{host}:{p}" for p in http_ports if not _port_free(host, p)]
     if busy:
         usage(f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
+    held = [nid for nid in ids if os.path.isdir(os.path.join(data_dir, nid)) and os.listdir(os.path.join(data_dir, nid))]
+    if held:
+        usage(f"--data-dir {data_dir!r}: {', '.join(held)} hold(s) data of a cluster its cluster.json no longer "
+              "describes; remove the directory (or choose another --data-dir)")
 
     os.makedirs(data_dir, exist_ok=True)
     tls_ca = _make_tls(data_dir, ids, host) if tls else None
@@ -286,7 +297,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             node_dir = os.path.join(data_dir, nid)
             os.makedirs(node_dir, exist_ok=True)
             log_file = os.path.join(data_dir, f"{nid}.log")
-            http_port = http_base_port + i if http_base_port else 0
+            http_port = http_ports[i]
             node_kv = kv + (_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
             argv = node_argv(nid, peers_text, node_dir, node_group, flush, http_port, config, node_kv)
             procs[nid] = _spawn_node(argv, log_file, data_dir)
@@ -295,32 +306,78 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
                               "log_file": log_file, "argv": argv, "http_port": http_port})
         doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs,
                "config": config, "settings": [list(kv_pair) for kv_pair in kv], "retired": [], "mode": mode,
-               "node_group": node_group}
+               "node_group": node_group, "ack": ack, "slave_read_enable": slave_read_enable, "bootstrapped": False}
         if tls_ca:
             doc["tls_ca"] = tls_ca  # (the CA certificate, public: clients verify the nodes with it)
         _write_json_atomic(existing, doc)
-        try:
-            elected = run(wait_for_leader(peers, node_group, procs, timeout_s))
-            run(bootstrap_meta(peers, node_group, timeout_s))
-            if mode == "master-slave":
-                elected = run(create_master_slave(peers, group, ack, timeout_s, slave_read_enable))
-        except (RuntimeError, TimeoutError) as e:
-            logs = "\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in node_docs)
-            sys.stderr.write(logs + "\n")
-            raise _StartFailed(str(e)) from None
-    except _StartFailed as e:
+        elected = _bootstrap(existing, doc, peers, procs, timeout_s)
+    except BaseException as e:
         _stop_pids(node_docs, 2.0)
-        _remove(existing)  # nothing runs: a stale cluster.json would only mislead
-        die(ResponseCode.INTERNAL_ERROR, f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
-    except BaseException:
-        _stop_pids(node_docs, 2.0)
+        _discard(existing, node_docs, tls_ca)  # nothing runs and nothing was acknowledged: start clean next time
+        if _interrupted(e):
+            err_console.print(f"cluster up interrupted: stopped the nodes and removed what they had made in {data_dir}"
+                              " (logs kept); run it again", highlight=False)
+            raise typer.Exit(130) from None
+        if isinstance(e, _StartFailed):
+            die(ResponseCode.INTERNAL_ERROR, f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
         raise
     _print_up(doc, elected, json_out)
 
 
+def _http_ports(host: str, base_port: int, nodes: int, asked: int) -> list[int]:
+    """Each node's status page port (0 = off): `asked` + i, or by default base-port + HTTP_PORT_OFFSET + i when
+    those are free, else free ones."""
+    if asked >= 0:
+        return [asked + i if asked else 0 for i in range(nodes)]
+    preferred = [base_port + HTTP_PORT_OFFSET + i for i in range(nodes)]
+    if preferred[-1] <= 65535 and all(_port_free(host, p) for p in preferred):
+        return preferred
+    from ..local_ports import free_ports
+    return free_ports(nodes)
+
+
+def _bootstrap(path: str, doc: dict, peers: dict[str, tuple[str, int]], procs: dict[str, subprocess.Popen],
+               timeout_s: float) -> dict:
+    """Wait for the nodes' group's leader, then make what `bootstrapped` records (`_meta`, and in master-slave
+    mode the cluster's group); a step an interrupted `cluster up` already took is taken as done."""
+    try:
+        elected = run(wait_for_leader(peers, doc["node_group"], procs, timeout_s))
+        if not doc.get("bootstrapped", True):
+            run(bootstrap_meta(peers, doc["node_group"], timeout_s))
+            if doc.get("mode") == "master-slave":
+                run(create_master_slave(peers, doc["group"], doc.get("ack", Ack.SYNC), timeout_s,
+                                        doc.get("slave_read_enable", False)))
+            doc["bootstrapped"] = True
+            _write_json_atomic(path, doc)
+        if doc.get("mode") == "master-slave":  # (its controller, in `_meta`, elects the master)
+            elected = run(wait_for_leader(peers, doc["group"], procs, timeout_s))
+        return elected
+    except (RuntimeError, TimeoutError) as e:
+        if _interrupted(e):
+            raise
+        sys.stderr.write("\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in doc["nodes"]) + "\n")
+        raise _StartFailed(str(e)) from None
+
+
+def _interrupted(e: BaseException) -> bool:
+    # (`run` turns Ctrl-C into typer.Exit(130), which is a RuntimeError)
+    return isinstance(e, KeyboardInterrupt) or (isinstance(e, typer.Exit) and e.exit_code == 130)
+
+
+def _discard(path: str, node_docs: list[dict], tls_ca: str | None) -> None:
+    """Remove what a `cluster up` that did not finish made: its cluster.json, the nodes' data, its certificates."""
+    import shutil
+    _remove(path)
+    for n in node_docs:
+        shutil.rmtree(n["data_dir"], ignore_errors=True)
+    if tls_ca:
+        shutil.rmtree(os.path.dirname(tls_ca), ignore_errors=True)
+
+
 def _print_up(doc: dict, elected: dict, json_out: bool) -> None:
     if json_out:
-        print_json({**doc, "leader_id": elected["leader_id"], "term": elected["term"]})
+        print_json({**doc, "leader_id": elected["leader_id"], "term": elected["term"],
+                    "status_page": status_page_url(doc)})
         return
     mode = doc.get("mode", "raft")
     who = "master" if mode == "master-slave" else "leader"
@@ -332,6 +389,18 @@ def _print_up(doc: dict, elected: dict, json_out: bool) -> None:
         table.add_row(n["id"], n["address"], str(n["pid"]), str(n.get("http_port") or "-"), n["log_file"])
     out_console.print(table)
     out_console.print(f"peers: {doc['peers']}", highlight=False)
+    page = status_page_url(doc)
+    if page:
+        out_console.print(f"status page: {page}", highlight=False)
+
+
+def status_page_url(doc: dict) -> str | None:
+    """The first node's status page (every node serves the whole cluster's), from cluster.json; None when off."""
+    n = next((n for n in doc["nodes"] if n.get("http_port")), None)
+    if n is None:
+        return None
+    host = n["address"].rsplit(":", 1)[0]
+    return f"{'https' if doc.get('tls_ca') else 'http'}://{host}:{n['http_port']}/"
 
 
 def _stopped_cluster(path: str) -> dict | None:
@@ -349,8 +418,8 @@ def _stopped_cluster(path: str) -> dict | None:
 
 def _restart(path: str, doc: dict, timeout_s: float, json_out: bool) -> None:
     """Start a stopped cluster's nodes again with the command lines cluster.json recorded (ids, ports, data,
-    settings and certificates as they were) and wait for their group's leader. Nothing is created: `_meta`
-    and every group are in the nodes' data."""
+    settings and certificates as they were) and wait for their group's leader. `_meta` and every group are in
+    the nodes' data, unless the `cluster up` that made them was stopped before it finished: that is done now."""
     from ..peers import parse_peers
     peers = parse_peers(doc["peers"])
     busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
@@ -367,11 +436,9 @@ def _restart(path: str, doc: dict, timeout_s: float, json_out: bool) -> None:
             procs[n["id"]] = _spawn_node(n["argv"], n["log_file"], os.path.dirname(path))
             n["pid"] = procs[n["id"]].pid
         _write_json_atomic(path, doc)
-        elected = run(wait_for_leader(peers, doc.get("node_group", doc["group"]), procs, timeout_s))
-        if doc.get("mode") == "master-slave":  # (its controller, in `_meta`, elects the master)
-            elected = run(wait_for_leader(peers, doc["group"], procs, timeout_s))
-    except (RuntimeError, TimeoutError) as e:
-        sys.stderr.write("\n".join(f"--- {n['log_file']} (tail)\n{_tail(n['log_file'])}" for n in doc["nodes"]) + "\n")
+        doc.setdefault("node_group", doc["group"])
+        elected = _bootstrap(path, doc, peers, procs, timeout_s)
+    except _StartFailed as e:
         _stop_pids(doc["nodes"], 2.0)  # (cluster.json stays: the data it describes is still there)
         die(ResponseCode.INTERNAL_ERROR, f"cluster up (restarting {os.path.dirname(path)}): {e}; stopped the nodes")
     except BaseException:
@@ -393,26 +460,30 @@ async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"not every node answered within {timeout_s:g} s")
                 await asyncio.sleep(POLL_INTERVAL_S)
-            await admin.create_meta()
+            try:
+                await admin.create_meta()
+            except GroupExists:  # (made by a `cluster up` stopped before it finished)
+                await admin.record_nodes(admin.nodes)
             await admin.record_group(group, list(peers))  # the nodes' own group: every node hosts it
     except QuorumLogError as e:
         raise RuntimeError(f"creating the _meta group: {type(e).__name__} ({e.code.name}): {e}") from None
 
 
 async def create_master_slave(peers: dict[str, tuple[str, int]], group: str, ack: str, timeout_s: float,
-                              slave_read_enable: bool = False) -> dict:
+                              slave_read_enable: bool = False) -> None:
     """The cluster's master/slave group on every node (the master on the first), once it has its master."""
     try:
         async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
             p = await admin.create(group, nodes=list(peers), mode="master-slave", master_slave={
                 "ack": ack, "min_in_sync_replicas": min(2, len(peers)) if ack == Ack.SYNC else 1,
                 "slave_read_enable": slave_read_enable})
+    except GroupExists:  # (made by a `cluster up` stopped before it finished: its master is waited for next)
+        return
     except QuorumLogError as e:
         raise RuntimeError(f"creating the master/slave group {group}: {type(e).__name__} ({e.code.name}): {e}") \
             from None
     if p.leader is None:
         raise TimeoutError(f"the master/slave group {group} has no master within {timeout_s:g} s")
-    return {"leader_id": p.leader, "term": p.term}
 
 
 def _remove(path: str) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -95,6 +96,10 @@ def test_cluster_up_append_read_status_transfer_down(cluster):
         assert {"id", "address", "pid", "data_dir", "log_file", "argv", "http_port"} <= set(n)
         assert n["argv"][:3] == CLI and "--id" in n["argv"] and os.path.exists(n["log_file"])
     assert up["leader_id"] in ids
+    # the status page is on by default, and `up` names it
+    assert up["status_page"] == f"http://127.0.0.1:{doc['nodes'][0]['http_port']}/"
+    with urllib.request.urlopen(up["status_page"] + "status", timeout=10) as r:
+        assert json.loads(r.read())["id"] == "n0"
 
     appended = cli_json("append", "--cluster", d, "a", "b", "c")
     assert [x["index"] for x in appended] == [0, 1, 2] and len({x["term"] for x in appended}) == 1
@@ -453,3 +458,57 @@ def test_cluster_up_in_master_slave_mode_makes_the_group_a_master_slave_one(tmp_
             cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30, check=False)
         finally:
             kill_leftovers(d)
+
+
+def _start_up_and_wait(d: str, base: int, when: str) -> subprocess.Popen:
+    argv = [*CLI, "cluster", "up", "--nodes", "3", "--data-dir", d, "--base-port", str(base), "--timeout-s", "60"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _interrupt_point_reached(d, when):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.02)
+    return p
+
+
+def test_an_interrupted_cluster_up_cleans_up_and_a_killed_one_is_finished_by_the_next(tmp_path):
+    """Ctrl-C while the nodes elect: `cluster up` stops its nodes, removes the data they made, says so without a
+    traceback or log dump, exits 130, and the same command then starts the cluster. A `cluster up` killed (-9)
+    after `_meta` was begun cannot clean up: its cluster.json says it never finished, and after `cluster down`
+    the next `cluster up` finishes the bootstrap (`_meta` and the nodes' record) on the same data."""
+    d = str(tmp_path / "c")
+    base = free_base_port(3)
+    p = _start_up_and_wait(d, base, "electing")
+    try:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 130, (out, err)
+        assert "interrupted" in err and "Traceback" not in err and "(tail)" not in err, err
+        assert not os.path.exists(os.path.join(d, "cluster.json"))
+        assert not any(os.path.isdir(os.path.join(d, n)) for n in ("n0", "n1", "n2"))
+
+        p = _start_up_and_wait(d, base, "bootstrapping")
+        p.kill()
+        p.communicate(timeout=30)
+        cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30)
+        with open(os.path.join(d, "cluster.json")) as f:
+            assert json.load(f)["bootstrapped"] is False
+        up = cli_json("cluster", "up", "--data-dir", d, "--timeout-s", "60", timeout_s=90)
+        assert up["bootstrapped"] is True
+        assert [x["index"] for x in cli_json("append", "--cluster", d, "x")] == [0]
+        assert cli_json("kv", "put", "--cluster", d, "k", "v")["version"] == 1
+        assert {x["key"] for x in cli_json("kv", "list", "--cluster", d, "nodes/")["keys"]} == {"nodes/n0", "nodes/n1",
+                                                                                          "nodes/n2"}
+    finally:
+        if p.poll() is None:
+            p.kill()
+        try:
+            cli("cluster", "down", "--data-dir", d, "--grace-s", "5", timeout_s=30, check=False)
+        finally:
+            kill_leftovers(d)
+
+
+def _interrupt_point_reached(d: str, when: str) -> bool:
+    """electing: cluster.json written (nodes started); bootstrapping: every node has created `_meta`'s directory."""
+    if not os.path.exists(os.path.join(d, "cluster.json")):
+        return False
+    return when == "electing" or all(os.path.isdir(os.path.join(d, n, "groups", "_meta")) for n in ("n0", "n1", "n2"))
