@@ -652,12 +652,16 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     doc["peers"] = peers_text
     _write_json_atomic(path, doc)
     run(_record(peers, lambda admin: admin.record_nodes({node_id: (host, port)})))
-    result = {"id": node_id, "address": node_doc["address"], "pid": proc.pid}
+    from .members import keep_meta_size
+    result = {"id": node_id, "address": node_doc["address"], "pid": proc.pid,
+              "meta_member": run(keep_meta_size(peers, timeout_s)) == node_id}
     if json_out:
         print_json(result)
     else:
-        out_console.print(f"{node_id} at {node_doc['address']} (pid {proc.pid}); make it a member with "
-                          f"`quorumlog member add --cluster {data_dir} --node {node_id}`", highlight=False)
+        out_console.print(f"{node_id} at {node_doc['address']} (pid {proc.pid})"
+                          f"{', a member of _meta (it had fewer than it keeps)' if result['meta_member'] else ''}; "
+                          f"make it a member with `quorumlog member add --cluster {data_dir} --node {node_id}`",
+                          highlight=False)
 
 
 @cluster_app.command("remove-node")
@@ -670,8 +674,8 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
                 timeout_s: float = typer.Option(120.0, "--timeout-s", min=1, help="Per group moved (--drain)"),
                 json_out: bool = JsonOpt) -> None:
     """Stop a node that no group has as a member any more and drop it from cluster.json (its id is retired).
-    Refused with NODE_IN_USE while it is a voter or learner of any group: `quorumlog member remove --group G
-    --node ID` first, or --drain."""
+    Refused with NODE_IN_USE while it is a voter or learner of any group (the message names each group's
+    `member remove` command), unless --drain moves them; `_meta` keeps its size either way."""
     setup_logging()
     data_dir = os.path.abspath(data_dir)
     path, doc = _read_doc(data_dir)
@@ -700,8 +704,10 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
         moved = run(_drain(peers, node_id, in_use, timeout_s))
         in_use = run(_groups_using(peers, node_id))
     if in_use:
-        die(ResponseCode.NODE_IN_USE, f"{node_id} is a member of group {', '.join(in_use)}; run `quorumlog "
-            f"member remove --cluster {data_dir} --group G --node {node_id}` for each first")
+        die(ResponseCode.NODE_IN_USE, f"{node_id} is a member of group {', '.join(in_use)}: move its replicas "
+            f"first with `quorumlog cluster remove-node --data-dir {data_dir} --id {node_id} --drain`, or remove it "
+            f"from each: " + "; ".join(f"`quorumlog member remove --cluster {data_dir} --group {g} --node {node_id}`"
+                                       for g in in_use))
     ledgers = run(_ledgers_on(peers, node_id, drain, timeout_s))
     if ledgers:
         die(ResponseCode.NODE_IN_USE, f"{node_id}'s bookie holds fragments of {len(ledgers)} ledgers "

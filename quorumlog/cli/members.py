@@ -15,7 +15,8 @@ from typing import Optional
 import typer
 
 from ..client import Client
-from ..client.groups import GroupAdmin
+from ..client.groups import META_MAX_REPLICAS, GroupAdmin
+from ..client.kv import META_GROUP
 from ..errors import (BadRequest, GroupExists, LearnerNotCaughtUp, MemberExists, NetworkError, Timeout,
                       UnknownGroup)
 from ..peers import format_address, parse_address
@@ -113,6 +114,28 @@ async def remove_member(t: Target, node_id: str, timeout_s: float) -> dict:
     return {"group": t.group, "node": node_id, "index": index, **m}
 
 
+def meta_size(nodes: int) -> int:
+    """How many members `_meta` keeps with `nodes` live nodes: the most up to META_MAX_REPLICAS, odd (a fourth
+    member tolerates no more failures than three, and every write waits for one more)."""
+    n = min(META_MAX_REPLICAS, nodes)
+    return n if n % 2 else max(1, n - 1)
+
+
+async def keep_meta_size(peers: dict, timeout_s: float) -> str | None:
+    """Add the least-loaded live node not hosting `_meta` while `_meta` has fewer members than meta_size() of the
+    live nodes (after a member was removed, or a node added); returns the node added, or None."""
+    async with GroupAdmin(peers, timeout_ms=10_000) as admin:
+        live = {n: s for n, s in (await admin.cluster_status()).items() if isinstance(s, dict)}
+    members = {m for s in live.values() for g in s["groups"] if g["group"] == META_GROUP and g["role"] == "leader"
+               for m in (*g["voters"], *g["learners"])}
+    candidates = sorted((n for n in live if n not in members), key=lambda n: (len(live[n]["groups"]), n))
+    if not members or not candidates or len(members) >= meta_size(len(live)):
+        return None
+    t = Target(peers, META_GROUP)
+    await record_members(t, await add_member(t, candidates[0], format_address(peers[candidates[0]]), timeout_s))
+    return candidates[0]
+
+
 async def record_members(t: Target, m: dict) -> None:
     """The group's members in the `_meta` record (groups/NAME), best effort."""
     async with GroupAdmin(t.peers, timeout_ms=10_000) as admin:
@@ -155,11 +178,16 @@ def remove(node: str = typer.Option(..., "--node", help="The member to remove (t
            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, group: Optional[str] = GroupOpt,
            timeout_s: float = typer.Option(30.0, "--timeout-s", min=0.1, help="Give up after this long"),
            json_out: bool = JsonOpt) -> None:
-    """Remove NODE from the group (a removed leader hands over first). Its id is never used again."""
+    """Remove NODE from the group (a removed leader hands over first). Its id is never used again. A member of
+    `_meta` is replaced by a live node not hosting it, so `_meta` keeps its size."""
     t = resolve_target(peers, cluster, group)
     result = run(remove_member(t, node, timeout_s))
     run(record_members(t, result))
+    if t.group == META_GROUP:
+        result["replaced_by"] = run(keep_meta_size({n: a for n, a in t.peers.items() if n != node}, timeout_s))
     _show(result, json_out, "removed")
+    if not json_out and result.get("replaced_by"):
+        out_console.print(f"{META_GROUP} keeps its size: added {result['replaced_by']}", highlight=False)
 
 
-__all__ = ["add_member", "member_app", "remove_member"]
+__all__ = ["add_member", "keep_meta_size", "member_app", "remove_member"]

@@ -323,12 +323,17 @@ def test_remove_node_is_refused_while_in_use_and_drain_moves_every_replica_first
         time.sleep(0.2)
     lid = cli_json("ledger", "write", "--cluster", d, "--ensemble", "3", "--write-quorum", "2", "--ack-quorum", "2",
                    "a", "b", "c", "d")["ledger_id"]  # on n0, n1, n2: the only three bookies yet
-    cli_json("cluster", "add-node", "--data-dir", d)
+    assert cli_json("cluster", "add-node", "--data-dir", d)["meta_member"] is False  # (_meta keeps 3 of 4 nodes)
     r = cli("cluster", "remove-node", "--data-dir", d, "--id", "n1", "--json", check=False)
     assert r.returncode == 1 and "NODE_IN_USE" in r.stderr and r.stdout == ""
-    assert all(g in r.stderr for g in ("default", "_meta", "g0")), r.stderr
+    assert all(f"member remove --cluster {d} --group {g} --node n1" in r.stderr for g in ("default", "_meta", "g0"))
+    assert "--drain" in r.stderr and "--group G" not in r.stderr, r.stderr
+    # by hand: n1 leaves `_meta`, and n3 takes its place (it keeps its size)
+    removed = cli_json("member", "remove", "--cluster", d, "--group", "_meta", "--node", "n1")
+    assert removed["replaced_by"] == "n3"
+    assert sorted(cli_json("group", "describe", "_meta", "--cluster", d)["members"]) == ["n0", "n2", "n3"]
     out = cli_json("cluster", "remove-node", "--data-dir", d, "--id", "n1", "--drain", timeout_s=240)
-    assert out["moved"] == {"_meta": "n3", "default": "n3", "g0": "n3"} and out["stopped"]
+    assert out["moved"] == {"default": "n3", "g0": "n3"} and out["stopped"]
     for g in cli_json("group", "list", "--cluster", d):
         assert sorted(g["members"]) == ["n0", "n2", "n3"], g
     assert cli_json("append", "--cluster", d, "--group", "g0", "after")[0]["index"] >= 0
