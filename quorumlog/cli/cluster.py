@@ -710,9 +710,11 @@ def remove_node(data_dir: str = typer.Option(..., "--data-dir", help="The direct
                                        for g in in_use))
     ledgers = run(_ledgers_on(peers, node_id, drain, timeout_s))
     if ledgers:
-        die(ResponseCode.NODE_IN_USE, f"{node_id}'s bookie holds fragments of {len(ledgers)} ledgers "
-            f"({', '.join(map(str, ledgers[:5]))}{', ...' if len(ledgers) > 5 else ''}); run `quorumlog bookie "
-            f"decommission --cluster {data_dir} --id {node_id}` first, or --drain")
+        held = f"{node_id}'s bookie holds fragments of {len(ledgers)} ledgers " \
+               f"({', '.join(map(str, ledgers[:5]))}{', ...' if len(ledgers) > 5 else ''})"
+        die(ResponseCode.NODE_IN_USE, f"{held} still after {timeout_s:g} s of auto-recovery (`quorumlog ledger "
+            f"underreplicated --cluster {data_dir}` shows them); run it again later" if drain else
+            f"{held}; run `quorumlog bookie decommission --cluster {data_dir} --id {node_id}` first, or --drain")
     stopped, killed = _stop_pids([node], grace_s)
     doc["nodes"] = [n for n in doc["nodes"] if n["id"] != node_id]
     doc["retired"] = sorted(set(doc.get("retired", [])) | {node_id})

@@ -32,8 +32,10 @@ from ..raft.types import PeerSilent
 from ..transport.handshake import ANY_MEMBER, NODE_LINK
 from ..wire.messages import HeartbeatRequest
 from ..wire.client import (
-    AppendRequest, AppendResponse, GroupRequest, GroupResponse, MemberChangeRequest, MemberChangeResponse,
-    ReadRequest, ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
+    AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, GroupRequest, GroupResponse,
+    HaControllerRequest, HaControllerResponse, KvRequest, KvResponse, MemberChangeRequest, MemberChangeResponse,
+    ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest, TopicResponse, TransferLeaderRequest,
+    TransferLeaderResponse,
 )
 from ..wire.ledger import BookieOpRequest
 from .auto_recovery import AutoRecovery
@@ -659,14 +661,15 @@ def _send(session: Any, response: Any) -> None:
 def _refusal(request: Any, code: ResponseCode, message: str) -> Any:
     """The response of `request`'s type that refuses it with `code`."""
     rid = request.request_id
-    if isinstance(request, AppendRequest):
-        return AppendResponse(rid, code, message=message)
-    if isinstance(request, ReadRequest):
-        return ReadResponse(rid, code, message=message)
-    if isinstance(request, MemberChangeRequest):
-        return MemberChangeResponse(rid, code, message=message)
-    if isinstance(request, TransferLeaderRequest):
-        return TransferLeaderResponse(rid, code, message=message)
     if isinstance(request, StatusRequest):
         return StatusResponse(rid, code, json.dumps({"error": message}).encode())
-    return GroupResponse(rid, code, message=message)
+    return _RESPONSE_OF.get(type(request), GroupResponse)(rid, code, message=message)
+
+
+# (a caller reads a refusal as the answer it asked for: a KvRequest answered by a GroupResponse had no leader_id,
+# and the `_meta` calls of every node's auto-recovery raised on it once the first node they asked left `_meta`)
+_RESPONSE_OF: dict[type, type] = {
+    AppendRequest: AppendResponse, ReadRequest: ReadResponse, MemberChangeRequest: MemberChangeResponse,
+    TransferLeaderRequest: TransferLeaderResponse, KvRequest: KvResponse, TopicRequest: TopicResponse,
+    ConsumerGroupRequest: ConsumerGroupResponse, HaControllerRequest: HaControllerResponse,
+}
