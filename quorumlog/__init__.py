@@ -6,9 +6,9 @@ needs none of them -- the CLI's, a node's -- does not pay for importing all of t
 
 from .codes import ResponseCode
 from .errors import (BadRequest, CorruptEntry, DiskError, DiskFull, DuplicateSequenceTooOld, EmptyBatch,
-                     EntryTooLarge, IndexOutOfRange, LeaderPendingFull, LeaderTransferring, NetworkError,
-                     NotLeader, ProtocolError, QuorumLogError, TermChanged, Timeout, UnknownGroup, UnknownMember,
-                     WaitQuorumAckTimeout)
+                     EntryTooLarge, IndexGap, IndexOutOfRange, LeaderPendingFull, LeaderTransferring,
+                     MetadataVersionConflict, NetworkError, NotCommittedYet, NotLeader, ProtocolError, QuorumLogError,
+                     RemovedByRetention, TermChanged, Timeout, UnknownGroup, UnknownMember, WaitQuorumAckTimeout)
 from .lazy import lazy_exports
 
 __version__ = "0.1.0"
@@ -23,7 +23,8 @@ __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "AppendResult", "BadRequest", "BlockingClient", "Client", "Consumer", "CorruptEntry", "DiskError", "DiskFull",
-    "DuplicateSequenceTooOld", "EmptyBatch", "Entry", "EntryTooLarge", "IndexOutOfRange", "LeaderPendingFull",
+    "DuplicateSequenceTooOld", "EmptyBatch", "Entry", "EntryTooLarge", "IndexGap", "IndexOutOfRange",
+    "LeaderPendingFull", "MetadataVersionConflict", "NotCommittedYet", "RemovedByRetention",
     "LedgerClient", "LedgerEntry", "LedgerReader", "LedgerWriter",
     "LeaderTransferring", "NetworkError", "NodeStatus", "NotLeader", "Producer", "ProtocolError", "QuorumLogError",
     "SendResult", "TopicAdmin", "TopicClient", "TopicMessage",

@@ -12,8 +12,14 @@ from .codes import ResponseCode
 
 
 class QuorumLogError(Exception):
+    """`outcome_unknown`: a request of the failed call reached a node and its outcome was never learned (no
+    answer, or an answer that cannot tell: TIMEOUT, WAIT_QUORUM_ACK_TIMEOUT, TERM_CHANGED), so a write may have
+    been applied, whatever the last attempt's error says. False: nothing was applied. A retry of an idempotent
+    append (the same client_id and seq) is safe either way."""
+
     code: ClassVar[ResponseCode] = ResponseCode.UNKNOWN
     retriable: ClassVar[bool] = False
+    outcome_unknown: bool = False
     _by_code: ClassVar[dict[ResponseCode, type["QuorumLogError"]]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -99,6 +105,19 @@ class IndexOutOfRange(QuorumLogError):
     code = ResponseCode.INDEX_OUT_OF_RANGE
 
 
+class NotCommittedYet(IndexOutOfRange):
+    """`get(i)`: i is past the committed index (not written yet, or not yet acknowledged by a majority)."""
+
+
+class IndexGap(IndexOutOfRange):
+    """`get(i)`: i is committed but holds no entry of a writer: a new leader's no-op or a membership change
+    (indexes can have gaps, as Kafka's offsets do around control records)."""
+
+
+class RemovedByRetention(IndexOutOfRange):
+    """`get(i)`: i is before the log's begin index: retention removed it."""
+
+
 class EntryTooLarge(QuorumLogError):
     """An entry or batch over its size limit."""
     code = ResponseCode.ENTRY_TOO_LARGE
@@ -146,8 +165,13 @@ class DuplicateSequenceTooOld(QuorumLogError):
 
 
 class MetadataVersionConflict(QuorumLogError):
-    """A compare-and-set lost: the key's version is not the one expected."""
+    """A compare-and-set lost: the key's version is not the one expected; `current_version` is the one found
+    (0: no such key; None: not told, e.g. a conflict inside a multi-step operation)."""
     code = ResponseCode.METADATA_VERSION_CONFLICT
+
+    def __init__(self, message: str = "", *, leader_id: str | None = None, current_version: int | None = None):
+        super().__init__(message, leader_id=leader_id)
+        self.current_version = current_version
 
 
 class WatchCompacted(QuorumLogError):

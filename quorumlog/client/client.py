@@ -16,8 +16,8 @@ import warnings
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 from ..codes import ResponseCode
-from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexOutOfRange, NetworkError, NotLeader,
-                      QuorumLogError, Timeout, UnknownGroup)
+from ..errors import (BadRequest, EmptyBatch, EntryTooLarge, IndexGap, MetadataVersionConflict, NetworkError,
+                      NotCommittedYet, NotLeader, QuorumLogError, RemovedByRetention, Timeout, UnknownGroup)
 from ..peers import Address, parse_address, parse_peers
 from ..transport.tls import client_context as tls_client_context
 from ..format.log_entry import Records
@@ -250,6 +250,7 @@ class Client:
         attempt = 0
         other_failures = 0  # max_retries bounds these; the search for a leader is bounded by timeout_ms
         last: BaseException | None = None
+        unknown = False  # an attempt reached a node and its outcome was never learned
         while True:
             self._check_alive()
             redirect = False
@@ -259,19 +260,28 @@ class Client:
                 leader = await self._find_leader(deadline)
                 budget_ms = deadline.remaining_ms()
                 cut = budget_ms < full_ms
-                resp = await self._pool.call(leader, make_request(), max(1.0, min(full_ms, budget_ms)))
+                await self._pool.get(leader, max(1.0, min(full_ms, budget_ms)))  # (connected: nothing sent yet)
+                try:
+                    resp = await self._pool.call(leader, make_request(), max(1.0, min(full_ms, budget_ms)))
+                except QuorumLogError:
+                    unknown = True  # sent (or being sent) when the connection broke or time ran out
+                    raise
                 if resp.code == ResponseCode.SUCCESS:
                     return resp
-                err = QuorumLogError.for_code(resp.code, getattr(resp, "message", "") or "",
-                                              leader_id=getattr(resp, "leader_id", None))
+                err = error_of(resp)
+                unknown = unknown or resp.code in _UNKNOWN_OUTCOME
                 if resp.code == ResponseCode.NOT_LEADER:
                     redirect = self._on_not_leader(leader, err.leader_id)
                 raise err
             except QuorumLogError as e:
+                e.outcome_unknown = unknown
                 if not is_retriable(e):
                     raise
                 if _cut_short(e, cut, last):
-                    raise timeout_error(f"{what}: {attempt + 1} attempts", last)
+                    raise _with_outcome(timeout_error(f"{what}: {attempt + 1} attempts", last), unknown)
+                if isinstance(e, Timeout) and cut and deadline.expired:
+                    raise _with_outcome(Timeout(f"{what}: no answer within the call's {self.timeout_ms + extra_ms} "
+                                                f"ms ({attempt + 1} attempts)"), unknown) from None
                 last = e
                 if leader is not None and not isinstance(e, NotLeader) and e.code in (
                         ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT):
@@ -280,7 +290,7 @@ class Client:
             if not is_leader_search(last):
                 other_failures += 1
             if other_failures > self.max_retries or deadline.expired:
-                raise timeout_error(f"{what}: {attempt} attempts", last)
+                raise _with_outcome(timeout_error(f"{what}: {attempt} attempts", last), unknown)
             if redirect and attempt <= len(self.peers):
                 log.debug("redirect to leader=%s", self._leader_id)
                 continue  # a named new leader: go there at once
@@ -432,7 +442,9 @@ class Client:
             await asyncio.sleep(min(backoff_ms(attempt, self._rng, last), deadline.remaining_ms()) / 1000)
 
     async def get(self, index: int) -> Entry:
-        """The committed entry at `index`; IndexOutOfRange if it is not committed or no longer kept.
+        """The committed entry at `index`. Refused with a kind of IndexOutOfRange that says why: NotCommittedYet
+        (past the committed index), IndexGap (committed, but a new leader's no-op or a membership change: indexes
+        can have gaps) or RemovedByRetention (before the log's begin index).
 
         Read-your-writes: an index this client has had acknowledged is always found, also right after a
         failover, when the new leader's committed index has not yet reached it (its no-op commits within a
@@ -445,7 +457,12 @@ class Client:
         for e in _decode(records):
             if e.index == index:
                 return e
-        raise IndexOutOfRange(f"index {index} not readable (begin_index={begin}, committed_index={committed})")
+        where = f"(begin_index={begin}, committed_index={committed})"
+        if index < begin:
+            raise RemovedByRetention(f"index {index} was removed by retention {where}")
+        if index > committed:
+            raise NotCommittedYet(f"index {index} is not committed yet {where}")
+        raise IndexGap(f"index {index} holds no entry: a leader's no-op or a membership change {where}")
 
     async def read(self, start: int = 0, end: int | None = None, follow: bool = False,
                    node: str | None = None, *, max_bytes: int = DEFAULT_READ_MAX_BYTES) -> AsyncIterator[Entry]:
@@ -479,7 +496,7 @@ class Client:
                 if follow:
                     continue  # the long-poll expired with nothing new: ask again
                 if next_index < begin:
-                    raise IndexOutOfRange(f"read: index {next_index} is before begin_index {begin} (retention)")
+                    raise RemovedByRetention(f"read: index {next_index} is before begin_index {begin} (retention)")
                 return
             for e in _decode(records):
                 yield e
@@ -586,6 +603,26 @@ def unreachable_summary(failures: list[tuple[str, str, str]]) -> str:
             + f" ({', '.join(members)})"
     return "no member answered: " + "; ".join(f"{', '.join(members)}: {cause.replace('{member}', 'it')}"
                                               for cause, members in by_cause.items())
+
+
+# Answers that do not say whether the request was applied: it may still commit.
+_UNKNOWN_OUTCOME = frozenset({ResponseCode.TIMEOUT, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED,
+                              ResponseCode.NETWORK_ERROR})
+
+
+def error_of(resp: Any) -> QuorumLogError:
+    """The error a refusal stands for, with what the answer tells beyond its code (the leader it names, the
+    version a compare-and-set found)."""
+    err = QuorumLogError.for_code(resp.code, getattr(resp, "message", "") or "",
+                                  leader_id=getattr(resp, "leader_id", None))
+    if isinstance(err, MetadataVersionConflict):
+        err.current_version = getattr(resp, "version", None)
+    return err
+
+
+def _with_outcome(err: QuorumLogError, unknown: bool) -> QuorumLogError:
+    err.outcome_unknown = unknown
+    return err
 
 
 def _cut_short(e: QuorumLogError, cut: bool, last: BaseException | None) -> bool:

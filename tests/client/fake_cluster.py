@@ -47,6 +47,8 @@ class FakeGroup:
     chain: int = 0
     # Reads see the log's last `commit_lag` entries as not yet committed (a new leader before its no-op commits).
     commit_lag: int = 0
+    begin_index: int = 0  # reads refuse nothing below it but return nothing from before it (retention)
+    hidden: set[int] = field(default_factory=set)  # indexes reads skip, as a node skips no-op entries
 
     def __post_init__(self) -> None:
         self.committed = asyncio.Event()
@@ -144,12 +146,14 @@ class FakeNode:
                 except asyncio.TimeoutError:
                     pass
             last = g.committed_index if req.end < 0 else min(req.end, g.committed_index)
-            if req.start > last:
-                records = Records(req.start, req.start - 1, (), 0)
+            start = max(req.start, g.begin_index)
+            if start > last:
+                records = Records(start, start - 1, (), 0)
             else:
-                chunk = b"".join(g.records[req.start:last + 1])
-                records = Records(req.start, last, (chunk,), len(chunk))
-            session.send(ReadResponse(req.request_id, ResponseCode.SUCCESS, 0, g.committed_index, records))
+                chunk = b"".join(r for i, r in enumerate(g.records[start:last + 1], start) if i not in g.hidden)
+                records = Records(start, last, (chunk,), len(chunk))
+            session.send(ReadResponse(req.request_id, ResponseCode.SUCCESS, g.begin_index, g.committed_index,
+                                      records))
         elif isinstance(req, StatusRequest):
             if self.node_id in g.status_down:
                 session.send(StatusResponse(req.request_id, ResponseCode.INTERNAL_ERROR))

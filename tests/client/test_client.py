@@ -13,7 +13,8 @@ import pytest
 
 import quorumlog
 from quorumlog.codes import ResponseCode
-from quorumlog.errors import (EntryTooLarge, IndexOutOfRange, NotLeader, QuorumLogError, UnknownGroup)
+from quorumlog.errors import (EntryTooLarge, IndexGap, IndexOutOfRange, LeaderPendingFull, NetworkError,
+                              NotCommittedYet, NotLeader, QuorumLogError, RemovedByRetention, Timeout, UnknownGroup)
 from quorumlog.wire.client import AppendRequest
 
 from .fake_cluster import TIMESTAMP_MS, FakeCluster
@@ -494,3 +495,47 @@ def test_members_failing_differently_are_each_named():
     assert unreachable_summary([("n0", "h:1", "cannot connect to h:1: refused"),
                                 ("n1", "h:2", "h:2 closed the connection during the handshake")]) == \
         "no member answered: n0 h:1: cannot connect to it: refused; n1 h:2: it closed the connection during the handshake"
+
+
+def test_get_says_why_an_index_has_no_entry():
+    """Not committed yet, a gap (a leader's no-op: readers never see it), or removed by retention: three kinds of
+    IndexOutOfRange, so a caller can wait, skip or give up."""
+    async def go():
+        async with FakeCluster() as fc, quorumlog.Client(fc.peers_text) as c:
+            await c.append_batch([b"a", b"b", b"c", b"d"])
+            fc.group.hidden, fc.group.begin_index = {2}, 1
+            assert (await c.get(3)).body == b"d"
+            for index, kind in ((9, NotCommittedYet), (2, IndexGap), (0, RemovedByRetention)):
+                with pytest.raises(kind) as e:
+                    await c.get(index)
+                assert isinstance(e.value, IndexOutOfRange) and e.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+    run(go())
+
+
+def test_a_failed_write_says_whether_it_may_have_been_applied():
+    """outcome_unknown: True once an attempt reached a node and its outcome was never learned (no answer; an
+    answer that cannot tell), even when the last attempt's error is a plain refusal; False when every attempt
+    was refused or never sent."""
+    async def go():
+        async with FakeCluster() as fc:
+            peers = fc.peers_text
+            async with quorumlog.Client(fc.peers_text, linger_ms=0, max_retries=2) as c:
+                fc.group.error_codes = [ResponseCode.ENTRY_TOO_LARGE]
+                with pytest.raises(EntryTooLarge) as e:
+                    await c.append(b"x")
+                assert e.value.outcome_unknown is False
+                fc.group.error_codes = [ResponseCode.TERM_CHANGED] + [ResponseCode.LEADER_PENDING_FULL] * 5
+                with pytest.raises(LeaderPendingFull) as e:
+                    await c.append(b"y")
+                assert e.value.outcome_unknown is True  # the first attempt may yet commit
+            async with quorumlog.Client(fc.peers_text, linger_ms=0, timeout_ms=600, request_timeout_ms=250) as c:
+                fc.group.error_codes, fc.group.drop_responses = [], 100
+                with pytest.raises(Timeout) as e:
+                    await c.append(b"z")
+                assert e.value.outcome_unknown is True
+                assert "within the call's 600 ms" in str(e.value), e.value  # its whole budget, not the last cut
+        async with quorumlog.Client(peers, linger_ms=0, timeout_ms=300) as c:  # every node gone
+            with pytest.raises(NetworkError) as e:
+                await c.append(b"never sent")
+            assert e.value.outcome_unknown is False
+    run(go())

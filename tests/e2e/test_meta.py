@@ -57,8 +57,9 @@ def test_kv_is_linearizable_through_a_kill_9_of_its_leader_and_watch_misses_noth
             assert set(c.peers) == {"n0", "n1", "n2"}
         async with Client(cluster.peers, timeout_ms=15_000, request_timeout_ms=1_000) as client:
             assert await client.kv_put("w/0", b"v0", expected_version=0) == 1
-            with pytest.raises(MetadataVersionConflict):
+            with pytest.raises(MetadataVersionConflict) as conflict:
                 await client.kv_put("w/0", b"again", expected_version=0)
+            assert conflict.value.current_version == 1 and not conflict.value.outcome_unknown  # (nothing written)
             seen = []
 
             async def watch() -> None:
