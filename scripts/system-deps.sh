@@ -12,6 +12,8 @@ command -v cc >/dev/null || need+=(gcc libc6-dev)
 # chromedriver; nothing is downloaded at run time).
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# systemd-analyze: the shipped systemd unit is verified in the tests.
+command -v systemd-analyze >/dev/null || need+=(systemd)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then echo "system-deps: missing ${need[*]} and not root; install them by hand" >&2; exit 1; fi
 # Another apt (unattended upgrades on a fresh machine) may hold the lock: wait for it, saying so, rather than fail.
