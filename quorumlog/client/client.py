@@ -179,12 +179,7 @@ class Client:
         batch = tuple(_as_bytes(b) for b in bodies)
         if not batch:
             raise EmptyBatch("append_batch: no bodies")
-        if (client_id is None) != (seq is None):
-            raise ValueError("append_batch: give both client_id and seq, or neither")
-        if client_id is None:
-            client_id, seq = self.client_id, self.next_seq()
-        elif not 0 < client_id < U64_MAX or seq < 0:
-            raise ValueError(f"append_batch: client_id {client_id} must be in 1..2**64-2 and seq {seq} ≥ 0")
+        client_id, seq = _idempotency(client_id, seq, "append_batch") or (self.client_id, self.next_seq())
         resp = await self._append_with_retries(batch, client_id, seq)
         offsets = resp.offsets or (-1,) * (resp.last_index - resp.first_index + 1)
         return [AppendResult(resp.first_index + k, resp.term, offsets[k]) for k in range(len(offsets))]
@@ -558,18 +553,23 @@ class Client:
         """(value, version) of `key`, or None; linearizable (the leader confirms with a quorum first)."""
         return await self._kv().get(key)
 
-    async def kv_put(self, key: str, value: bytes, expected_version: int | None = None) -> int:
+    async def kv_put(self, key: str, value: bytes, expected_version: int | None = None, *,
+                     client_id: int | None = None, seq: int | None = None) -> int:
         """Store `value` under `key`; returns its new version. `expected_version` makes it a compare-and-set
-        (0: create only); a mismatch raises MetadataVersionConflict and changes nothing."""
-        return await self._kv().put(key, value, expected_version)
+        (0: create only); a mismatch raises MetadataVersionConflict and changes nothing. `client_id`/`seq` fix
+        the write's idempotence key (as append_batch's): a retry with the same key, from any client, is applied
+        once and answers the first one's version (within the last 4096 writes the group remembers)."""
+        return await self._kv().put(key, value, expected_version, _idempotency(client_id, seq))
 
     async def kv_list(self, prefix: str = "") -> list[KeyValue]:
         """Every key under `prefix`, in key order (KeyValue: key, value, version, create/mod revision)."""
         return (await self._kv().list(prefix))[0]
 
-    async def kv_delete(self, key: str, expected_version: int | None = None) -> int:
-        """Delete `key` (compare-and-set with `expected_version`); returns the store's revision after it."""
-        return await self._kv().delete(key, expected_version)
+    async def kv_delete(self, key: str, expected_version: int | None = None, *,
+                        client_id: int | None = None, seq: int | None = None) -> int:
+        """Delete `key` (compare-and-set with `expected_version`); returns the store's revision after it.
+        `client_id`/`seq`: as kv_put's."""
+        return await self._kv().delete(key, expected_version, _idempotency(client_id, seq))
 
     def kv_watch(self, prefix: str = "", revision: int | None = None) -> AsyncIterator[Change]:
         """Changes under `prefix` after `revision` (default: from now), in order, forever: `async for change in
@@ -603,6 +603,17 @@ def unreachable_summary(failures: list[tuple[str, str, str]]) -> str:
             + f" ({', '.join(members)})"
     return "no member answered: " + "; ".join(f"{', '.join(members)}: {cause.replace('{member}', 'it')}"
                                               for cause, members in by_cause.items())
+
+
+def _idempotency(client_id: int | None, seq: int | None, what: str = "kv write") -> tuple[int, int] | None:
+    """A caller's idempotence key, checked, or None for the client's own."""
+    if (client_id is None) != (seq is None):
+        raise ValueError(f"{what}: give both client_id and seq, or neither")
+    if client_id is None or seq is None:
+        return None
+    if not 0 < client_id < U64_MAX or seq < 0:
+        raise ValueError(f"{what}: client_id {client_id} must be in 1..2**64-2 and seq {seq} ≥ 0")
+    return client_id, seq
 
 
 # Answers that do not say whether the request was applied: it may still commit.

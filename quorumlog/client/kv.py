@@ -56,21 +56,27 @@ class KvCalls:
         resp = await self._call(lambda rid: KvRequest(rid, "list", prefix), f"kv list {prefix!r}")
         return [_key_value(it) for it in resp.items], resp.revision
 
-    async def put(self, key: str, value: bytes, expected_version: int | None) -> int:
+    async def put(self, key: str, value: bytes, expected_version: int | None,
+                  idempotency: tuple[int, int] | None = None) -> int:
         if expected_version is not None and expected_version < 0:
             raise BadRequest(f"expected_version {expected_version} < 0")
-        seq = self.client.next_seq()
+        client_id, seq = self._key(idempotency)
         resp = await self._call(lambda rid: KvRequest(rid, "put", key, bytes(value), _expected(expected_version),
-                                                      client_id=self.client.client_id, seq=seq),
+                                                      client_id=client_id, seq=seq),
                                 f"kv put {key!r}")
         return resp.version
 
-    async def delete(self, key: str, expected_version: int | None) -> int:
-        seq = self.client.next_seq()
+    async def delete(self, key: str, expected_version: int | None, idempotency: tuple[int, int] | None = None) -> int:
+        client_id, seq = self._key(idempotency)
         resp = await self._call(lambda rid: KvRequest(rid, "delete", key, b"", _expected(expected_version),
-                                                      client_id=self.client.client_id, seq=seq),
+                                                      client_id=client_id, seq=seq),
                                 f"kv delete {key!r}")
         return resp.revision
+
+    def _key(self, idempotency: tuple[int, int] | None) -> tuple[int, int]:
+        """The write's (client_id, seq): the caller's, which a new client may reuse to retry a write whose
+        answer was lost, or this client's id and its next sequence."""
+        return idempotency if idempotency is not None else (self.client.client_id, self.client.next_seq())
 
     async def watch(self, prefix: str, revision: int | None) -> AsyncIterator[Change]:
         if revision is None:

@@ -60,6 +60,12 @@ def test_kv_is_linearizable_through_a_kill_9_of_its_leader_and_watch_misses_noth
             with pytest.raises(MetadataVersionConflict) as conflict:
                 await client.kv_put("w/0", b"again", expected_version=0)
             assert conflict.value.current_version == 1 and not conflict.value.outcome_unknown  # (nothing written)
+            # an idempotence key a new client reuses: the retry is applied once and answers the first version
+            assert await client.kv_put("idem/k", b"x", client_id=4242, seq=0) == 1
+            async with Client(cluster.peers, timeout_ms=15_000) as other:
+                assert await other.kv_put("idem/k", b"x", client_id=4242, seq=0) == 1
+                assert (await other.kv_get("idem/k"))[1] == 1
+                assert await other.kv_put("idem/k", b"y", client_id=4242, seq=1) == 2
             seen = []
 
             async def watch() -> None:
