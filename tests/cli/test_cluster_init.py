@@ -10,14 +10,18 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from quorumlog.soak import netns
+from quorumlog.spark.local import wait_until  # (no Spark in it: a poll with a deadline)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 CLI = [sys.executable, "-m", "quorumlog.cli"]
@@ -34,16 +38,6 @@ def cli(*args: str, check: bool = True, timeout_s: float = 90) -> subprocess.Com
 
 def cli_json(*args: str, **kw):
     return json.loads(cli(*args, "--json", **kw).stdout)
-
-
-def poll(what: str, timeout_s: float, predicate, interval_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
-        time.sleep(interval_s)
 
 
 class Hosts:
@@ -144,14 +138,17 @@ def test_the_deploy_guide_on_three_hosts(hosts, tmp_path):
     for n in first:
         hosts.install(n, P, tls)
         hosts.start(n)
-    poll("the three nodes up, with a leader", 60,
-         lambda: cli("status", "--peers", P, "--json", check=False).returncode == 0)
+    wait_until(lambda: cli("status", "--peers", P, "--json", check=False).returncode == 0, 60, interval_s=0.2,
+               what="the three nodes up, with a leader")
     r = cli("kv", "get", "x", "--peers", P, "--timeout-ms", "2000", check=False)
     assert r.returncode == 1 and "UNKNOWN_GROUP" in r.stderr, r.stderr  # until `cluster init`
     assert cli_json("cluster", "init", "--peers", P) == {"meta": first, "created": True, "nodes": first}
     r = subprocess.run([*CLI, "status", "--peers", P, "--timeout-ms", "2000"], capture_output=True, text=True,
                        timeout=60, env={k: v for k, v in os.environ.items() if k != "QUORUMLOG_TOKEN"})
     assert r.returncode == 1 and "UNAUTHORIZED" in r.stderr, r.stderr  # no token, nothing served
+    assert "quorumlog_role" in http_get(hosts.links.host["n0"], "/metrics", tls / "ca.pem", TOKEN)
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        http_get(hosts.links.host["n0"], "/metrics", tls / "ca.pem", None)
 
     # a Raft group, a master/slave group, a ledger, a topic with a consumer group
     assert cli_json("group", "create", "orders", "--peers", P)["members"] == first
@@ -186,7 +183,7 @@ def test_the_deploy_guide_on_three_hosts(hosts, tmp_path):
 
     # everything written before is there, the new node holds its copy, and every kind still takes writes
     assert bodies(P2, "orders", "--node", "n3") == ["orders-1", "orders-2", "orders-3"]
-    cli("append", "--peers", P2, "--group", "ms", "ms-4")  # (once the controller made a slave master)
+    cli("append", "--peers", P2, "--group", "ms", "ms-4", "--timeout-ms", "30000")  # (once a slave is master)
     assert bodies(P2, "ms") == ["ms-1", "ms-2", "ms-3", "ms-4"]
     read = cli_json("ledger", "read", "--peers", P2, "--id", str(ledger["ledger_id"]))
     assert [e["body"] for e in read["entries"]] == ["l0", "l1", "l2"]
@@ -194,9 +191,17 @@ def test_the_deploy_guide_on_three_hosts(hosts, tmp_path):
     assert consumed(P2, "--consumer-group", "cg", "--max", "1") == ["m4"]  # from the offsets committed before
     assert consumed(P2, "--max", "4") == ["m1", "m2", "m3", "m4"]
     # auto-recovery copies the lost bookie's fragments to n3 (the only bookie outside the ensemble)
-    poll("the ledger re-replicated", 60, lambda: all(
-        lost not in s["bookies"] for s in cli_json("ledger", "describe", "--peers", P2, "--id",
-                                                   str(ledger["ledger_id"]))["ensembles"]), interval_s=1)
+    wait_until(lambda: all(lost not in s["bookies"] for s in cli_json(
+        "ledger", "describe", "--peers", P2, "--id", str(ledger["ledger_id"]))["ensembles"]), 60, interval_s=1,
+        what="the ledger re-replicated")
+
+
+def http_get(host: str, path: str, ca: Path, token: str | None) -> str:
+    """The guide's `http_port` 8001: TLS with the node's certificate, and the token."""
+    req = urllib.request.Request(f"https://{host}:8001{path}",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(req, context=ssl.create_default_context(cafile=str(ca)), timeout=10) as r:
+        return r.read().decode()
 
 
 def bodies(peers: str, group: str, *args: str) -> list[str]:

@@ -21,7 +21,7 @@ from quorumlog.spark.local import LocalCluster, _log4j2_file, wait_until
 
 from .helpers import kill_tree
 
-pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(420)]  # (JVMs on a busy machine)
 
 REPO = Path(__file__).resolve().parents[2]
 MASTER = "org.apache.spark.deploy.master.Master"
@@ -69,8 +69,10 @@ class StandaloneSpark:
         self._daemon("start", MASTER, "--host", "127.0.0.1", "--port", str(self.port), "--webui-port",
                      str(self.ui_port))
         self._daemon("start", WORKER, "--host", "127.0.0.1", "--port", str(self.worker_port), "--webui-port", "0",
-                     "--cores", "2", "--memory", "1g", self.url)
-        wait_until(self._worker_alive, 90, interval_s=0.5, what="the worker registered with the master")
+                     "--cores", "2", "--memory", "1g", self.url)  # (it retries until the master listens)
+
+    def wait_ready(self) -> None:
+        wait_until(self._worker_alive, 120, interval_s=0.5, what="the worker registered with the master")
 
     def _worker_alive(self) -> bool:
         try:  # the master's web UI answers with its state as JSON (its logs say only errors here)
@@ -98,9 +100,11 @@ class StandaloneSpark:
 
 def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
     home = spark_home()
-    cluster = LocalCluster.up(tmp_path / "ql")
     spark = StandaloneSpark(home, tmp_path / "spark")
+    cluster = None
     try:
+        spark.start()  # the JVMs start while the cluster comes up and is written to
+        cluster = LocalCluster.up(tmp_path / "ql")
         keys = [f"k{i % 7}" for i in range(500)]
         with quorumlog.connect(cluster.peers) as c:
             c.append_batch([json.dumps({"key": k, "n": i}).encode() for i, k in enumerate(keys)])
@@ -112,7 +116,7 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
             subprocess.run([*cli, "produce", "--topic", "t", "--key", key, "--peers", cluster.peers,
                             *(f"{key}{i}" for i in range(n))], check=True, capture_output=True, timeout=60)
             sent[key] = n
-        spark.start()
+        spark.wait_ready()
         out = tmp_path / "counts"
         argv = [str(home / "bin" / "spark-submit"), "--master", spark.url, "--executor-memory", "512m",
                 "--driver-memory", "512m", "--conf", "spark.ui.enabled=false",
@@ -124,11 +128,13 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
             job = subprocess.Popen(argv, env={**spark.env, "PYSPARK_DRIVER_PYTHON": sys.executable},
                                    stdout=job_out, stderr=job_err, text=True)
             try:
-                code = job.wait(180)
-            except BaseException:
-                kill_tree(job.pid)  # spark-submit's JVM and the Python driver under it
-                job.wait(10)
-                raise
+                code = job.wait(240)
+            except subprocess.TimeoutExpired:
+                code = "timed out"
+            finally:
+                if job.poll() is None:
+                    kill_tree(job.pid)  # spark-submit's JVM and the Python driver under it
+                    job.wait(10)
         job_stdout = (tmp_path / "job.out").read_text()
         assert code == 0, f"spark-submit: {code}\n{job_stdout[-3000:]}\n{(tmp_path / 'job.err').read_text()[-5000:]}"
         import pyarrow.parquet as pq
@@ -144,4 +150,5 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
         raise
     finally:
         spark.stop()
-        cluster.down()
+        if cluster is not None:
+            cluster.down()
