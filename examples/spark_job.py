@@ -35,6 +35,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     spark = SparkSession.builder.appName("quorumlog-counts").getOrCreate()
     quorumlog.spark.register(spark)  # format("quorumlog")
+
     def read(**options):
         return spark.read.format("quorumlog").option("peers", args.peers).options(**options).load()
 
@@ -48,7 +49,7 @@ def main(argv=None) -> None:
         messages = read(topic=args.topic)
         counts.append(messages.groupBy("key").count().withColumn("source", F.lit(f"topic {args.topic}")))
     result = counts[0] if len(counts) == 1 else counts[0].unionByName(counts[1])
-    result = result.select("source", "key", "count").orderBy("source", "key").cache()
+    result = result.select("source", "key", "count").orderBy("source", "key").cache()  # (two actions below)
     result.show(truncate=False)
     if args.output:
         result.write.mode("overwrite").parquet(args.output)

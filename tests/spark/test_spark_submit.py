@@ -21,7 +21,9 @@ from quorumlog.spark.local import LocalCluster, _log4j2_file, wait_until
 
 from .helpers import kill_tree
 
-pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(420)]  # (JVMs on a busy machine)
+pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.timeout(600)]
+# Four JVMs and their Python workers: most of its time is their start-up, 4-6 min beside a busy suite on 2 cores.
+JOB_TIMEOUT_S = 420
 
 REPO = Path(__file__).resolve().parents[2]
 MASTER = "org.apache.spark.deploy.master.Master"
@@ -120,7 +122,7 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
         out = tmp_path / "counts"
         argv = [str(home / "bin" / "spark-submit"), "--master", spark.url, "--executor-memory", "512m",
                 "--driver-memory", "512m", "--conf", "spark.ui.enabled=false",
-                "--conf", "spark.driver.host=127.0.0.1",
+                "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.sql.shuffle.partitions=2",
                 "--driver-java-options", f"-Dlog4j2.configurationFile=file:{_log4j2_file()}",
                 "--py-files", str(package_zip(tmp_path / "quorumlog.zip")), str(REPO / "examples" / "spark_job.py"),
                 "--peers", cluster.peers, "--group", cluster.group, "--topic", "t", "--output", str(out)]
@@ -128,7 +130,7 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
             job = subprocess.Popen(argv, env={**spark.env, "PYSPARK_DRIVER_PYTHON": sys.executable},
                                    stdout=job_out, stderr=job_err, text=True)
             try:
-                code = job.wait(240)
+                code = job.wait(JOB_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 code = "timed out"
             finally:
