@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 import zipfile
 from collections import Counter
@@ -104,6 +105,7 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
     home = spark_home()
     spark = StandaloneSpark(home, tmp_path / "spark")
     cluster = None
+    t0 = time.monotonic()
     try:
         spark.start()  # the JVMs start while the cluster comes up and is written to
         cluster = LocalCluster.up(tmp_path / "ql")
@@ -118,7 +120,9 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
             subprocess.run([*cli, "produce", "--topic", "t", "--key", key, "--peers", cluster.peers,
                             *(f"{key}{i}" for i in range(n))], check=True, capture_output=True, timeout=60)
             sent[key] = n
+        t_data = time.monotonic()
         spark.wait_ready()
+        t_ready = time.monotonic()
         out = tmp_path / "counts"
         argv = [str(home / "bin" / "spark-submit"), "--master", spark.url, "--executor-memory", "512m",
                 "--driver-memory", "512m", "--conf", "spark.ui.enabled=false",
@@ -137,6 +141,9 @@ def test_spark_submit_runs_the_example_job_on_a_standalone_cluster(tmp_path):
                 if job.poll() is None:
                     kill_tree(job.pid)  # spark-submit's JVM and the Python driver under it
                     job.wait(10)
+        t_job = time.monotonic()
+        print(f"cluster up and written: {t_data - t0:.1f} s; Spark ready {t_ready - t_data:.1f} s later; "
+              f"spark-submit: {t_job - t_ready:.1f} s")  # (where the wall time goes: -s, or a failure)
         job_stdout = (tmp_path / "job.out").read_text()
         assert code == 0, f"spark-submit: {code}\n{job_stdout[-3000:]}\n{(tmp_path / 'job.err').read_text()[-5000:]}"
         import pyarrow.parquet as pq
