@@ -96,8 +96,10 @@ class StandaloneSpark:
                 pass
             if pid_file is not None and pid_file.exists():  # the stop script gave up, or failed: by pid
                 try:
-                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
+                    pid = int(pid_file.read_text())
+                    if cls.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():  # (still that daemon)
+                        os.kill(pid, signal.SIGKILL)
+                except (OSError, ValueError):
                     pass
 
 
