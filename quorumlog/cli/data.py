@@ -58,7 +58,17 @@ def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
     if not any(n.reachable for n in nodes):
         # The one --json command that prints on failure: the rows (every node `unreachable`, with its error)
         # are the diagnosis. Exit 1 and the usual error line on stderr say it failed.
-        die(ResponseCode.NETWORK_ERROR, f"no member of group {t.group} answered")
+        die(*_why_none_answered(nodes, f"no member of group {t.group} answered"))
+
+
+def _why_none_answered(nodes, what: str) -> tuple[ResponseCode, str]:
+    """Every member refused alike (UNAUTHORIZED: no or a wrong token): that code, not NETWORK_ERROR, which would
+    send an operator looking at the network."""
+    codes = {(n.error or "").split(":", 1)[0] for n in nodes}
+    code = codes.pop() if len(codes) == 1 else ""
+    if code in ResponseCode.__members__ and code not in ("SUCCESS", "NETWORK_ERROR"):
+        return ResponseCode[code], f"{what}: {nodes[0].error}"
+    return ResponseCode.NETWORK_ERROR, what
 
 
 def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:

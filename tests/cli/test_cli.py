@@ -272,6 +272,18 @@ def test_status_of_a_cluster_nobody_answers_exits_1_with_json(tmp_path):
     assert r.stderr.strip() == "quorumlog: error: NETWORK_ERROR: no member of group default answered"
 
 
+def test_status_names_the_code_every_node_refused_with():
+    """No token (or a wrong one): every node says UNAUTHORIZED, and so does `status`, not NETWORK_ERROR."""
+    from quorumlog.cli.data import _why_none_answered
+    from quorumlog.client.types import NodeStatus
+    from quorumlog.codes import ResponseCode
+
+    refused = [NodeStatus.unreachable(n, "h:1", "UNAUTHORIZED: status of " + n) for n in ("n0", "n1")]
+    assert _why_none_answered(refused, "none") == (ResponseCode.UNAUTHORIZED, "none: UNAUTHORIZED: status of n0")
+    mixed = [refused[0], NodeStatus.unreachable("n1", "h:1", "NETWORK_ERROR: cannot connect")]
+    assert _why_none_answered(mixed, "none") == (ResponseCode.NETWORK_ERROR, "none")
+
+
 def test_json_output_is_written_whole_to_a_slow_non_blocking_pipe():
     """`read --json` of ~1 MB through a pipe with PYTHONUNBUFFERED=1 stopped after one short write
     (64 KiB of a non-blocking pipe) and exited 0. print_json loops until everything is written."""
