@@ -1,6 +1,6 @@
 """The node runtime: one process, one asyncio loop, one listener and one set of peer links hosting many groups.
 
-Each group is a Replica (replica.py): its own raft core, store and group commit. The node owns what they
+Each group is a Replica (raft_group/replica.py): its own raft core, store and group commit. The node owns what they
 share: the transport (a peer link between two nodes carries every group they both host, each message tagged
 with its group), one fsync thread for every group's store, the disk guard, the ticker and the HTTP port. It
 routes a peer message to its group's replica and a client request to the group its connection named.
@@ -36,15 +36,15 @@ from ..wire.client import (
     ReadRequest, ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
 from ..wire.ledger import BookieOpRequest
-from .auto_recovery import AutoRecovery
-from .bookie_service import GC_INTERVAL_MS, BookieService
-from .cluster_calls import ClusterCalls
+from .services.auto_recovery import AutoRecovery
+from .services.bookie import GC_INTERVAL_MS, BookieService
+from .services.cluster_calls import ClusterCalls
 from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
 from .loop_lag import LoopLagMonitor
 from .metrics import NodeMetrics
-from .replica import Replica, now_ms
-from .master_slave import MODE as MASTER_SLAVE, MasterSlaveReplica
+from .raft_group.replica import Replica, now_ms
+from .master_slave.member import MODE as MASTER_SLAVE, MasterSlaveReplica
 from .status_page import status_page
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class Node:
         self.fatal.set()
 
     def _on_peer_hello(self, node_id: str, address: str) -> None:
-        """A peer linked to us and said where it listens: a group still joining links back to it (replica.py
+        """A peer linked to us and said where it listens: a group still joining links back to it (raft_group/replica.py
         `members`), as it may be the leader that added us, unknown to our bootstrap peers."""
         try:
             parsed = parse_address(address, what=f"peer {node_id!r}")
@@ -344,7 +344,7 @@ class Node:
         return replica
 
     def _replica_for(self, config: NodeConfig, definition: dict):
-        """A Raft replica, or a master/slave group's member (master_slave.py) when the definition says so."""
+        """A Raft replica, or a master/slave group's member (master_slave/member.py) when the definition says so."""
         mode = definition.get("mode", "raft")
         if mode == MASTER_SLAVE:
             return MasterSlaveReplica(self, config, definition)

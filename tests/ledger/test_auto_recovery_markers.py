@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from quorumlog.ledger.metadata import LedgerMetadata, Segment, State
 from quorumlog.ledger.replication import marker_lost
-from quorumlog.server.auto_recovery import AutoRecovery, marker_key
+from quorumlog.server.services.auto_recovery import AutoRecovery, marker_key
 
 
 def test_a_bookie_back_with_its_data_leaves_the_marker_one_still_gone_stays():

@@ -1,4 +1,4 @@
-"""The consumer-group service (server/consumer_groups.py) with a stand-in `_meta` leader: what the runtime
+"""The consumer-group service (server/services/consumer_groups.py) with a stand-in `_meta` leader: what the runtime
 hands the coordinator at a join — each member's own session timeout, each topic's own queues."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, encode_put
 from quorumlog.raft.types import Role
-from quorumlog.server import consumer_groups
-from quorumlog.server.consumer_groups import ConsumerGroupService
+from quorumlog.server.services import consumer_groups
+from quorumlog.server.services.consumer_groups import ConsumerGroupService
 from quorumlog.wire.client import ConsumerGroupRequest
 
 

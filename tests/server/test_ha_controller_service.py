@@ -1,4 +1,4 @@
-"""The controller service on the `_meta` leader (server/ha_controller.py) with a stand-in replica: an election is
+"""The controller service on the `_meta` leader (server/services/ha_controller.py) with a stand-in replica: an election is
 written only after a ReadIndex round confirms the leadership (found by the master/slave soak, seed 2611: a
 partitioned `_meta` leader elected the one member it could hear, its stale entry was committed when it led
 again, and a slave truncated acknowledged appends to follow the master it named)."""
@@ -13,7 +13,7 @@ from typing import Any
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, decode_command
 from quorumlog.raft.types import ClientAppend, ClientRead, Completion, Role
-from quorumlog.server.ha_controller import MASTER_TIMEOUT_MS, HAControllerService
+from quorumlog.server.services.ha_controller import MASTER_TIMEOUT_MS, HAControllerService
 from quorumlog.wire.client import HaControllerRequest
 
 MEMBERS = ["n0", "n1", "n2"]

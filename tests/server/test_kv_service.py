@@ -1,4 +1,4 @@
-"""The key/value service's runtime decisions (server/kv_service.py), with a stand-in replica: the answer to a
+"""The key/value service's runtime decisions (server/services/kv.py), with a stand-in replica: the answer to a
 retried write whose result is no longer kept, and where a member that needs a snapshot fetches it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, encode_put
-from quorumlog.server.kv_service import KvService
-from quorumlog.server.replica import _Pending
+from quorumlog.server.services.kv import KvService
+from quorumlog.server.raft_group.replica import _Pending
 from quorumlog.wire.client import KvRequest
 
 
@@ -104,8 +104,8 @@ def _member(runner: _Runner, state_machine: str = "topics"):
 
 
 def test_a_snapshot_larger_than_a_frame_is_fetched_in_chunks(monkeypatch):
-    from quorumlog.server import kv_service
-    from quorumlog.server.kv_service import fetch_snapshot
+    from quorumlog.server.services import kv as kv_service
+    from quorumlog.server.services.kv import fetch_snapshot
     monkeypatch.setattr(kv_service, "SNAPSHOT_CHUNK_BYTES", 30)  # (a frame holds 64 MiB: 30 bytes stand for it)
     data = bytes(range(100))
     runner = _Runner([(41, data), (57, b"newer" * 40)])

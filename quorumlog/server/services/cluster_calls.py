@@ -14,17 +14,17 @@ import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..codes import ResponseCode
-from ..errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
-from ..ledger.metadata import LedgerMetadata
-from ..peers import parse_address
-from ..transport import ClientConnection
-from ..transport.handshake import NODE_LINK
-from ..wire.client import HaControllerRequest, KvItem, KvRequest, KvResponse, StatusRequest
-from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
+from ...codes import ResponseCode
+from ...errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
+from ...ledger.metadata import LedgerMetadata
+from ...peers import parse_address
+from ...transport import ClientConnection
+from ...transport.handshake import NODE_LINK
+from ...wire.client import HaControllerRequest, KvItem, KvRequest, KvResponse, StatusRequest
+from ...wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 
 if TYPE_CHECKING:
-    from .node import Node
+    from ..node import Node
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The topic requests of a group that runs the topic dispatcher (topic/dispatcher.py), on one member: a Raft
-replica (replica.py) or a master/slave group's member (master_slave.py), which each store a send their way
+replica (raft_group/replica.py) or a master/slave group's member (master_slave/member.py), which each store a send their way
 (`append_messages`, answered through `sent`).
 
 - send: the encoded messages (topic/message.py, checked again here) are appended as one batch with the
@@ -26,15 +26,15 @@ from bisect import bisect_left, bisect_right
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Iterator
 
-from ..codes import ResponseCode
-from ..errors import IndexOutOfRange
-from ..format.log_entry import iter_records, record_columns, record_positions
-from ..topic.consume_queue import UNIT
-from ..topic.message import TOPIC_RE, fast, head, tag_hash
-from ..wire.client import PackedMessages, TopicRequest, TopicResponse
+from ...codes import ResponseCode
+from ...errors import IndexOutOfRange
+from ...format.log_entry import iter_records, record_columns, record_positions
+from ...topic.consume_queue import UNIT
+from ...topic.message import TOPIC_RE, fast, head, tag_hash
+from ...wire.client import PackedMessages, TopicRequest, TopicResponse
 
 if TYPE_CHECKING:
-    from .replica import Replica
+    from ..raft_group.replica import Replica
 
 _LOG_INDEX = attrgetter("log_index")
 _LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)

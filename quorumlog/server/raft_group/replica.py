@@ -21,33 +21,33 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..codes import ResponseCode
-from ..config import Flush, NodeConfig
-from ..errors import QuorumLogError
-from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
-from ..peers import parse_address
-from ..topic.dispatcher import TopicDispatcher
-from ..transport.handshake import ANY_MEMBER
-from ..raft.types import (
+from ...codes import ResponseCode
+from ...config import Flush, NodeConfig
+from ...errors import QuorumLogError
+from ...format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
+from ...peers import parse_address
+from ...topic.dispatcher import TopicDispatcher
+from ...transport.handshake import ANY_MEMBER
+from ...raft.types import (
     AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Ready, Receive, Role,
     SnapshotNeeded, StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
 )
-from ..wire.client import (
+from ...wire.client import (
     AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, HaControllerRequest, KvRequest,
     KvResponse,
     MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
     TopicRequest, TopicResponse, TransferLeaderRequest, TransferLeaderResponse,
 )
-from . import kv_service
-from .consumer_groups import ConsumerGroupService
-from .ha_controller import HAControllerService
-from .topic_service import TopicService
-from .flush_thread import ThreadedGroupCommitter
-from .group_commit import GroupCommitter
+from ..services import kv as kv_service
+from ..services.consumer_groups import ConsumerGroupService
+from ..services.ha_controller import HAControllerService
+from ..services.topics import TopicService
+from ..flush_thread import ThreadedGroupCommitter
+from ..group_commit import GroupCommitter
 from .hard_state import open_hard_state, save_hard_state
-from .metrics import GroupMetrics
-from .reads import CommitNotifier, serve_read
-from .repeated_log import RepeatedLog
+from ..metrics import GroupMetrics
+from ..reads import CommitNotifier, serve_read
+from ..repeated_log import RepeatedLog
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Replica:
                  if not self.sync_flush else "")
         self.notifier.advance(self.store.committed_index)
         if self.state_machine is not None:
-            from .state_machine_host import StateMachineHost
+            from ..state_machine_host import StateMachineHost
             kind = {"kv": {}, "topics": {"machine_type": TopicDispatcher, "suffix": "topics"}}[self.state_machine]
             self.sm = StateMachineHost(cfg.data_dir, self.store, snapshot_every=cfg.snapshot_every, **kind)
             self.sm.on_commit(self.store.committed_index)  # replay what the newest snapshot does not hold
@@ -528,7 +528,7 @@ class Replica:
         self.step(ClientAppend(rid, bodies, request.client_id, request.seq))
 
     def append_messages(self, session: Any, request: TopicRequest) -> None:
-        """A topic send's batch (checked by topic_service.py): through the core like an append, with the client's
+        """A topic send's batch (checked by services/topics.py): through the core like an append, with the client's
         producer id and sequence; the completion goes back to TopicService.sent."""
         rid = self._new_request_id()
         self._pending[rid] = _Pending(session, request.request_id, "topic_send", time.perf_counter(), request=request)
@@ -546,7 +546,7 @@ class Replica:
         return None  # (every member of a Raft group serves reads up to what it knows committed)
 
     def suggested_slave(self, read_to: int) -> str | None:
-        return None  # (a master/slave group's notion: master_slave.py)
+        return None  # (a master/slave group's notion: master_slave/member.py)
 
     def holds_everything_committed(self) -> bool:
         """Leader, with an entry of its term committed (so it holds everything ever committed), all applied."""
@@ -732,10 +732,10 @@ def directory_bytes(data_dir: str) -> int:
 
 
 def _default_core_factory(raft_config, log_view, hard_state, rng, start_ms):
-    from ..raft.core import RaftCore
+    from ...raft.core import RaftCore
     return RaftCore(raft_config, log_view, hard_state, rng, start_ms)
 
 
 def open_store(cfg: NodeConfig):
-    from ..store.file_store import FileStore
+    from ...store.file_store import FileStore
     return FileStore(os.path.join(cfg.data_dir, "store"), cfg.store_config())

@@ -19,16 +19,16 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..codes import ResponseCode
-from ..errors import BadRequest, QuorumLogError, WatchCompacted
-from ..meta.kv import encode_delete, encode_put
-from ..raft.types import ClientAppend, ClientRead, Completion
-from ..transport.client_connection import ClientConnection
-from ..transport.frames import MAX_FRAME_BYTES
-from ..wire.client import KvItem, KvRequest, KvResponse
+from ...codes import ResponseCode
+from ...errors import BadRequest, QuorumLogError, WatchCompacted
+from ...meta.kv import encode_delete, encode_put
+from ...raft.types import ClientAppend, ClientRead, Completion
+from ...transport.client_connection import ClientConnection
+from ...transport.frames import MAX_FRAME_BYTES
+from ...wire.client import KvItem, KvRequest, KvResponse
 
 if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+    from ..raft_group.replica import Replica, _Pending
 
 log = logging.getLogger(__name__)
 
@@ -262,5 +262,5 @@ async def fetch_snapshot(conn: Any) -> bytes:
 
 
 def _pending(r: "Replica", session: Any, req: KvRequest, kind: str) -> "_Pending":
-    from .replica import _Pending
+    from ..raft_group.replica import _Pending
     return _Pending(session, req.request_id, kind, time.perf_counter(), request=req)

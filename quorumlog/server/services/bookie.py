@@ -25,19 +25,19 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from ..bookie.add_items import scan_adds, scan_multi_adds
-from ..bookie.handler import BookieHandler
-from ..bookie.storage import CHECKPOINT, BookieConfig, BookieStorage, ReadLog, RemoveLog
-from ..codes import ResponseCode
-from ..errors import QuorumLogError
-from ..ledger.limbo import BookieLimbo
-from ..store.disk_guard import used_ratio
+from ...bookie.add_items import scan_adds, scan_multi_adds
+from ...bookie.handler import BookieHandler
+from ...bookie.storage import CHECKPOINT, BookieConfig, BookieStorage, ReadLog, RemoveLog
+from ...codes import ResponseCode
+from ...errors import QuorumLogError
+from ...ledger.limbo import BookieLimbo
+from ...store.disk_guard import used_ratio
 from .cluster_calls import BOOKIES_PREFIX
-from .durable_file import write_json_durably
-from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
+from ..durable_file import write_json_durably
+from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
 
 if TYPE_CHECKING:
-    from .node import Node
+    from ..node import Node
 
 log = logging.getLogger(__name__)
 

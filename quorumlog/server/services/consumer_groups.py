@@ -25,14 +25,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..codes import ResponseCode
-from ..meta.kv import encode_put
-from ..raft.types import ClientAppend, Completion, Role
-from ..topic.group_coordinator import GroupCoordinator, offset_key
-from ..wire.client import ConsumerGroupRequest, ConsumerGroupResponse
+from ...codes import ResponseCode
+from ...meta.kv import encode_put
+from ...raft.types import ClientAppend, Completion, Role
+from ...topic.group_coordinator import GroupCoordinator, offset_key
+from ...wire.client import ConsumerGroupRequest, ConsumerGroupResponse
 
 if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+    from ..raft_group.replica import Replica, _Pending
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class ConsumerGroupService:
         if not bodies:
             return answer(ResponseCode.SUCCESS)
         r = self.replica
-        from .replica import _Pending
+        from ..raft_group.replica import _Pending
         rid = r._new_request_id()
         r._pending[rid] = _Pending(session, req.request_id, "cg_commit", time.perf_counter(), request=req)
         r.step(ClientAppend(rid, tuple(bodies), 0, -1))

@@ -26,17 +26,17 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ..codes import ResponseCode
-from ..errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
-from ..ledger.driver import recover
-from ..ledger.metadata import LedgerMetadata, State, write_set_positions
-from ..ledger.replication import Fragment, entries_to_copy, fragments_on, marker_lost, with_replacement
-from ..raft.types import Role
-from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest
+from ...codes import ResponseCode
+from ...errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
+from ...ledger.driver import recover
+from ...ledger.metadata import LedgerMetadata, State, write_set_positions
+from ...ledger.replication import Fragment, entries_to_copy, fragments_on, marker_lost, with_replacement
+from ...raft.types import Role
+from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest
 from .cluster_calls import INFO_TIMEOUT_MS, META_GROUP
 
 if TYPE_CHECKING:
-    from .node import Node
+    from ..node import Node
 
 log = logging.getLogger(__name__)
 

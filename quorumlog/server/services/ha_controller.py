@@ -38,14 +38,14 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..codes import ResponseCode
-from ..ha.controller import HAController
-from ..meta.kv import encode_put
-from ..raft.types import ClientAppend, ClientRead, Completion, Role
-from ..wire.client import HaControllerRequest, HaControllerResponse
+from ...codes import ResponseCode
+from ...ha.controller import HAController
+from ...meta.kv import encode_put
+from ...raft.types import ClientAppend, ClientRead, Completion, Role
+from ...wire.client import HaControllerRequest, HaControllerResponse
 
 if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+    from ..raft_group.replica import Replica, _Pending
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class HAControllerService:
 
     # -- durable changes -----------------------------------------------------------------------------------
     def _write(self, group: str, c: HAController, session: Any = None, req: Any = None) -> None:
-        from .replica import _Pending
+        from ..raft_group.replica import _Pending
         r = self.replica
         state = _state(c)
         self._writing.add(group)
@@ -196,7 +196,7 @@ class HAControllerService:
 
     def _confirm_then_write(self, group: str) -> None:
         """A ReadIndex round first (see the module's doc); confirmed() writes the election or forgets it."""
-        from .replica import _Pending
+        from ..raft_group.replica import _Pending
         r = self.replica
         self._writing.add(group)
         rid = r._new_request_id()

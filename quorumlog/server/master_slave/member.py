@@ -18,7 +18,7 @@ The confirm offset — the lowest offset held across the SyncStateSet (fsynced h
 it) — is the group's commit point: no reader, on the master or on a slave (`slave_read_enable`), sees beyond
 it.
 
-The master is the controller's (server/ha_controller.py, on the `_meta` leader): every member heartbeats it
+The master is the controller's (server/services/ha_controller.py, on the `_meta` leader): every member heartbeats it
 every HEARTBEAT_MS and follows the committed {master, epoch, sync_state_set} it answers. A master takes writes
 only within the lease its last answered heartbeat gave (send time + lease_ms), so a master cut off from the
 controller stops before the controller elects another. On becoming master it appends its epoch entry
@@ -42,30 +42,30 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..codes import ResponseCode
-from ..config import Flush, NodeConfig
-from ..errors import DiskError, DiskFull, QuorumLogError
-from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
-from ..ha.epochs import EpochCache, EpochEntry
-from ..ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
-from ..ha.master import Ack, HAConfig
-from ..ha.messages import Drop
-from ..store.files import is_enospc
-from ..topic.dispatcher import TopicDispatcher
-from ..wire.client import (
+from ...codes import ResponseCode
+from ...config import Flush, NodeConfig
+from ...errors import DiskError, DiskFull, QuorumLogError
+from ...ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
+from ...ha.epochs import EpochCache, EpochEntry
+from ...ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
+from ...ha.master import Ack, HAConfig
+from ...ha.messages import Drop
+from ...store.files import is_enospc
+from ...topic.dispatcher import TopicDispatcher
+from ...wire.client import (
     AppendRequest, AppendResponse, KvRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest,
 )
-from ..wire.messages import HaEpochs, HaReport, HaTransfer
-from .durable_file import write_json_durably
-from .flush_thread import ThreadedGroupCommitter
+from ...wire.messages import HaEpochs, HaReport, HaTransfer
+from ..durable_file import write_json_durably
+from ..flush_thread import ThreadedGroupCommitter
 from .ha_store import StoreHALog
-from .kv_service import KvService
-from .metrics import GroupMetrics
-from .reads import CommitNotifier, serve_read
-from .repeated_log import RepeatedLog
-from .state_machine_host import StateMachineHost
-from .topic_service import TopicService
-from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
+from ..services.kv import KvService
+from ..metrics import GroupMetrics
+from ..reads import CommitNotifier, serve_read
+from ..repeated_log import RepeatedLog
+from ..state_machine_host import StateMachineHost
+from ..services.topics import TopicService
+from ..raft_group.replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class _Append:
 
 class MasterSlaveReplica:
     mode = MODE
-    _send = staticmethod(_send)  # (for the services it hosts: topic_service.py, kv_service.py)
+    _send = staticmethod(_send)  # (for the services it hosts: services/topics.py, services/kv.py)
 
     def __init__(self, host: Any, config: NodeConfig, definition: dict) -> None:
         self.host = host
@@ -164,7 +164,7 @@ class MasterSlaveReplica:
         self._not_taken_log = RepeatedLog(log)
         # A topic group's dispatcher (topics on master/slave groups): applied up to the confirm offset, as
         # RocketMQ 5's ReputMessageService dispatches up to it in controller mode; snapshots and snapshot
-        # installs as a Raft group's (kv_service.py), from the master.
+        # installs as a Raft group's (services/kv.py), from the master.
         self.state_machine = definition.get("state_machine")
         if self.state_machine not in (None, "topics"):
             raise ValueError(f"a master/slave group runs no {self.state_machine!r} state machine (only topics)")
@@ -818,7 +818,7 @@ class MasterSlaveReplica:
         return None
 
     def append_messages(self, session: Any, request: TopicRequest) -> None:
-        """A topic send's batch (checked by topic_service.py), stored like an append; the answer goes to
+        """A topic send's batch (checked by services/topics.py), stored like an append; the answer goes to
         TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
         under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
         self._client_append(session, request, topic=True)
@@ -944,5 +944,5 @@ class MasterSlaveReplica:
 
 
 def _refusal(request: Any, code: ResponseCode, message: str) -> Any:
-    from .node import _refusal as refusal
+    from ..node import _refusal as refusal
     return refusal(request, code, message)
