@@ -9,7 +9,6 @@ from types import SimpleNamespace
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, encode_put
 from quorumlog.server.services.kv import KvService
-from quorumlog.server.raft_group.replica import _Pending
 from quorumlog.wire.client import KvRequest
 
 
@@ -28,10 +27,9 @@ class _Machine:
 
 def _answer_to_retry(kv: KVStore, index: int, req: KvRequest):
     sent = []
-    replica = SimpleNamespace(sm=_Machine(kv), _send=lambda session, resp: sent.append(resp),
-                              metrics=SimpleNamespace(count_request=lambda name: None))
+    replica = SimpleNamespace(sm=_Machine(kv), metrics=SimpleNamespace(count_request=lambda name: None))
     service = KvService(replica)
-    asyncio.run(service._answer_applied(_Pending("session", 7, "kv_write", 0.0, request=req), index))
+    asyncio.run(service._answer_applied(SimpleNamespace(send=sent.append), req, index, read=False))
     (resp,) = sent
     return resp
 
@@ -91,14 +89,14 @@ class _Loopback:
 
     async def call(self, req: KvRequest, timeout_ms: int):
         self.calls.append(req)
-        self.service.on_request("session", req)
+        self.service.on_request(SimpleNamespace(send=self.sent.append), req)
         return self.sent.pop()
 
 
 def _member(runner: _Runner, state_machine: str = "topics"):
     sent: list = []
     replica = SimpleNamespace(sm=SimpleNamespace(runner=runner), stopping=False, state_machine=state_machine,
-                              group="t1", _send=lambda session, resp: sent.append(resp))
+                              group="t1")
     service = KvService(replica)
     return service, _Loopback(service, sent)
 

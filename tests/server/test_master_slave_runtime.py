@@ -11,7 +11,7 @@ from quorumlog.config import NodeConfig
 from quorumlog.server.flush_thread import FsyncWorker
 from quorumlog.server.master_slave.member import MasterSlaveReplica
 from quorumlog.server.metrics import NodeMetrics
-from quorumlog.server.raft_group.replica import now_ms
+from quorumlog.clock import monotonic_ms as now_ms
 from quorumlog.wire.client import AppendRequest
 from quorumlog.wire.messages import HaEpochs, HaReport, HaTransfer
 

@@ -329,7 +329,7 @@ def test_status_counts_the_group_directory_off_the_loop(tmp_path, monkeypatch):
     waits for the disk, so the walk must not run on the loop thread (it stalled every group of a node)."""
     import threading
 
-    from quorumlog.server.raft_group import replica as replica_module
+    from quorumlog.server import group_files as replica_module
 
     walked_on = []
     real = replica_module.directory_bytes

@@ -40,8 +40,9 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...clock import monotonic_ms
 from ...codes import ResponseCode
 from ...config import Flush, NodeConfig
 from ...errors import DiskError, DiskFull, QuorumLogError
@@ -53,24 +54,28 @@ from ...ha.messages import Drop
 from ...store.files import is_enospc
 from ...topic.dispatcher import TopicDispatcher
 from ...wire.client import (
-    AppendRequest, AppendResponse, KvRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest,
+    AppendRequest, AppendResponse, ClientRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
+    TopicRequest,
 )
-from ...wire.messages import HaEpochs, HaReport, HaTransfer
+from ...wire.messages import HaEpochs, HaReport, HaTransfer, Message
 from ..durable_file import write_json_durably
 from ..flush_thread import ThreadedGroupCommitter
-from .ha_store import StoreHALog
-from ..services.kv import KvService
+from ..group_files import STATUS_DISK_BYTES_INTERVAL_MS, directory_bytes, final_flush, open_store
+from ..host import GroupHost, Handled, Handler, Session, dispatch, handlers_of, send_response
 from ..metrics import GroupMetrics
 from ..reads import CommitNotifier, serve_read
 from ..repeated_log import RepeatedLog
-from ..state_machine_host import StateMachineHost
+from ..services.kv import KvService
 from ..services.topics import TopicService
-from ..raft_group.replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
+from ..state_machine_host import StateMachineHost
+from .ha_store import StoreHALog
+
+if TYPE_CHECKING:
+    from ...store.file_store import FileStore
 
 log = logging.getLogger(__name__)
 
 MODE = "master-slave"
-_send = Replica._send  # (answers a session that may have gone away)
 EPOCHS_FILE = "epochs.json"
 HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
 HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this long is sent again
@@ -144,7 +149,7 @@ class MasterSlaveSettings:
 
 @dataclass(slots=True)
 class _Append:
-    session: Any
+    session: Session
     request_id: int
     first: int
     last: int
@@ -154,10 +159,9 @@ class _Append:
 
 
 class MasterSlaveReplica:
-    mode = MODE
-    _send = staticmethod(_send)  # (for the services it hosts: services/topics.py, services/kv.py)
+    """One master/slave group's member on this node (a HostedGroup, host.py)."""
 
-    def __init__(self, host: Any, config: NodeConfig, definition: dict) -> None:
+    def __init__(self, host: GroupHost, config: NodeConfig, definition: dict) -> None:
         self.host = host
         self.config = config
         self.group = config.group
@@ -168,7 +172,7 @@ class MasterSlaveReplica:
         self.state_machine = definition.get("state_machine")
         if self.state_machine not in (None, "topics"):
             raise ValueError(f"a master/slave group runs no {self.state_machine!r} state machine (only topics)")
-        self.sm: Any = None  # StateMachineHost once open()
+        self.sm: StateMachineHost | None = None  # once open()
         self.kv = KvService(self)  # (applies and snapshots the dispatcher; serves its snapshot to slaves)
         self.topics = TopicService(self)
         self.settings = MasterSlaveSettings.from_definition(definition, sorted(config.peers))
@@ -182,11 +186,10 @@ class MasterSlaveReplica:
         self.sync_flush = config.flush is Flush.SYNC
         self.metrics: GroupMetrics = host.metrics.group(config.group)
         self.notifier = CommitNotifier()
-        self.store: Any = None
+        self.store: FileStore = None  # type: ignore[assignment]  (from open() on)
         self.log: StoreHALog | None = None
         self.epochs = EpochCache()
         self.committer: ThreadedGroupCommitter | None = None
-        self.core = None  # (no Raft core)
         self.quiet = False
         self.stopping = False
         self.failed: str | None = None
@@ -210,6 +213,8 @@ class MasterSlaveReplica:
         self._hello_at: int | None = None  # a hello waits for the master's epochs
         self._master_confirm = -1
         self._view_sync_state_set: frozenset[str] = frozenset()  # the controller's, as its last answer said
+        self.handlers: dict[type, Handler] = {AppendRequest: self._client_append, ReadRequest: self._client_read,
+                                              StatusRequest: self._status, **handlers_of(self.kv, self.topics)}
 
     def _new_transfer(self) -> GroupTransferService:
         s = self.settings
@@ -273,6 +278,8 @@ class MasterSlaveReplica:
         self.notifier.wake_all()
 
     async def close(self) -> None:
+        if self.store is None:
+            return  # (never opened)
         self.topics.close()
         self.kv.close()
         if self.committer is not None:
@@ -309,14 +316,17 @@ class MasterSlaveReplica:
             conn = self._connections.get(node_id)
             if conn is not None and not conn.closed:
                 self._send_master(node_id, conn.lost(f"a link with slave {node_id} broke"))
-                self._complete(now_ms())
+                self._complete(monotonic_ms())
         elif self._client is not None and self._client.connected and node_id == self.master_id:
             log.warning("HA session dropped node=%s group=%s: a link with master %s broke", self.node_id,
                         self.group, node_id)
             self._client.on_disconnected()
 
-    def step(self, event: Any) -> None:
-        pass  # (node-level events for Raft cores, e.g. PeerSilent: HA has its own housekeeping)
+    def peer_silent(self, node_id: str) -> None:
+        pass  # (HA has its own housekeeping: a silent slave's session ends after ha_housekeeping_interval_ms)
+
+    def on_snapshot_needed(self, needed: bool) -> None:
+        pass  # (only a Raft member's leadership waits for a snapshot)
 
     def report_disk_full(self, reason: str) -> None:
         """A master that cannot store hands over, as a Raft leader does: it stops writing (drops its lease, fails
@@ -343,8 +353,8 @@ class MasterSlaveReplica:
         # slave. If it has not after HAND_OVER_WAIT_MS (`to` was not electable), it takes leases again; the next
         # disk check asks again if the disk is still full.
         # (Asked again even once taken: a new `_meta` leader's controller knows nothing of the request.)
-        deadline = now_ms() + HAND_OVER_WAIT_MS
-        while now_ms() < deadline and self.is_master and self.epoch == epoch and not self.stopping:
+        deadline = monotonic_ms() + HAND_OVER_WAIT_MS
+        while monotonic_ms() < deadline and self.is_master and self.epoch == epoch and not self.stopping:
             try:
                 await self.host.calls.ha_controller("resign", {"group": self.group, "master": self.node_id,
                                                                "epoch": epoch, "to": to})
@@ -374,7 +384,7 @@ class MasterSlaveReplica:
         (a member whose loop died once claimed master for good with no lease, and its group took no write)."""
         failures = 0
         while not self.stopping and not self.failed:
-            sent = now_ms()
+            sent = monotonic_ms()
             try:
                 view = await self.host.calls.ha_controller("heartbeat", self._heartbeat_body(),
                                                            timeout_ms=2 * HEARTBEAT_MS)
@@ -416,7 +426,7 @@ class MasterSlaveReplica:
             self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
                                          int(view.get("sync_state_set_epoch", 0)))
             if lease is not None:
-                self._pump(now_ms())
+                self._pump(monotonic_ms())
 
     def _become(self, master: str, epoch: int) -> None:
         log.warning("master/slave group %s: %s is master in epoch %d (this node %s was %s in epoch %d)",
@@ -433,7 +443,7 @@ class MasterSlaveReplica:
                 self._save_epochs()
             self._client = None
         else:
-            self._client = HAClient(self.log, self._ha, now_ms())
+            self._client = HAClient(self.log, self._ha, monotonic_ms())
             self._hello_at = None
             self._master_confirm = -1
 
@@ -464,7 +474,7 @@ class MasterSlaveReplica:
         except Exception as e:  # noqa: BLE001 - proposed again on a later tick
             log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
         finally:
-            self.term.alter_answered(now_ms())
+            self.term.alter_answered(monotonic_ms())
 
     # -- the master ----------------------------------------------------------------------------------------
     def _on_report(self, m: HaReport, now: int) -> None:
@@ -501,7 +511,7 @@ class MasterSlaveReplica:
     def _scheduled_pump(self) -> None:
         self._pump_scheduled = False
         if not self.stopping and not self.failed:
-            self._pump(now_ms())
+            self._pump(monotonic_ms())
 
     def _pump(self, now: int) -> None:
         """Frames to every slave, finished waits, the confirm offset, the SyncStateSet."""
@@ -580,20 +590,20 @@ class MasterSlaveReplica:
             if self.sm is not None:
                 self.kv.on_commit(index)
 
-    def _client_append(self, session: Any, request: AppendRequest | TopicRequest, topic: bool = False) -> None:
+    def _client_append(self, session: Session, request: AppendRequest | TopicRequest, topic: bool = False) -> None:
         def refuse(code: ResponseCode, message: str) -> None:
             self.metrics.count_request(code.name)
             if topic:
                 self.topics.sent(session, request.request_id, code, 0, 0, None, self.master_id, message)
             else:
-                _send(session, AppendResponse(request.request_id, code, self.master_id, message=message))
+                send_response(session, AppendResponse(request.request_id, code, self.master_id, message=message))
 
         if self.stopping:
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
         if not self.is_master:
             return refuse(ResponseCode.NOT_LEADER, f"{self.node_id} is a slave of group {self.group}; the master "
                                                    f"is {self.master_id}")
-        now = now_ms()
+        now = monotonic_ms()
         if not self.term.holds_lease(now):
             return refuse(ResponseCode.LEADER_NOT_READY, f"{self.node_id} holds no lease from the controller: "
                                                          f"it takes no writes (epoch {self.epoch})")
@@ -664,13 +674,13 @@ class MasterSlaveReplica:
         elif code == ResponseCode.SUCCESS:
             # (each entry's physical offset, RocketMQ's wroteOffset: only a raw append's answer carries them)
             offsets = tuple(self.store.position_after(i - 1) for i in range(p.first, p.last + 1))
-            _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch,
+            send_response(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch,
                                             offsets=offsets))
         else:
-            _send(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
+            send_response(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
 
     def _on_durable(self, index: int) -> None:
-        now = now_ms()
+        now = monotonic_ms()
         if self.is_master:
             if self.sync_flush:
                 self._transfer.master_held = self.store.position_after(index)
@@ -770,10 +780,10 @@ class MasterSlaveReplica:
         self._advance_commit(now)
 
     # -- inputs from the node ------------------------------------------------------------------------------
-    def on_peer_message(self, msg: Any) -> None:
+    def on_peer_message(self, msg: Message) -> None:
         if self.stopping or self.failed:
             return
-        now = now_ms()
+        now = monotonic_ms()
         try:
             if isinstance(msg, HaReport):
                 self._on_report(msg, now)
@@ -799,25 +809,14 @@ class MasterSlaveReplica:
         else:
             self._slave_tick(t_ms)
 
-    def on_client_request(self, session: Any, request: Any) -> Any:
-        if isinstance(request, AppendRequest):
-            self._client_append(session, request)
-        elif isinstance(request, ReadRequest):
-            return self._client_read(session, request)
-        elif isinstance(request, TopicRequest):
-            return self.topics.on_request(session, request)
-        elif isinstance(request, KvRequest):
-            return self.kv.on_request(session, request)  # (a slave fetching the master's dispatcher snapshot)
-        elif isinstance(request, StatusRequest):
-            _send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
-                                          json.dumps(self.host.status(self)).encode()))
-        else:
-            _send(session, _refusal(request, ResponseCode.BAD_REQUEST,
-                                    f"group {self.group} is a master/slave group: {type(request).__name__} is not "
-                                    f"served here"))
-        return None
+    def on_client_request(self, session: Session, request: ClientRequest) -> Handled:
+        return dispatch(self.handlers, session, request, f"{self.group} (a master/slave group)")
 
-    def append_messages(self, session: Any, request: TopicRequest) -> None:
+    def _status(self, session: Session, request: StatusRequest) -> None:
+        send_response(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
+                                              json.dumps(self.host.status(self)).encode()))
+
+    def append_messages(self, session: Session, request: TopicRequest) -> None:
         """A topic send's batch (checked by services/topics.py), stored like an append; the answer goes to
         TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
         under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
@@ -826,6 +825,9 @@ class MasterSlaveReplica:
     @property
     def leader_id(self) -> str:
         return self.master_id
+
+    def leads(self) -> bool:
+        return self.is_master
 
     def read_refusal(self) -> str | None:
         if self.is_master or self.settings.slave_read_enable:
@@ -840,17 +842,17 @@ class MasterSlaveReplica:
                 and store.position_after(store.committed_index) >= self.epochs.entries[-1].start_offset
                 and (self.sm is None or self.sm.applied_index >= store.committed_index))
 
-    async def _client_read(self, session: Any, request: ReadRequest) -> None:
+    async def _client_read(self, session: Session, request: ReadRequest) -> None:
         refusal = self.read_refusal()
         if refusal is not None:
-            _send(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
+            send_response(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
                                         self.store.committed_index, message=refusal))
             return
         response = await serve_read(self.store, request, self.notifier, self.host.stopping_event)
         slave = self.suggested_slave(response.records.last_index) if response.records is not None else None
         if slave is not None:
             response = dataclasses.replace(response, suggest_slave=slave)
-        _send(session, response)
+        send_response(session, response)
 
     def suggested_slave(self, read_to: int) -> str | None:
         """RocketMQ's suggestPullingFromSlave: with slave_read_enable, a reader (a read or a topic pull) still more
@@ -859,7 +861,7 @@ class MasterSlaveReplica:
         if not (self.is_master and self.settings.slave_read_enable) or \
                 self.store.write_position - self.store.position_after(read_to) <= self._in_memory_bytes:
             return None
-        in_sync = self._transfer.in_sync(now_ms())
+        in_sync = self._transfer.in_sync(monotonic_ms())
         held = [(c.slave_ack_offset, s) for s, c in self._connections.items() if not c.closed and s in in_sync]
         return max(held)[1] if held else None
 
@@ -870,11 +872,8 @@ class MasterSlaveReplica:
         if release is not None:
             release()
 
-    def checkpoint_due(self) -> bool:
-        return False  # (the store checkpoints from its flushes; close() writes the last one)
-
     async def checkpoint(self) -> None:
-        pass
+        pass  # (the store checkpoints from its flushes; close() writes the last one)
 
     async def retention(self) -> None:
         """Delete old segments (file_reserved_hours, as a Raft group's) below the commit point and, on the master,
@@ -898,8 +897,11 @@ class MasterSlaveReplica:
             log.info("retention node=%s group=%s safe_index=%d segments_removed=%d begin=%d", self.node_id,
                      self.group, safe, removed, self.store.begin_index)
 
+    def queue_end(self, topic: str, queue_id: int) -> int | None:
+        return self.topics.queue_end(topic, queue_id)
+
     def status(self) -> dict[str, Any]:
-        now = now_ms()
+        now = monotonic_ms()
         doc = {
             "id": self.node_id, "group": self.group, "mode": MODE, "role": self.role, "term": self.epoch,
             "epoch": self.epoch, "leader_id": self.master_id, "ack": self.settings.ack,
@@ -930,7 +932,7 @@ class MasterSlaveReplica:
         return doc
 
     def dir_bytes(self) -> int:
-        t = now_ms()
+        t = monotonic_ms()
         if t - self._store_bytes_at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
             self._store_bytes_at_ms, self._store_bytes = t, directory_bytes(self.config.data_dir)
         return self._store_bytes
@@ -942,7 +944,3 @@ class MasterSlaveReplica:
         m.end_index.set(self.store.end_index)
         m.committed_index.set(self.store.committed_index)
 
-
-def _refusal(request: Any, code: ResponseCode, message: str) -> Any:
-    from ..node import _refusal as refusal
-    return refusal(request, code, message)
