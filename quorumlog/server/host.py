@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..codes import ResponseCode
 from ..config import NodeConfig
-from ..raft.types import Completion
+from ..raft.types import Completion, Event
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, GroupResponse, MemberChangeRequest,
-    MemberChangeResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TransferLeaderRequest,
-    TransferLeaderResponse,
+    MemberChangeResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest,
+    TransferLeaderRequest, TransferLeaderResponse,
 )
+from ..wire.ledger import BookieOpResponse
 from ..wire.messages import Message
 
 if TYPE_CHECKING:
@@ -47,13 +48,13 @@ Handled = Awaitable[None] | None
 class Session(Protocol):
     """A client connection, as far as an answer goes (transport/server.py ClientSession)."""
 
-    def send(self, response: ClientResponse) -> object: ...
+    def send(self, response: ClientResponse | BookieOpResponse) -> object: ...
 
 
 Handler = Callable[[Session, Any], Handled]  # (Any: each handler takes its own request class)
 
 
-def send_response(session: Session, response: ClientResponse) -> None:
+def send_response(session: Session, response: ClientResponse | BookieOpResponse) -> None:
     """Answer a session that may have gone away meanwhile."""
     try:
         session.send(response)
@@ -221,7 +222,7 @@ class ServedGroup(Protocol):
     @property
     def leader_id(self) -> str | None: ...
 
-    def append_messages(self, session: Session, request: Any) -> None: ...  # a topic send's batch, stored
+    def append_messages(self, session: Session, request: TopicRequest) -> None: ...  # a topic send's batch
 
     def read_refusal(self) -> str | None: ...  # why reads are not served here, if they are not
 
@@ -238,4 +239,4 @@ class ConsensusGroup(ServedGroup, Protocol):
 
     core: RaftCore
 
-    def submit(self, event_for: Callable[[int], Any], pending: Pending) -> int: ...
+    def submit(self, event_for: Callable[[int], Event], pending: Pending) -> int: ...

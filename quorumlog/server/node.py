@@ -2,9 +2,10 @@
 
 Each group is a HostedGroup (host.py): a Raft group's replica (raft_group/) or a master/slave group's member
 (master_slave/), each with its own store and group commit; the node drives both through that one interface and
-asks none of them its kind. The node owns what they share: the transport (a peer link between two nodes carries every group they both host, each message tagged
-with its group), one fsync thread for every group's store, the disk guard, the ticker and the HTTP port. It
-routes a peer message to its group's replica and a client request to the group its connection named.
+asks none of them its kind. The node owns what they share: the transport (a peer link between two nodes carries
+every group they both host, each message tagged with its group), one fsync thread for every group's store, the
+disk guard, the ticker and the HTTP port. It routes a peer message to its group and a client request to the
+handler registered for its type: the node's own (group ops, the bookie), else the group its connection named.
 
 On disk the group of the node's own configuration (`group`, `peers`, normally `default`) lives in `data_dir`
 as before; every group created later lives in `data_dir/groups/NAME/` with its definition in `group.json`
@@ -123,7 +124,7 @@ class Node:
         # Client requests the node serves itself, whatever group their connection named; the rest go to that group.
         self.handlers: dict[type, Handler] = {GroupRequest: self._on_group, BookieOpRequest: self.bookie.on_request}
 
-    # -- what groups use (host.py GroupHost) -------------------------------------------------------------------------------
+    # -- what groups use (host.py GroupHost) ---------------------------------------------------------------
     @property
     def stopping_event(self) -> asyncio.Event:
         return self._stopping
@@ -548,10 +549,10 @@ class Node:
                 r.report_disk_ok()
         # Appends are refused before they reach the cores, so no write would tell them: a full leader must
         # hear it from the guard to hand leadership to a follower that can still store entries.
-        now = time.monotonic()
+        now_s = time.monotonic()
         if full and self._tasks and (not was_full or
-                                     now - self._disk_full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000):
-            self._disk_full_reported_s = now
+                                     now_s - self._disk_full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000):
+            self._disk_full_reported_s = now_s
             for r in list(self.groups.values()):
                 r.report_disk_full(f"disk of {self.config.data_dir} above disk_full_ratio "
                                    f"{self.config.disk_full_ratio}")

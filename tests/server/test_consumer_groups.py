@@ -27,7 +27,8 @@ def _service(topics: dict[str, int]):
 
 
 def _call(service, answers, op: str, **body) -> tuple[ResponseCode, dict]:
-    service.on_request(SimpleNamespace(send=answers.append), ConsumerGroupRequest(1, op, json.dumps({"group": "cg", **body}).encode()))
+    body = json.dumps({"group": "cg", **body}).encode()
+    service.on_request(SimpleNamespace(send=answers.append), ConsumerGroupRequest(1, op, body))
     resp = answers.pop()
     return resp.code, json.loads(resp.body or b"{}")
 

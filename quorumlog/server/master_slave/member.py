@@ -40,7 +40,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...clock import monotonic_ms
 from ...codes import ResponseCode
@@ -54,14 +54,14 @@ from ...ha.messages import Drop
 from ...store.files import is_enospc
 from ...topic.dispatcher import TopicDispatcher
 from ...wire.client import (
-    AppendRequest, AppendResponse, ClientRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
-    TopicRequest,
+    AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, TopicRequest,
 )
 from ...wire.messages import HaEpochs, HaReport, HaTransfer, Message
 from ..durable_file import write_json_durably
 from ..flush_thread import ThreadedGroupCommitter
 from ..group_files import STATUS_DISK_BYTES_INTERVAL_MS, directory_bytes, final_flush, open_store
-from ..host import GroupHost, Handled, Handler, Session, dispatch, handlers_of, send_response
+from ..group_runtime import GroupRuntime
+from ..host import GroupHost, Handler, Session, handlers_of, send_response
 from ..metrics import GroupMetrics
 from ..reads import CommitNotifier, serve_read
 from ..repeated_log import RepeatedLog
@@ -149,16 +149,20 @@ class MasterSlaveSettings:
 
 @dataclass(slots=True)
 class _Append:
-    session: Session
-    request_id: int
+    """An append waiting for the SyncStateSet's acks; `answer` answers its client."""
+
+    answer: Answer
     first: int
     last: int
     end_offset: int
     term: int  # the epoch its entries were stored in (a retry's: the first copy's)
-    topic: bool = False  # a topic send (answered through TopicService.sent)
 
 
-class MasterSlaveReplica:
+# How an append is answered: (code, message, the append stored, or None if it was refused before)
+Answer = Callable[[ResponseCode, str, "_Append | None"], None]
+
+
+class MasterSlaveReplica(GroupRuntime):
     """One master/slave group's member on this node (a HostedGroup, host.py)."""
 
     def __init__(self, host: GroupHost, config: NodeConfig, definition: dict) -> None:
@@ -272,10 +276,6 @@ class MasterSlaveReplica:
     @property
     def role(self) -> str:
         return "master" if self.is_master else "slave"
-
-    def begin_stop(self) -> None:
-        self.stopping = True
-        self.notifier.wake_all()
 
     async def close(self) -> None:
         if self.store is None:
@@ -452,10 +452,10 @@ class MasterSlaveReplica:
         for p in pending.values():
             self._answer(p, code, message)
 
-    def _maybe_alter_sync_state_set(self, now: int) -> None:
+    def _maybe_alter_sync_state_set(self, now_ms: int) -> None:
         """Grow the SyncStateSet by slaves in sync holding every acknowledged and every confirmed byte; shrink it
         by those out of sync. The controller's answer, once committed, is the set whose acks count."""
-        got = self.term.proposal(now, self._transfer, self._acked_offset, self._confirm_offset())
+        got = self.term.proposal(now_ms, self._transfer, self._acked_offset, self._confirm_offset())
         if got is None:
             return
         want, base = got  # (a shrink counts from now on, not once the controller answers)
@@ -477,28 +477,28 @@ class MasterSlaveReplica:
             self.term.alter_answered(monotonic_ms())
 
     # -- the master ----------------------------------------------------------------------------------------
-    def _on_report(self, m: HaReport, now: int) -> None:
+    def _on_report(self, m: HaReport, now_ms: int) -> None:
         if not self.is_master or m.frm not in self.links or m.epoch != self.epoch:
             return
         conn = self._connections.get(m.frm)
         if m.hello or conn is None or conn.closed:
-            if not self.term.holds_lease(now):
+            if not self.term.holds_lease(now_ms):
                 # (no session without a lease: a master back from a power cut, shorter, that a view from before
                 # its restart names master of its old epoch, would have its slaves cut acknowledged bytes to it;
                 # the controller gives it no lease and elects again. The slave says hello again.)
                 return
             # A new session: the slave learns our epochs, truncates to the consistent point, then reports.
-            self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now)
+            self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now_ms)
             self._transfer.on_slave_connected(m.frm)
             entries = tuple((e.epoch, e.start_offset) for e in self.epochs.entries)
             self.host.send(self.group, HaEpochs(self.node_id, m.frm, self.epoch, self.store.write_position, entries))
             self.host.flush_transport()
             return
-        out = conn.on_report(SlaveReport(m.offset), now)
+        out = conn.on_report(SlaveReport(m.offset), now_ms)
         if not conn.closed:
-            self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now,
+            self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now_ms,
                                            conn.skipped_to)
-            self._complete(now)
+            self._complete(now_ms)
         self._send_master(m.frm, out)
         self._schedule_pump()
 
@@ -513,24 +513,24 @@ class MasterSlaveReplica:
         if not self.stopping and not self.failed:
             self._pump(monotonic_ms())
 
-    def _pump(self, now: int) -> None:
+    def _pump(self, now_ms: int) -> None:
         """Frames to every slave, finished waits, the confirm offset, the SyncStateSet."""
         if not self.is_master:
             return
         for slave, conn in list(self._connections.items()):
-            self._send_master(slave, conn.poll(now))
-        if not self._complete(now):
-            self._advance_commit(now)
-        self._maybe_alter_sync_state_set(now)
+            self._send_master(slave, conn.poll(now_ms))
+        if not self._complete(now_ms):
+            self._advance_commit(now_ms)
+        self._maybe_alter_sync_state_set(now_ms)
         self.host.flush_transport()
 
-    def _complete(self, now: int) -> bool:
+    def _complete(self, now_ms: int) -> bool:
         """Answer the appends GroupTransferService finished (the commit point moved first, as a Raft leader's)
         and write the answers; called on each report and fsync too, so they go out then, not a loop turn later
         with the next pump (under load that turn is a good part of an append's wait). False if none finished."""
-        finished = self._transfer.poll(now)
+        finished = self._transfer.poll(now_ms)
         if finished:
-            self._advance_commit(now)
+            self._advance_commit(now_ms)
             for done in finished:
                 self._done(done)
             self.host.flush_transport()
@@ -551,14 +551,14 @@ class MasterSlaveReplica:
                             m.reason)
                 self._transfer.on_slave_gone(slave)
 
-    def _announce_confirm(self, now: int) -> None:
+    def _announce_confirm(self, now_ms: int) -> None:
         """A heartbeat frame to each caught-up slave whose last frame carried an older confirm offset: an idle
         group's slaves learn it within a tick, not at the next heartbeat (5 s), so what a slave's readers see
         (slave_read_enable, a topic's consumers reading from any member) follows the master's."""
         confirm = self._confirm_offset()
         for slave, conn in list(self._connections.items()):
             if self._confirm_sent.get(slave, -1) < confirm:
-                self._send_master(slave, conn.heartbeat_if_caught_up(now))
+                self._send_master(slave, conn.heartbeat_if_caught_up(now_ms))
 
     def _confirm_offset(self) -> int:
         """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
@@ -574,7 +574,7 @@ class MasterSlaveReplica:
                                          {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
         return self._confirmed
 
-    def _advance_commit(self, now: int) -> None:
+    def _advance_commit(self, now_ms: int) -> None:
         if self.is_master:
             index = self.log.index_below(self._confirm_offset())
         else:
@@ -590,21 +590,44 @@ class MasterSlaveReplica:
             if self.sm is not None:
                 self.kv.on_commit(index)
 
-    def _client_append(self, session: Session, request: AppendRequest | TopicRequest, topic: bool = False) -> None:
-        def refuse(code: ResponseCode, message: str) -> None:
-            self.metrics.count_request(code.name)
-            if topic:
-                self.topics.sent(session, request.request_id, code, 0, 0, None, self.master_id, message)
+    def _client_append(self, session: Session, request: AppendRequest) -> None:
+        def answer(code: ResponseCode, message: str, p: _Append | None) -> None:
+            if code == ResponseCode.SUCCESS and p is not None:
+                # (each entry's physical offset, RocketMQ's wroteOffset: only a raw append's answer carries them)
+                offsets = tuple(self.store.position_after(i - 1) for i in range(p.first, p.last + 1))
+                send_response(session, AppendResponse(request.request_id, code, self.node_id, p.first, p.last,
+                                                      self.epoch, offsets=offsets))
             else:
                 send_response(session, AppendResponse(request.request_id, code, self.master_id, message=message))
+
+        self._append(request, answer)
+
+    def append_messages(self, session: Session, request: TopicRequest) -> None:
+        """A topic send's batch (checked by services/topics.py), stored like an append; the answer goes to
+        TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
+        under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
+        def answer(code: ResponseCode, message: str, p: _Append | None) -> None:
+            if p is None:
+                self.topics.sent(session, request.request_id, code, 0, 0, None, self.master_id, message)
+            else:
+                self.topics.sent(session, request.request_id, code, p.first, p.last, p.term,
+                                 self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
+
+        self._append(request, answer)
+
+    def _append(self, request: AppendRequest | TopicRequest, answer: Answer) -> None:
+        """Store a client batch and wait for the SyncStateSet's acks; `answer` answers its client."""
+        def refuse(code: ResponseCode, message: str) -> None:
+            self.metrics.count_request(code.name)
+            answer(code, message, None)
 
         if self.stopping:
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
         if not self.is_master:
             return refuse(ResponseCode.NOT_LEADER, f"{self.node_id} is a slave of group {self.group}; the master "
                                                    f"is {self.master_id}")
-        now = monotonic_ms()
-        if not self.term.holds_lease(now):
+        now_ms = monotonic_ms()
+        if not self.term.holds_lease(now_ms):
             return refuse(ResponseCode.LEADER_NOT_READY, f"{self.node_id} holds no lease from the controller: "
                                                          f"it takes no writes (epoch {self.epoch})")
         if not request.bodies:
@@ -617,7 +640,7 @@ class MasterSlaveReplica:
             return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full")
         if len(self._pending) >= self.config.max_pending_requests:  # (as a Raft leader's: DLedger's maxPendingRequests)
             return refuse(ResponseCode.LEADER_PENDING_FULL, f"{len(self._pending)} appends wait for their slaves")
-        code = self._transfer.refusal(now)
+        code = self._transfer.refusal(now_ms)
         if code is not None:  # (nothing written: RocketMQ checks before it writes too)
             return refuse(code, f"{code.name}: sync state set {sorted(self._transfer.accepted)}, connected slaves "
                                 f"{sorted(n for n, s in self._transfer.slaves.items() if s.connected)}, "
@@ -641,13 +664,12 @@ class MasterSlaveReplica:
             return refuse(e.code, str(e))
         rid = self._next_id
         self._next_id += 1
-        p = self._pending[rid] = _Append(session, request.request_id, first, last,
-                                         self.store.position_after(last), term, topic)
+        p = self._pending[rid] = _Append(answer, first, last, self.store.position_after(last), term)
         # (where its bytes start: a slave whose copy began past it does not count for it; 0 if retention took it.
         # position_of, not position_after(first - 1): an append that opens a segment starts past the blank
         # before it, at the very offset a slave Reset to that segment starts from)
         start = self.store.position_of(first) if first >= self.store.begin_index else 0
-        done = self._transfer.request(rid, p.end_offset, now, start)
+        done = self._transfer.request(rid, p.end_offset, now_ms, start)
         if done is not None:
             self._done(done)
         self._schedule_pump()
@@ -668,29 +690,20 @@ class MasterSlaveReplica:
 
     def _answer(self, p: _Append, code: ResponseCode, message: str = "") -> None:
         self.metrics.count_request(code.name)
-        if p.topic:
-            self.topics.sent(p.session, p.request_id, code, p.first, p.last, p.term,
-                             self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
-        elif code == ResponseCode.SUCCESS:
-            # (each entry's physical offset, RocketMQ's wroteOffset: only a raw append's answer carries them)
-            offsets = tuple(self.store.position_after(i - 1) for i in range(p.first, p.last + 1))
-            send_response(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch,
-                                            offsets=offsets))
-        else:
-            send_response(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
+        p.answer(code, message, p)
 
     def _on_durable(self, index: int) -> None:
-        now = monotonic_ms()
+        now_ms = monotonic_ms()
         if self.is_master:
             if self.sync_flush:
                 self._transfer.master_held = self.store.position_after(index)
-                self._complete(now)
+                self._complete(now_ms)
             self._schedule_pump()
         elif self._client is not None and self._client.connected and self.sync_flush:
-            self._report(now)
+            self._report(now_ms)
 
     # -- the slave -----------------------------------------------------------------------------------------
-    def _on_epochs(self, m: HaEpochs, now: int) -> None:
+    def _on_epochs(self, m: HaEpochs, now_ms: int) -> None:
         """The master's answer to our hello: cut what diverged, adopt its epochs, report where we are."""
         c = self._client
         if c is None or m.frm != self.master_id or m.epoch != self.epoch:
@@ -717,10 +730,10 @@ class MasterSlaveReplica:
         self._save_epochs()
         self._hello_at = None
         c.on_disconnected()
-        c.on_connected(now)
+        c.on_connected(now_ms)
         self._send_report(self._reported_offset(), False)
 
-    def _on_transfer(self, m: HaTransfer, now: int) -> None:
+    def _on_transfer(self, m: HaTransfer, now_ms: int) -> None:
         c = self._client
         if c is None or m.frm != self.master_id or m.epoch != self.epoch:
             return
@@ -729,7 +742,7 @@ class MasterSlaveReplica:
             return
         before = self.store.end_index
         try:
-            out = c.on_message(Reset(m.offset) if m.reset else Transfer(m.offset, m.data), now)
+            out = c.on_message(Reset(m.offset) if m.reset else Transfer(m.offset, m.data), now_ms)
         except (QuorumLogError, ValueError) as e:  # bytes that do not fit here: a new session from a clean state
             log.warning("HA transfer refused node=%s group=%s offset=%d: %s", self.node_id, self.group, m.offset, e)
             c.on_disconnected()
@@ -744,10 +757,10 @@ class MasterSlaveReplica:
             elif not self.sync_flush:
                 self._send_report(o.offset, False)
             # (sync flush: the report waits for the fsync, _on_durable)
-        self._advance_commit(now)
+        self._advance_commit(now_ms)
 
-    def _report(self, now: int) -> None:
-        self._client.last_report_ms = now
+    def _report(self, now_ms: int) -> None:
+        self._client.last_report_ms = now_ms
         self._send_report(self._reported_offset(), False)
 
     def _reported_offset(self) -> int:
@@ -759,7 +772,7 @@ class MasterSlaveReplica:
         self.host.send(self.group, HaReport(self.node_id, self.master_id, self.epoch, offset, hello))
         self.host.flush_transport()
 
-    def _slave_tick(self, now: int) -> None:
+    def _slave_tick(self, now_ms: int) -> None:
         c = self._client
         if c is None:
             return
@@ -768,29 +781,29 @@ class MasterSlaveReplica:
             # says exactly what this member holds, and the master sends from there.
             if self.committer is None or self.committer.durable_index < self.store.end_index:
                 return
-            if self._hello_at is None or now - self._hello_at >= HELLO_RETRY_MS:
-                self._hello_at = now
+            if self._hello_at is None or now_ms - self._hello_at >= HELLO_RETRY_MS:
+                self._hello_at = now_ms
                 self._send_report(self.store.write_position, True)
             return
-        for o in c.poll(now):
+        for o in c.poll(now_ms):
             if isinstance(o, Drop):
                 log.warning("HA session dropped node=%s group=%s: %s", self.node_id, self.group, o.reason)
             else:
                 self._send_report(self._reported_offset(), False)
-        self._advance_commit(now)
+        self._advance_commit(now_ms)
 
     # -- inputs from the node ------------------------------------------------------------------------------
     def on_peer_message(self, msg: Message) -> None:
         if self.stopping or self.failed:
             return
-        now = monotonic_ms()
+        now_ms = monotonic_ms()
         try:
             if isinstance(msg, HaReport):
-                self._on_report(msg, now)
+                self._on_report(msg, now_ms)
             elif isinstance(msg, HaTransfer):
-                self._on_transfer(msg, now)
+                self._on_transfer(msg, now_ms)
             elif isinstance(msg, HaEpochs):
-                self._on_epochs(msg, now)
+                self._on_epochs(msg, now_ms)
             # (Raft messages for a group that is not Raft: dropped)
         except OSError as e:
             # A durable write of this member's own (its epochs, at a session's start) failed. The session does
@@ -799,28 +812,15 @@ class MasterSlaveReplica:
                                     self.node_id, self.group, msg.frm, e)  # (a full slave: at every hello)
             self._write_failed((DiskFull if is_enospc(e) else DiskError)(f"{type(msg).__name__}: {e.strerror}"))
 
-    def tick(self, t_ms: int) -> None:
+    def tick(self, now_ms: int) -> None:
         if self.stopping or self.failed:
             return
         if self.is_master:
-            self._pump(t_ms)
-            self._announce_confirm(t_ms)
+            self._pump(now_ms)
+            self._announce_confirm(now_ms)
             self.host.flush_transport()
         else:
-            self._slave_tick(t_ms)
-
-    def on_client_request(self, session: Session, request: ClientRequest) -> Handled:
-        return dispatch(self.handlers, session, request, f"{self.group} (a master/slave group)")
-
-    def _status(self, session: Session, request: StatusRequest) -> None:
-        send_response(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
-                                              json.dumps(self.host.status(self)).encode()))
-
-    def append_messages(self, session: Session, request: TopicRequest) -> None:
-        """A topic send's batch (checked by services/topics.py), stored like an append; the answer goes to
-        TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
-        under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
-        self._client_append(session, request, topic=True)
+            self._slave_tick(now_ms)
 
     @property
     def leader_id(self) -> str:
@@ -866,12 +866,6 @@ class MasterSlaveReplica:
         return max(held)[1] if held else None
 
     # -- periodic work, status -------------------------------------------------------------------------------
-    def release_read_pages(self) -> None:
-        """Unmap the sealed segments' pages readers touched (the node's checkpoint asks every group)."""
-        release = getattr(self.store, "release_read_pages", None)
-        if release is not None:
-            release()
-
     async def checkpoint(self) -> None:
         pass  # (the store checkpoints from its flushes; close() writes the last one)
 
@@ -897,11 +891,8 @@ class MasterSlaveReplica:
             log.info("retention node=%s group=%s safe_index=%d segments_removed=%d begin=%d", self.node_id,
                      self.group, safe, removed, self.store.begin_index)
 
-    def queue_end(self, topic: str, queue_id: int) -> int | None:
-        return self.topics.queue_end(topic, queue_id)
-
     def status(self) -> dict[str, Any]:
-        now = monotonic_ms()
+        now_ms = monotonic_ms()
         doc = {
             "id": self.node_id, "group": self.group, "mode": MODE, "role": self.role, "term": self.epoch,
             "epoch": self.epoch, "leader_id": self.master_id, "ack": self.settings.ack,
@@ -916,9 +907,9 @@ class MasterSlaveReplica:
             **({"state_machine": self.kv.status()} if self.sm is not None else {}),
         }
         if self.is_master:
-            in_sync = self._transfer.in_sync(now)
+            in_sync = self._transfer.in_sync(now_ms)
             doc.update(confirm_offset=self._confirm_offset(), sync_state_set=sorted(self._transfer.accepted),
-                       lease_ms_left=max(0, self.term.lease_until_ms - now),
+                       lease_ms_left=max(0, self.term.lease_until_ms - now_ms),
                        min_in_sync_replicas=self._transfer.min_in_sync_replicas,
                        slaves={s: {"ack_offset": c.slave_ack_offset, "request_offset": c.slave_request_offset,
                                    "push2slave_max_offset": c.push2slave_max_offset, "in_sync": s in in_sync,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import os
 import random
@@ -34,13 +33,14 @@ from ...raft.types import (
     Receive, Role, SnapshotNeeded, StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
 )
 from ...wire.client import (
-    AppendRequest, AppendResponse, ClientRequest, MemberChangeRequest, MemberChangeResponse, ReadRequest,
-    StatusRequest, StatusResponse, TopicRequest, TransferLeaderRequest, TransferLeaderResponse,
+    AppendRequest, AppendResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest, StatusRequest,
+    TopicRequest, TransferLeaderRequest, TransferLeaderResponse,
 )
 from ...wire.messages import Message
 from ..flush_thread import ThreadedGroupCommitter
 from ..group_files import DirectoryBytes, final_flush, open_store
-from ..host import GroupHost, Handled, Handler, Pending, Session, dispatch, handlers_of, send_response
+from ..group_runtime import GroupRuntime
+from ..host import GroupHost, Handler, Pending, Session, handlers_of, send_response
 from ..metrics import GroupMetrics
 from ..reads import CommitNotifier, serve_read
 from ..repeated_log import RepeatedLog
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 PUSH_FRAME_HEADROOM_BYTES = 64 * 1024  # a push's own fields beside its records (config checks the same margin)
 
 
-class Replica:
+class Replica(GroupRuntime):
     """One Raft group on this node (a HostedGroup, host.py). `host` is its node: the transport, the disk guard and
     fail-stop are its. `store` and `core_factory` are injectable for tests."""
 
@@ -166,11 +166,6 @@ class Replica:
                         self.group, to, response.code.name)
             return None
         return response.leader_id or to
-
-    def begin_stop(self) -> None:
-        """Stop taking peer messages (nothing new reaches the store after the final flush), wake parked reads."""
-        self.stopping = True
-        self.notifier.wake_all()
 
     async def close(self) -> None:
         """Final flush and checkpoint, answer what is pending, close the store. After begin_stop()."""
@@ -387,10 +382,6 @@ class Replica:
     def peer_silent(self, node_id: str) -> None:
         self.step(PeerSilent(node_id))
 
-    def on_client_request(self, session: Session, request: ClientRequest) -> Handled:
-        """One client request; returns a coroutine for the transport to run when the answer must wait."""
-        return dispatch(self.handlers, session, request, self.group)
-
     def submit(self, event_for: Callable[[int], Event], pending: Pending) -> int:
         """Hand the core a client request (the event `event_for(request_id)`); `pending` answers it once the
         core completes it. Returns the request id."""
@@ -399,10 +390,6 @@ class Replica:
         self._pending[rid] = pending
         self.step(event_for(rid))
         return rid
-
-    def _status(self, session: Session, request: StatusRequest) -> None:
-        send_response(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
-                                              json.dumps(self.host.status(self)).encode()))
 
     def _member_change(self, session: Session, request: MemberChangeRequest) -> None:
         if request.address:
@@ -516,8 +503,8 @@ class Replica:
         send_response(session, await serve_read(self.store, request, self.notifier, self.host.stopping_event))
 
     # -- periodic work (the node calls these for every replica) ----------------------------------------------
-    def tick(self, t_ms: int) -> None:
-        self.step(Tick(t_ms))
+    def tick(self, now_ms: int) -> None:
+        self.step(Tick(now_ms))
         self.observe_role()
 
     def observe_role(self) -> None:
@@ -551,13 +538,6 @@ class Replica:
         async with self.committer.io_lock:
             await asyncio.to_thread(self.store.checkpoint)
         self._checkpointed = mark
-
-    def release_read_pages(self) -> None:
-        """Unmap the pages of the sealed segments read since the last call (a file store's; a quiet group's readers
-        page them in too): FileStore.release_read_pages."""
-        release = getattr(self.store, "release_read_pages", None)
-        if release is not None:
-            release()
 
     async def retention(self) -> None:
         """Delete old segments below what every replica holds (leader) or below the commit point."""
@@ -609,9 +589,6 @@ class Replica:
 
     def _pending_appends(self) -> int:
         return sum(1 for p in self._pending.values() if p.counted)
-
-    def queue_end(self, topic: str, queue_id: int) -> int | None:
-        return self.topics.queue_end(topic, queue_id)
 
     def refresh_metrics(self) -> None:
         st = self.core.status()

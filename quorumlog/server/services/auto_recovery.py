@@ -79,12 +79,12 @@ class AutoRecovery:
         """The lost bookies; for each live bookie the ledgers it is in limbo for (its disk was wiped: the
         copies it held of them are gone, so their fragments on it are re-replicated like a lost bookie's); and
         the bookies that answer and know their limbo (back with what they hold, but their limbo)."""
-        now = wall_ms()
+        now_ms = wall_ms()
         lost, limbo, answering = set(), {}, set()
         for b, rec in (await self.calls.bookie_states()).items():
             if rec["state"] == "down":
-                since = self.silent_since.setdefault(b, now)
-                if now - since >= self.lost_delay_ms:
+                since = self.silent_since.setdefault(b, now_ms)
+                if now_ms - since >= self.lost_delay_ms:
                     lost.add(b)
             else:
                 self.silent_since.pop(b, None)

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from ...bookie.add_items import scan_adds, scan_multi_adds
 from ...bookie.handler import BookieHandler
@@ -33,9 +33,10 @@ from ...config import NodeConfig
 from ...errors import QuorumLogError
 from ...ledger.limbo import BookieLimbo
 from ...store.disk_guard import used_ratio
-from .cluster_calls import BOOKIES_PREFIX, ClusterCalls
-from ..durable_file import write_json_durably
 from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
+from ..durable_file import write_json_durably
+from ..host import Session, send_response
+from .cluster_calls import BOOKIES_PREFIX, ClusterCalls
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ FRAME_HEADROOM_BYTES = 64 * 1024  # (as config.py's check of max_frame_bytes aga
 REGISTERED_FILE = "registered.json"  # the instance this disk last registered in `_meta` (ledger/limbo.py)
 REGISTER_RETRY_S = 1.0
 GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
+
+
+Answer = Callable[[BookieOpResponse], None]
+Refuse = Callable[[ResponseCode, str], None]
 
 
 class BookieService:
@@ -191,15 +196,12 @@ class BookieService:
                 "limbo_ledgers": sorted(self.limbo) if self.limbo_known else []}  # (auto-recovery re-replicates them)
 
     # -- requests ------------------------------------------------------------------------------------------
-    def on_request(self, session: Any, req: BookieOpRequest) -> None:
+    def on_request(self, session: Session, req: BookieOpRequest) -> None:
         self.requests += 1
         rid = req.request_id
 
         def answer(resp: BookieOpResponse) -> None:
-            try:
-                session.send(resp)
-            except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
-                log.debug("could not answer a closed session: %s", e)
+            send_response(session, resp)
 
         def refuse(code: ResponseCode, message: str) -> None:
             answer(BookieOpResponse(rid, code, req.op, req.ledger_id, req.entry_id, message=message))
@@ -242,7 +244,7 @@ class BookieService:
             loop.call_soon_threadsafe(answer, done(f))
         fut.add_done_callback(finished)
 
-    def _add_batch(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
+    def _add_batch(self, req: BookieOpRequest, answer: Answer, refuse: Refuse) -> None:
         """The batch's adds stored and journalled together; one answer with each entry's code once durable."""
         assert self.handler is not None
         try:
@@ -258,7 +260,7 @@ class BookieService:
                                     data=adds.results(code)))
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
-    def _add_multi(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
+    def _add_multi(self, req: BookieOpRequest, answer: Answer, refuse: Refuse) -> None:
         """Adds of several ledgers stored and journalled together; one answer with each add's code."""
         assert self.handler is not None
         try:

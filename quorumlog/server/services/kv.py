@@ -27,7 +27,7 @@ from ...raft.types import ClientAppend, ClientRead, Completion
 from ...transport.client_connection import ClientConnection
 from ...transport.frames import MAX_FRAME_BYTES
 from ...wire.client import KvItem, KvRequest, KvResponse
-from ..host import ConsensusGroup, Pending, ServedGroup, Session, send_response
+from ..host import Handled, ConsensusGroup, Pending, ServedGroup, Session, send_response
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class KvService:
         task.add_done_callback(self._tasks.discard)
 
     # -- requests ------------------------------------------------------------------------------------------
-    def on_request(self, session: Session, req: KvRequest) -> Coroutine[Any, Any, None] | None:
+    def on_request(self, session: Session, req: KvRequest) -> Handled:
         r = self.replica
         sm = r.sm
 
@@ -70,7 +70,8 @@ class KvService:
             return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
         op = req.op
         if r.state_machine != "kv" and op not in ("snapshot", "snapshot_chunk"):
-            return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} runs {r.state_machine!r}, not a key/value store")
+            return answer(ResponseCode.BAD_REQUEST,
+                          f"group {r.group!r} runs {r.state_machine!r}, not a key/value store")
         if op == "snapshot":
             index, data = sm.runner.take_snapshot()
             return answer(ResponseCode.SUCCESS, revision=index, data=data)

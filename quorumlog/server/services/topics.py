@@ -1,6 +1,6 @@
 """The topic requests of a group that runs the topic dispatcher (topic/dispatcher.py), on one member: a Raft
-replica (raft_group/replica.py) or a master/slave group's member (master_slave/member.py), which each store a send their way
-(`append_messages`, answered through `sent`).
+replica (raft_group/replica.py) or a master/slave group's member (master_slave/member.py), which each store a
+send their way (`append_messages`, answered through `sent`).
 
 - send: the encoded messages (topic/message.py, checked again here) are appended as one batch with the
   client's producer id and sequence, so a retry is stored once; the answer waits until the dispatcher applied
@@ -24,7 +24,6 @@ import asyncio
 import struct
 from bisect import bisect_left, bisect_right
 from operator import attrgetter
-from collections.abc import Coroutine
 from typing import Any, Callable, Iterator
 
 from ...codes import ResponseCode
@@ -34,7 +33,7 @@ from ...topic.consume_queue import UNIT, ConsumeQueue, Unit
 from ...topic.dispatcher import TopicDispatcher
 from ...topic.message import TOPIC_RE, fast, head, tag_hash
 from ...wire.client import PackedMessages, TopicRequest, TopicResponse
-from ..host import ServedGroup, Session, send_response
+from ..host import Handled, ServedGroup, Session, send_response
 
 
 _LOG_INDEX = attrgetter("log_index")
@@ -94,7 +93,7 @@ class TopicService:
         q = self.dispatcher.queue(topic, queue_id)
         return 0 if q is None else q.max_offset
 
-    def on_request(self, session: Session, req: TopicRequest) -> Coroutine[Any, Any, None] | None:
+    def on_request(self, session: Session, req: TopicRequest) -> Handled:
         r = self.replica
 
         def answer(code: ResponseCode, message: str = "", **fields: Any) -> None:
