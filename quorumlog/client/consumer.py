@@ -5,7 +5,7 @@
             ...
         await c.commit()           # also every auto_commit_interval_ms, and on close
 
-- Joins the group at the coordinator (the `_meta` leader, server/consumer_groups.py) and gets its queues with
+- Joins the group at the coordinator (the `_meta` leader, server/services/consumer_groups.py) and gets its queues with
   a generation; heartbeats every heartbeat_interval_ms; when told ILLEGAL_GENERATION (the members or queues
   changed) or UNKNOWN_MEMBER (its session expired, or the coordinator moved) it joins again. A queue it lost
   is given up before anyone else gets it (cooperative rebalancing): its pull is cancelled, what was fetched

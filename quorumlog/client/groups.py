@@ -201,7 +201,7 @@ class GroupAdmin:
             definition["preallocate"] = preallocate
         if state_machine is not None:
             definition["state_machine"] = state_machine
-        if mode != "raft":  # master/slave: the spread leader is the master (server/master_slave.py)
+        if mode != "raft":  # master/slave: the spread leader is the master (server/master_slave/member.py)
             definition["mode"] = mode
             definition["master_slave"] = {"master": preferred, **(master_slave or {})}
         created: list[str] = []

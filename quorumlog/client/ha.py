@@ -1,6 +1,6 @@
 """Master/slave groups' controller, from a client (`quorumlog ha`): its state per group and a switch by hand.
 
-The controller runs on the `_meta` group's leader (server/ha_controller.py); these calls go there like the
+The controller runs on the `_meta` group's leader (server/services/ha_controller.py); these calls go there like the
 consumer groups' (client/consumer.py).
 """
 

@@ -32,7 +32,7 @@ from .pool import ConnectionPool
 LEDGERS_PREFIX = "ledgers/"
 NEXT_ID_KEY = "ledger_ids/next"
 BOOKIES_PREFIX = "bookies/"
-UNDERREPLICATED_PREFIX = "underreplicated/"  # markers written by the auditor (server/auto_recovery.py)
+UNDERREPLICATED_PREFIX = "underreplicated/"  # markers written by the auditor (server/services/auto_recovery.py)
 INFO_TIMEOUT_MS = 1_000
 MAX_CAS_ATTEMPTS = 64
 

@@ -3,8 +3,8 @@ the master's HAConnection per slave (`master.py`), the slave's HAClient (`slave.
 GroupTransferService that completes SYNC_MASTER appends (`transfer.py`), over logs addressed by physical byte
 offset (`log.py`); the controller that elects masters (`controller.py`), the epoch entries and consistent point
 (`epochs.py`) and what a member decides under the controller (`member.py`). The runtime
-(server/master_slave.py, server/ha_controller.py) moves the messages (`messages.py`) and tells them the time;
-nothing here does I/O, so the simulators (sim/ha.py, sim/ha_switch.py) drive the same code.
+(server/master_slave/member.py, server/services/ha_controller.py) moves the messages (`messages.py`) and tells
+them the time; nothing here does I/O, so the simulators (sim/ha.py, sim/ha_switch.py) drive the same code.
 """
 
 from .log import MemoryHALog

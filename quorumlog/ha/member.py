@@ -1,5 +1,5 @@
 """What a member of a master/slave group decides under the controller, sans-I/O: the node runtime
-(server/master_slave.py) and the switch simulator (sim/ha_switch.py) call these same rules, so the simulator's
+(server/master_slave/member.py) and the switch simulator (sim/ha_switch.py) call these same rules, so the simulator's
 checker judges the rules the nodes run.
 
     cut = handshake_cut(mine, my_max, master, master_max)   # a slave's new session: where to cut its log
@@ -86,7 +86,7 @@ def confirm_offset(end: int, accepted: Collection[str], master_id: str, offsets:
 class MasterTerm:
     """What a member decides from the controller's answers, sans-I/O: whom it follows in which epoch, the lease
     under which it may write and open HA sessions as master, and when it proposes a new SyncStateSet. The node
-    runtime (server/master_slave.py) and the switch simulator (sim/ha_switch.py) drive this same object.
+    runtime (server/master_slave/member.py) and the switch simulator (sim/ha_switch.py) drive this same object.
 
         t = MasterTerm("n0", alter_interval_ms=500)
         t.on_view(master, epoch, sent_ms, lease_ms) -> bool    # True: a new master or epoch (become it / follow it)

@@ -1,5 +1,5 @@
 """The asyncio driver of the sans-I/O ledger recovery, over any LedgerIo: the client's (client/ledger_registry.py)
-and the node's auto-recovery (server/auto_recovery.py) both recover ledgers through it.
+and the node's auto-recovery (server/services/auto_recovery.py) both recover ledgers through it.
 
 `LedgerIo` is what it needs: a bookie call (one BookieOpRequest, its response; raises QuorumLogError or
 OSError when the bookie fails or is silent), fresh request ids, and the metadata's get and compare-and-set put.

@@ -1,5 +1,5 @@
 """Which ledgers a bookie must not call absent (BookKeeper #2612's limbo), sans-I/O: the decision the node's
-bookie (server/bookie_service.py) makes when it registers in `_meta`, and the simulator makes alike.
+bookie (server/services/bookie.py) makes when it registers in `_meta`, and the simulator makes alike.
 
     limbo = BookieLimbo(read("limbo.json"), storage.ledgers(), read("registered.json"))  # before serving
     new = limbo.on_registration(registered_instance, my_instance, ledgers_naming_me)    # after reading `_meta`

@@ -4,7 +4,7 @@ receive, and the metadata once it has them.
 
 A fragment is one segment of the ensembles as one bookie of it holds it: entries first..last of that segment
 whose write set includes the bookie's position. The last segment of an OPEN ledger has no last entry yet:
-it is re-replicated only once the ledger is fenced and closed (server/auto_recovery.py waits
+it is re-replicated only once the ledger is fenced and closed (server/services/auto_recovery.py waits
 `open_ledger_rereplication_grace_period_ms` for the writer's own ensemble change first).
 """
 

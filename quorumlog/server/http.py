@@ -8,6 +8,7 @@ otherwise, and nothing of the node's state in the answer."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import hmac
 import inspect
 import logging
@@ -30,7 +31,7 @@ class HttpServer:
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
-    async def start(self, host: str, port: int, ssl_context: Any = None) -> None:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> None:
         tls = {"ssl": ssl_context, "ssl_handshake_timeout": REQUEST_TIMEOUT_S} if ssl_context is not None else {}
         self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_HEAD_BYTES, **tls)
         log.info("http listening host=%s port=%d tls=%s", host, port, ssl_context is not None)

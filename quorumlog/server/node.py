@@ -1,9 +1,11 @@
 """The node runtime: one process, one asyncio loop, one listener and one set of peer links hosting many groups.
 
-Each group is a Replica (replica.py): its own raft core, store and group commit. The node owns what they
-share: the transport (a peer link between two nodes carries every group they both host, each message tagged
-with its group), one fsync thread for every group's store, the disk guard, the ticker and the HTTP port. It
-routes a peer message to its group's replica and a client request to the group its connection named.
+Each group is a HostedGroup (host.py): a Raft group's replica (raft_group/) or a master/slave group's member
+(master_slave/), each with its own store and group commit; the node drives both through that one interface and
+asks none of them its kind. The node owns what they share: the transport (a peer link between two nodes carries
+every group they both host, each message tagged with its group), one fsync thread for every group's store, the
+disk guard, the ticker and the HTTP port. It routes a peer message to its group and a client request to the
+handler registered for its type: the node's own (group ops, the bookie), else the group its connection named.
 
 On disk the group of the node's own configuration (`group`, `peers`, normally `default`) lives in `data_dir`
 as before; every group created later lives in `data_dir/groups/NAME/` with its definition in `group.json`
@@ -20,34 +22,36 @@ import logging
 import os
 import re
 import shutil
+import ssl
 import time
-from typing import Any, Callable
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from ..clock import monotonic_ms
 from ..codes import ResponseCode
 from ..config import ConfigError, NodeConfig
 from ..errors import QuorumLogError
 from ..peers import parse_address
 from ..raft.peer_liveness import PeerLiveness
-from ..raft.types import PeerSilent
 from ..transport.handshake import ANY_MEMBER, NODE_LINK
-from ..wire.messages import HeartbeatRequest
-from ..wire.client import (
-    AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, GroupRequest, GroupResponse,
-    HaControllerRequest, HaControllerResponse, KvRequest, KvResponse, MemberChangeRequest, MemberChangeResponse,
-    ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest, TopicResponse, TransferLeaderRequest,
-    TransferLeaderResponse,
-)
+from ..wire.client import ClientRequest, GroupRequest, GroupResponse, KvItem, StatusRequest, StatusResponse
 from ..wire.ledger import BookieOpRequest
-from .auto_recovery import AutoRecovery
-from .bookie_service import GC_INTERVAL_MS, BookieService
-from .cluster_calls import ClusterCalls
+from ..wire.messages import HeartbeatRequest, Message
 from .durable_file import write_json_durably
 from .flush_thread import FsyncWorker
+from .host import Address, Handled, Handler, HostedGroup, Session, refusal, send_response
 from .loop_lag import LoopLagMonitor
+from .master_slave.member import MODE as MASTER_SLAVE, MasterSlaveReplica
 from .metrics import NodeMetrics
-from .replica import Replica, now_ms
-from .master_slave import MODE as MASTER_SLAVE, MasterSlaveReplica
+from .raft_group.replica import Replica
+from .services.auto_recovery import AutoRecovery
+from .services.bookie import GC_INTERVAL_MS, BookieService
+from .services.cluster_calls import META_GROUP, ClusterCalls
 from .status_page import status_page
+
+if TYPE_CHECKING:
+    from ..raft.core import RaftCore
+    from ..store.file_store import FileStore
 
 log = logging.getLogger(__name__)
 
@@ -65,22 +69,38 @@ CREATED_GROUP_INDEX_SEGMENT_BYTES = 8 * 1024 * 1024
 CREATED_GROUP_PREALLOCATE = False
 
 
+class NodeTransport(Protocol):
+    """The node's listener and peer links (transport_adapter.py RealTransport; tests inject their own). A transport
+    may also offer set_peers, connected, flush, peer_ids and dead_links: the node uses them when it does."""
+
+    async def start(self, on_peer_message: Callable[[str, Message], None],
+                    on_client_request: Callable[[Session, ClientRequest], Handled],
+                    members_of: Callable[[str], frozenset[str] | None], on_peer_hello: Callable[[str, str], None],
+                    on_peer_gone: Callable[[str], None]) -> None: ...
+
+    def send(self, group: str, msg: Message) -> None: ...
+
+    async def stop_accepting(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Node:
     """One quorumlog node. `store` and `core_factory` (for the group of `config`) and `transport` are injectable
     for tests."""
 
-    def __init__(self, config: NodeConfig, *, store: Any = None,
-                 core_factory: Callable[..., Any] | None = None, transport: Any = None) -> None:
+    def __init__(self, config: NodeConfig, *, store: FileStore | None = None,
+                 core_factory: Callable[..., RaftCore] | None = None, transport: NodeTransport | None = None) -> None:
         self.config = config
         self._transport = transport
         self._core_factory = core_factory
         self.metrics = NodeMetrics(config.node_id)
         self.loop_lag = LoopLagMonitor(self._loop_lag_sample, self.metrics.loop_paused.inc)
-        self.replicas: dict[str, Replica] = {}
+        self.groups: dict[str, HostedGroup] = {}
         self.default = Replica(self, config, store=store, core_factory=core_factory)
         self.fsync_worker: FsyncWorker | None = None
         self._flush_transport: Callable[[], None] | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self.fatal = asyncio.Event()  # set on fail-stop: the process should exit non-zero
@@ -90,24 +110,26 @@ class Node:
         self._down_since_ms: dict[str, int] = {}  # the status page: when a node first failed to answer here
         self._disk_full_reported_s = 0.0
         # node-level liveness (_node_liveness): when we last heard each node, and those reported silent
-        self._now_ms = now_ms()
+        self._now_ms = monotonic_ms()
         self._liveness = PeerLiveness(config.election_timeout_min_ms)
         self._next_node_heartbeat_ms = 0
         self._members_cache: frozenset[str] | None = None
-        self.heard_addresses: dict[str, tuple[str, int]] = {}  # where peers that linked to us said they listen
+        self.heard_addresses: dict[str, Address] = {}  # where peers that linked to us said they listen
         self._http = None
         self.started_at = time.time()
-        self._client_tls: Any = None
-        self.calls = ClusterCalls(self)
-        self.bookie = BookieService(self)
-        self.auto_recovery = AutoRecovery(self)
+        self._client_tls: ssl.SSLContext | None = None
+        self.calls = ClusterCalls(config, self.known_addresses, self.client_tls)
+        self.bookie = BookieService(config, self.calls, self._stopping)
+        self.auto_recovery = AutoRecovery(config, self.calls, self._leads_meta)
+        # Client requests the node serves itself, whatever group their connection named; the rest go to that group.
+        self.handlers: dict[type, Handler] = {GroupRequest: self._on_group, BookieOpRequest: self.bookie.on_request}
 
-    # -- what replicas use -------------------------------------------------------------------------------
+    # -- what groups use (host.py GroupHost) ---------------------------------------------------------------
     @property
     def stopping_event(self) -> asyncio.Event:
         return self._stopping
 
-    def send(self, group: str, msg: Any) -> None:
+    def send(self, group: str, msg: Message) -> None:
         self._transport.send(group, msg)
 
     def flush_transport(self) -> None:
@@ -118,7 +140,7 @@ class Node:
         connected = getattr(self._transport, "connected", None)
         return True if connected is None else connected(peer_id)
 
-    def spawn(self, coro: Any, name: str) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.append(task)
         return task
@@ -132,7 +154,7 @@ class Node:
         self.fatal.set()
 
     def _on_peer_hello(self, node_id: str, address: str) -> None:
-        """A peer linked to us and said where it listens: a group still joining links back to it (replica.py
+        """A peer linked to us and said where it listens: a group still joining links back to it (raft_group/replica.py
         `members`), as it may be the leader that added us, unknown to our bootstrap peers."""
         try:
             parsed = parse_address(address, what=f"peer {node_id!r}")
@@ -141,14 +163,14 @@ class Node:
             return
         if self.heard_addresses.get(node_id) != parsed:
             self.heard_addresses[node_id] = parsed
-            for r in self.replicas.values():
+            for r in self.groups.values():
                 r.peer_heard(node_id)
 
     def _on_peer_gone(self, node_id: str) -> None:
         """A link between a peer and this node broke, either way (its process died, or the connection did):
         what a replica keeps per peer connection ends now, not after its silence timeout (a master's HA session
         with that slave, as RocketMQ's HAConnection ends with its socket)."""
-        for r in self.replicas.values():
+        for r in self.groups.values():
             r.peer_gone(node_id)
 
     def links_changed(self) -> None:
@@ -158,13 +180,13 @@ class Node:
             return  # starting: start() links once every group is open
         set_peers = getattr(self._transport, "set_peers", None)
         if set_peers is not None:
-            peers: dict[str, tuple[str, int]] = {}
-            for r in self.replicas.values():
+            peers: dict[str, Address] = {}
+            for r in self.groups.values():
                 peers.update(r.links)
             peers.pop(self.config.node_id, None)
             set_peers(peers)
 
-    def client_tls(self) -> Any:
+    def client_tls(self) -> ssl.SSLContext | bool:
         """The context of this node's own connections to other nodes (kv calls, bookie calls, snapshot
         fetches): TLS with its certificate when the cluster runs TLS, False (plain TCP) otherwise."""
         cfg = self.config
@@ -175,10 +197,20 @@ class Node:
             self._client_tls = client_context(cfg.tls_ca, cfg.tls_cert, cfg.tls_key)
         return self._client_tls
 
-    def known_addresses(self) -> dict[str, tuple[str, int]]:
+    def _leads_meta(self) -> bool:
+        """Whether this node leads the `_meta` group (where auto-recovery's auditor runs)."""
+        meta = self.groups.get(META_GROUP)
+        return meta is not None and meta.leads()
+
+    def dead_links(self) -> dict[str, BaseException]:
+        """Peer link tasks that ended with an error (a diagnosis at a stuck stop, runtime.py)."""
+        dead_links = getattr(self._transport, "dead_links", None)
+        return {} if dead_links is None else dead_links()
+
+    def known_addresses(self) -> dict[str, Address]:
         """Every node this node knows an address of: its own config's peers and every hosted group's members."""
         out = dict(self.config.peers)
-        for r in self.replicas.values():
+        for r in self.groups.values():
             out.update(r.links)
         return out
 
@@ -186,11 +218,11 @@ class Node:
         """The transport's question (handshake.py): who may send messages of `group` here; None if not hosted."""
         if group == NODE_LINK:
             if self._members_cache is None:
-                members = [r.members for r in self.replicas.values()]
+                members = [r.members for r in self.groups.values()]
                 self._members_cache = (ANY_MEMBER if any(m is ANY_MEMBER for m in members)
                                        else frozenset().union(*members))
             return self._members_cache
-        r = self.replicas.get(group)
+        r = self.groups.get(group)
         return None if r is None else r.members
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -206,11 +238,11 @@ class Node:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
         self.default.open()
-        self.replicas[self.default.group] = self.default
+        self.groups[self.default.group] = self.default
         for name, definition in self._stored_groups():
             replica = self._replica_for(self._group_config(name, definition), definition)
             replica.open()
-            self.replicas[name] = replica
+            self.groups[name] = replica
         self.fsync_worker = FsyncWorker()
         self.bookie.open()
         self._check_disk()
@@ -241,11 +273,11 @@ class Node:
             asyncio.create_task(self._periodic(cfg.auditor_period_ms, self.auto_recovery.run_once),
                                 name="auto-recovery"),
         ]
-        for r in self.replicas.values():
+        for r in self.groups.values():
             r.start()
         self.links_changed()
-        self.metrics.groups.set(len(self.replicas))
-        log.info("node started node=%s groups=%d", cfg.node_id, len(self.replicas))
+        self.metrics.groups.set(len(self.groups))
+        log.info("node started node=%s groups=%d", cfg.node_id, len(self.groups))
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -256,7 +288,7 @@ class Node:
     async def hand_over_leadership(self, timeout_s: float | None = None) -> str | None:
         """Before a graceful stop: every group this node leads hands its leadership to its most caught-up
         follower. Returns the default group's new leader (None if it was not led here)."""
-        replicas = list(self.replicas.values())
+        replicas = list(self.groups.values())
         results = await asyncio.gather(*(r.hand_over_leadership(timeout_s) for r in replicas))
         return dict(zip((r.group for r in replicas), results)).get(self.default.group)
 
@@ -268,15 +300,14 @@ class Node:
         log.info("node stopping node=%s", self.config.node_id)
         if self._transport is not None:
             await self._transport.stop_accepting()
-        for r in self.replicas.values():
+        for r in self.groups.values():
             r.begin_stop()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        for r in self.replicas.values():
-            if r.core is not None or getattr(r, "mode", "raft") == MASTER_SLAVE:
-                await r.close()
+        for r in self.groups.values():
+            await r.close()
         self.bookie.close()
         await self.calls.close()
         if self.fsync_worker is not None:
@@ -315,7 +346,7 @@ class Node:
             index_segment_size=int(d.get("index_segment_bytes", CREATED_GROUP_INDEX_SEGMENT_BYTES)),
             preallocate=bool(d.get("preallocate", CREATED_GROUP_PREALLOCATE)))
 
-    def create_group(self, definition: dict) -> Replica:
+    def create_group(self, definition: dict) -> HostedGroup:
         """Host a new group here (raises QuorumLogError-coded ValueError for bad definitions, see _on_group)."""
         name = definition.get("group")
         if not isinstance(name, str) or not GROUP_NAME.match(name):
@@ -324,7 +355,7 @@ class Node:
         if not isinstance(peers, dict) or self.config.node_id not in peers:
             raise _Refused(ResponseCode.BAD_REQUEST, f"peers must be a map of id to address naming this node "
                                                      f"({self.config.node_id})")
-        existing = self.replicas.get(name)
+        existing = self.groups.get(name)
         if existing is not None or os.path.exists(os.path.join(self._groups_dir(), name)):
             if existing is not None and existing.config.group != self.config.group and \
                     self._definition_of(name) == _canonical(definition):
@@ -338,15 +369,15 @@ class Node:
         os.makedirs(config.data_dir)
         write_json_durably(os.path.join(config.data_dir, GROUP_FILE), _canonical(definition))
         replica.open()
-        self.replicas[name] = replica
+        self.groups[name] = replica
         replica.start()
         self.links_changed()
-        self.metrics.groups.set(len(self.replicas))
+        self.metrics.groups.set(len(self.groups))
         log.info("group created node=%s group=%s peers=%s", self.config.node_id, name, sorted(peers))
         return replica
 
-    def _replica_for(self, config: NodeConfig, definition: dict):
-        """A Raft replica, or a master/slave group's member (master_slave.py) when the definition says so."""
+    def _replica_for(self, config: NodeConfig, definition: dict) -> HostedGroup:
+        """A Raft replica, or a master/slave group's member (master_slave/member.py) when the definition says so."""
         mode = definition.get("mode", "raft")
         if mode == MASTER_SLAVE:
             return MasterSlaveReplica(self, config, definition)
@@ -362,24 +393,24 @@ class Node:
             return None
 
     async def delete_group(self, name: str) -> None:
-        replica = self.replicas.get(name)
+        replica = self.groups.get(name)
         if replica is None:
             raise _Refused(ResponseCode.UNKNOWN_GROUP, f"group {name!r} is not hosted on {self.config.node_id}")
         if replica is self.default:
             raise _Refused(ResponseCode.BAD_REQUEST, f"group {name!r} is this node's own group (its config)")
-        del self.replicas[name]
+        del self.groups[name]
         replica.begin_stop()
         await replica.close()
         # The definition goes first: a crash in the middle leaves a directory that is not opened again.
         os.unlink(os.path.join(replica.config.data_dir, GROUP_FILE))
         await asyncio.to_thread(shutil.rmtree, replica.config.data_dir, True)
         self.metrics.forget_group(name)
-        self.metrics.groups.set(len(self.replicas))
+        self.metrics.groups.set(len(self.groups))
         self.links_changed()
         log.info("group deleted node=%s group=%s", self.config.node_id, name)
 
     # -- inputs --------------------------------------------------------------------------------------------
-    def _on_peer_message(self, group: str, msg: Any) -> None:
+    def _on_peer_message(self, group: str, msg: Message) -> None:
         if self._stopping.is_set():
             return
         frm = msg.frm
@@ -387,7 +418,7 @@ class Node:
             log.info("node heard again node=%s peer=%s", self.config.node_id, frm)
         if group == NODE_LINK:
             return  # a node heartbeat: liveness only
-        r = self.replicas.get(group)
+        r = self.groups.get(group)
         if r is None:
             return  # a group created on the sender first, or deleted here: dropped like a lost message
         try:
@@ -398,26 +429,25 @@ class Node:
             log.exception("peer message failed node=%s group=%s from=%s kind=%s", self.config.node_id, group,
                           msg.frm, type(msg).__name__)
 
-    def _on_client_request(self, session: Any, request: Any) -> Any:
-        if isinstance(request, GroupRequest):
-            return self._on_group(session, request)
-        if isinstance(request, BookieOpRequest):
-            return self.bookie.on_request(session, request)  # the node's bookie, whatever group was named
+    def _on_client_request(self, session: Session, request: ClientRequest) -> Handled:
+        handler = self.handlers.get(type(request))
+        if handler is not None:
+            return handler(session, request)
         group = getattr(session, "group", self.default.group)
         if group == NODE_LINK and isinstance(request, StatusRequest):
-            _send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
+            send_response(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
                                           json.dumps(self.node_status()).encode()))
             return None
-        r = self.replicas.get(group)
+        r = self.groups.get(group)
         if r is None:
-            _send(session, _refusal(request, ResponseCode.UNKNOWN_GROUP,
-                                    f"group {group!r} is not hosted on {self.config.node_id}"))
+            send_response(session, refusal(request, ResponseCode.UNKNOWN_GROUP,
+                                           f"group {group!r} is not hosted on {self.config.node_id}"))
             return None
         return r.on_client_request(session, request)
 
-    async def _on_group(self, session: Any, request: GroupRequest) -> None:
-        def answer(code: ResponseCode, body: Any = None, message: str = "") -> None:
-            _send(session, GroupResponse(request.request_id, code, json.dumps(body or {}).encode(), message))
+    async def _on_group(self, session: Session, request: GroupRequest) -> None:
+        def answer(code: ResponseCode, body: dict | None = None, message: str = "") -> None:
+            send_response(session, GroupResponse(request.request_id, code, json.dumps(body or {}).encode(), message))
 
         try:
             body = json.loads(request.body or b"{}")
@@ -429,7 +459,7 @@ class Node:
             return answer(ResponseCode.LEADER_NOT_READY, message="node shutting down")
         try:
             if request.op == "create":
-                existed = body.get("group") in self.replicas
+                existed = body.get("group") in self.groups
                 r = self.create_group(body)
                 return answer(ResponseCode.SUCCESS, {"group": r.group, "members": sorted(r.members),
                                                      "created": not existed})
@@ -448,17 +478,17 @@ class Node:
     # -- periodic work -------------------------------------------------------------------------------------
     async def _ticker(self) -> None:
         interval_ms = self.config.tick_interval_ms
-        last = now_ms()
+        last = monotonic_ms()
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            t = self._now_ms = now_ms()
+            t = self._now_ms = monotonic_ms()
             if t - last > interval_ms + LOOP_STALL_WARN_MS:
                 # Peers see a stalled node as dead: a stall near the election timeout costs leadership.
                 self.metrics.loop_stalls.inc()
                 log.warning("event loop stalled node=%s stall_ms=%d", self.config.node_id, t - last - interval_ms)
                 self._liveness.restart(t)  # we heard nothing because we did not listen
             last = t
-            for r in list(self.replicas.values()):
+            for r in list(self.groups.values()):
                 if not r.quiet:
                     try:
                         r.tick(t)
@@ -485,10 +515,10 @@ class Node:
                 self._transport.send(NODE_LINK, HeartbeatRequest(cfg.node_id, p, 0, -1))
         for p in self._liveness.newly_silent(peers, t):
             log.info("node silent node=%s peer=%s", cfg.node_id, p)
-            for r in list(self.replicas.values()):
-                r.step(PeerSilent(p))
+            for r in list(self.groups.values()):
+                r.peer_silent(p)
 
-    async def _periodic(self, interval_ms: int, fn: Callable[[], Any]) -> None:
+    async def _periodic(self, interval_ms: int, fn: Callable[[], object]) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
             try:
@@ -515,27 +545,27 @@ class Node:
                         self.config.disk_full_ratio)
         was_full, self.disk_full = self.disk_full, full
         if was_full and not full:
-            for r in list(self.replicas.values()):
+            for r in list(self.groups.values()):
                 r.report_disk_ok()
         # Appends are refused before they reach the cores, so no write would tell them: a full leader must
         # hear it from the guard to hand leadership to a follower that can still store entries.
-        now = time.monotonic()
+        now_s = time.monotonic()
         if full and self._tasks and (not was_full or
-                                     now - self._disk_full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000):
-            self._disk_full_reported_s = now
-            for r in list(self.replicas.values()):
+                                     now_s - self._disk_full_reported_s >= DISK_FULL_REPORT_INTERVAL_MS / 1000):
+            self._disk_full_reported_s = now_s
+            for r in list(self.groups.values()):
                 r.report_disk_full(f"disk of {self.config.data_dir} above disk_full_ratio "
                                    f"{self.config.disk_full_ratio}")
 
     async def _checkpoint(self) -> None:
-        for r in [r for r in self.replicas.values() if r.checkpoint_due()]:
+        for r in list(self.groups.values()):
             await r.checkpoint()
-        for r in list(self.replicas.values()):
+        for r in list(self.groups.values()):
             r.release_read_pages()
         await self.bookie.checkpoint()
 
     async def _retention(self) -> None:
-        for r in list(self.replicas.values()):
+        for r in list(self.groups.values()):
             await r.retention()
 
     # -- status and metrics --------------------------------------------------------------------------------
@@ -551,9 +581,9 @@ class Node:
             "loop_lag": self.loop_lag.summary(),
         }
 
-    def status(self, replica: Replica | None = None) -> dict[str, Any]:
+    def status(self, group: HostedGroup | None = None) -> dict[str, Any]:
         """One group's status on this node (the node's own group by default), with the node's fields."""
-        r = replica or self.default
+        r = group or self.default
         doc = r.status()
         doc.update(self._node_fields())
         doc["disk"]["store_bytes"] = doc.pop("store_bytes")
@@ -562,7 +592,7 @@ class Node:
     def node_status(self) -> dict[str, Any]:
         """The node and every group it hosts (`status --all-groups`, `group list`)."""
         doc = {"id": self.config.node_id, **self._node_fields()}
-        doc["groups"] = [r.status() for r in self.replicas.values()]
+        doc["groups"] = [r.status() for r in self.groups.values()]
         doc["metrics"] = self.metrics.summary()
         if self.bookie.storage is not None:
             doc["bookie"] = {**self.bookie.info(), "fragments_replicated": self.auto_recovery.replicated}
@@ -596,15 +626,12 @@ class Node:
                "ledgers_underreplicated": under, "topics": topics, "consumer_groups": consumer_groups}
         return "application/json", json.dumps(doc).encode()
 
-    def _topics_doc(self, topic_items: list, offset_items: list) -> tuple[list[dict], list[dict]]:
+    def _topics_doc(self, topic_items: list[KvItem], offset_items: list[KvItem]) -> tuple[list[dict], list[dict]]:
         """Topics with their message counts, and per consumer group its committed queues and lag, as far as
         the topic groups hosted here know their queues' ends (`None` for a queue on a group hosted elsewhere)."""
         def queue_end(topic: str, queue_id: int, group: str) -> int | None:
-            r = self.replicas.get(group)
-            if r is None or r.state_machine != "topics" or r.sm is None:
-                return None
-            q = r.sm.machine.queue(topic, queue_id)
-            return 0 if q is None else q.max_offset
+            r = self.groups.get(group)
+            return None if r is None else r.queue_end(topic, queue_id)
 
         placement = {it.key[len("topics/"):]: json.loads(it.value or b"{}").get("queues", []) for it in topic_items}
         topics = []
@@ -629,7 +656,7 @@ class Node:
         return topics, [{**r, "topics": sorted(r["topics"])} for _, r in sorted(lag.items())]
 
     def _http_metrics(self) -> tuple[str, bytes]:
-        for r in self.replicas.values():
+        for r in self.groups.values():
             r.refresh_metrics()
         m = self.metrics
         used, total = self._disk_usage
@@ -649,27 +676,3 @@ def _canonical(definition: dict) -> dict:
     keys = ("group", "mode", "master_slave", "peers", "preferred_leader_id", "join", "segment_bytes",
             "index_segment_bytes", "preallocate", "state_machine")
     return {k: definition[k] for k in keys if k in definition}
-
-
-def _send(session: Any, response: Any) -> None:
-    try:
-        session.send(response)
-    except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
-        log.debug("could not answer a closed session: %s", e)
-
-
-def _refusal(request: Any, code: ResponseCode, message: str) -> Any:
-    """The response of `request`'s type that refuses it with `code`."""
-    rid = request.request_id
-    if isinstance(request, StatusRequest):
-        return StatusResponse(rid, code, json.dumps({"error": message}).encode())
-    return _RESPONSE_OF.get(type(request), GroupResponse)(rid, code, message=message)
-
-
-# (a caller reads a refusal as the answer it asked for: a KvRequest answered by a GroupResponse had no leader_id,
-# and the `_meta` calls of every node's auto-recovery raised on it once the first node they asked left `_meta`)
-_RESPONSE_OF: dict[type, type] = {
-    AppendRequest: AppendResponse, ReadRequest: ReadResponse, MemberChangeRequest: MemberChangeResponse,
-    TransferLeaderRequest: TransferLeaderResponse, KvRequest: KvResponse, TopicRequest: TopicResponse,
-    ConsumerGroupRequest: ConsumerGroupResponse, HaControllerRequest: HaControllerResponse,
-}

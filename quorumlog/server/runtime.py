@@ -71,8 +71,8 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
 
 def _dump_tasks(node=None) -> None:
     import io
-    if node is not None and hasattr(node._transport, "dead_links"):
-        for peer, exc in node._transport.dead_links().items():
+    if node is not None:
+        for peer, exc in node.dead_links().items():
             log.error("peer link task ended peer=%s", peer, exc_info=exc)
     for task in asyncio.all_tasks():
         out = io.StringIO()

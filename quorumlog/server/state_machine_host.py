@@ -20,11 +20,15 @@ import logging
 import os
 import re
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptEntry, IndexOutOfRange
 from ..meta.kv import Change, KVStore, Result
 from ..meta.state_machine import StateMachineRunner
+
+if TYPE_CHECKING:
+    from ..store.file_store import FileStore
+    from ..topic.dispatcher import TopicDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,8 @@ RESULTS_KEPT = 4096  # results of recent writes, for a retried (deduplicated) wr
 
 
 class StateMachineHost:
-    def __init__(self, data_dir: str, log_view: Any, *, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-                 machine_type: Any = KVStore, suffix: str = "kv") -> None:
+    def __init__(self, data_dir: str, log_view: FileStore, *, snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+                 machine_type: type[KVStore] | type[TopicDispatcher] = KVStore, suffix: str = "kv") -> None:
         self.dir = os.path.join(data_dir, SNAPSHOT_DIR)
         os.makedirs(self.dir, exist_ok=True)
         self.machine_type = machine_type  # a class with restore(bytes) and a no-argument constructor
@@ -69,7 +73,7 @@ class StateMachineHost:
                 out.append((int(m.group(1)), os.path.join(self.dir, name)))
         return sorted(out)
 
-    def _load_newest(self) -> Any:
+    def _load_newest(self) -> KVStore | TopicDispatcher:
         for index, path in reversed(self._files()):
             try:
                 with open(path, "rb") as f:

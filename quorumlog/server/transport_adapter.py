@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..config import NodeConfig
-from ..wire.messages import PushRequest, PushType
+from ..wire.client import ClientRequest
+from ..wire.messages import Message, PushRequest, PushType
+from .host import Handled, Session
+from .metrics import NodeMetrics
+
+if TYPE_CHECKING:
+    from ..transport import PeerLinks, TransportServer
 
 log = logging.getLogger(__name__)
 
@@ -19,18 +25,18 @@ COMMIT_HOLD_MS = 2  # how long a commit-only push may wait for an APPEND push to
 
 
 class RealTransport:
-    def __init__(self, config: NodeConfig, metrics: Any) -> None:
+    def __init__(self, config: NodeConfig, metrics: NodeMetrics) -> None:
         self._config = config
         self._metrics = metrics
-        self._server: Any = None
-        self._links: Any = None
+        self._server: TransportServer | None = None
+        self._links: PeerLinks | None = None
         self._watchdog: asyncio.Task | None = None
         # (group, peer) -> that group's latest commit-only push to the peer, not sent yet
         self._held_commits: dict[tuple[str, str], PushRequest] = {}
         self._hold_timer: asyncio.TimerHandle | None = None
 
-    async def start(self, on_peer_message: Callable[[str, Any], None],
-                    on_client_request: Callable[[Any, Any], None],
+    async def start(self, on_peer_message: Callable[[str, Message], None],
+                    on_client_request: Callable[[Session, ClientRequest], Handled],
                     members_of: Callable[[str], frozenset[str] | None],
                     on_peer_hello: Callable[[str, str], None] | None = None,
                     on_peer_gone: Callable[[str], None] | None = None) -> None:
@@ -61,7 +67,7 @@ class RealTransport:
         self._watchdog = asyncio.get_running_loop().create_task(self.watch_links(), name="peer-link-watchdog")
         log.info("listening node=%s address=%s:%d tls=%s", cfg.node_id, cfg.listen_host, cfg.listen_port, cfg.tls)
 
-    def send(self, group: str, msg: Any) -> None:
+    def send(self, group: str, msg: Message) -> None:
         links = self._links
         if type(msg) is PushRequest:
             if msg.push_type is PushType.COMMIT:

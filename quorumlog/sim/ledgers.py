@@ -5,7 +5,7 @@ not synced, wiped bookies, client-bookie partitions, slow bookies, and a second 
 writer's ensemble change is being written. Metadata lives in a compare-and-set store, as `_meta` keeps it.
 
 A restarted bookie goes through the node's open and registration path (quorumlog/ledger/limbo.py, the code
-server/bookie_service.py runs): it serves at once, with every ledger in limbo until it has read its `_meta`
+server/services/bookie.py runs): it serves at once, with every ledger in limbo until it has read its `_meta`
 record and the ledgers naming it, a while later; then it settles its limbo (persisted, lost with a wipe) and
 registers its instance. Requests race that window: a recovery started as a wiped bookie comes back fences it
 before it registers.
@@ -384,7 +384,7 @@ class LedgerWorld:
         self.limbo[b] = self._open_limbo(b)  # (BookieService.open: before the listener serves)
         self.s.after(self.rng.randint(1, self.o.register_max_ms), self._read_registration, b, self.epoch[b])
 
-    # -- a bookie's open and registration (ledger/limbo.py, as server/bookie_service.py runs it) ---------------
+    # -- a bookie's open and registration (ledger/limbo.py, as server/services/bookie.py runs it) ---------------
     def _open_limbo(self, b: str) -> BookieLimbo:
         limbo = BookieLimbo(self.limbo_file[b], self.store[b].ledgers(), self.registered_file[b])
         if "limbo_from_registration" in self.bugs:

@@ -71,8 +71,8 @@ MASTER_SLAVE_KINDS = ("kill9_node", "kill9_majority", "pause_leader", "restart_a
     + MASTER_SLAVE_ORDERINGS
 MASTER_SLAVE_GROUP = "ms"
 # disk_full fills the target's disk to the last byte, in either mode: a Raft member must still persist its
-# votes (server/hard_state.py), and a full master/slave member's `_meta` follower must still let the controller
-# commit the hand-over (server/group_commit.py: its flush backoff ends when the disk has room again).
+# votes (server/raft_group/hard_state.py), and a full master/slave member's `_meta` follower must still let the
+# controller commit the hand-over (server/group_commit.py: its flush backoff ends when the disk has room again).
 SLOTS = ("n0", "n1", "n2")  # a schedule names slots; a slot's node changes when a membership cycle replaces it
 LEADER_KINDS = ("isolate_leader", "one_way_leader_out", "pause_leader", "slow_leader", "disk_full",
                 "failing_disk_leader") + MASTER_SLAVE_ORDERINGS

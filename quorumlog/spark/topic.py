@@ -36,7 +36,7 @@ from .remote import drop_remote, remote_for, settle_worker_heap
 log = logging.getLogger(__name__)
 MAX_BATCH_BYTES = 2**31 - 1  # int32 Arrow offsets
 DEFAULT_RECORDS_PER_PARTITION = 200_000
-PULL_MESSAGES = 16384  # the node's cap per pull (server/topic_service.py)
+PULL_MESSAGES = 16384  # the node's cap per pull (server/services/topics.py)
 PULLS_IN_FLIGHT = 4
 FIRST_PULL_MESSAGES = 1024  # pulls grow from this to PULL_MESSAGES: a task's first batch comes sooner
 KAFKA_EARLIEST, KAFKA_LATEST = -2, -1

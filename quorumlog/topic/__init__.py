@@ -2,5 +2,5 @@
 layout inside a log entry (`message.py`), the consume queue built by dispatching committed entries
 (`consume_queue.py`), the dispatcher that builds them — and applies each topic's retention — as a group's state
 machine (`dispatcher.py`), and a consumer group's members and queue owners with generations
-(`group_coordinator.py`). The node runs them in server/topic_service.py and server/consumer_groups.py; clients
-are client/topics.py and client/consumer.py; docs/topics.md."""
+(`group_coordinator.py`). The node runs them in server/services/topics.py and
+server/services/consumer_groups.py; clients are client/topics.py and client/consumer.py; docs/topics.md."""

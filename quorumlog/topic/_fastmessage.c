@@ -4,7 +4,7 @@
  * member's dispatcher reads of every committed entry: message_head.
  *
  * The Python paths stay the reference: decode_pulled accepts exactly the messages message.decode accepts, with
- * the same fields, and pack_pulled packs what server/topic_service.py's record walk packs
+ * the same fields, and pack_pulled packs what server/services/topics.py's record walk packs
  * (tests/topic/test_fastmessage.py compares them). Optional at build time: both callers fall back to Python
  * without it, or with QUORUMLOG_PURE_PYTHON=1.
  *

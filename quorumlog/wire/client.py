@@ -146,7 +146,7 @@ class KvRequest:
     "list" (key = prefix), "put" (key, value, expected_version), "delete" (key, expected_version), "watch"
     (key = prefix; changes after `revision`, held up to wait_ms while there are none) and "snapshot" (the
     state machine's snapshot, for a member whose log was reset past what it applied), or "snapshot_chunk"
-    (the same in pieces: revision = its index or -1, expected_version = byte offset; server/kv_service.py).
+    (the same in pieces: revision = its index or -1, expected_version = byte offset; server/services/kv.py).
     expected_version -1: unconditional; 0: the key must not exist."""
 
     request_id: int
@@ -262,7 +262,7 @@ class TopicResponse:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupRequest:
-    """A consumer group's coordinator, on the `_meta` group's leader (server/consumer_groups.py): op "join"
+    """A consumer group's coordinator, on the `_meta` group's leader (server/services/consumer_groups.py): op "join"
     ({group, member, topics, session_timeout_ms}), "heartbeat" ({group, member, generation}), "commit"
     ({group, member, generation, offsets: {"topic/queue": offset}}), "leave" ({group, member}), "describe"
     ({group}). The body is JSON: these are a few per consumer per second."""
@@ -283,7 +283,7 @@ class ConsumerGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class HaControllerRequest:
-    """The master/slave groups' controller, on the `_meta` group's leader (server/ha_controller.py): op
+    """The master/slave groups' controller, on the `_meta` group's leader (server/services/ha_controller.py): op
     "heartbeat" ({group, member, epoch, max_offset, restarted}), "alter_sync_state_set" ({group, master, epoch,
     members}), "elect" ({group, to}), "describe" ({group}). JSON, like the consumer groups' coordinator's."""
 

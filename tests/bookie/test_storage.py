@@ -307,7 +307,7 @@ def test_instance_id_is_kept_and_a_wiped_bookie_gets_a_new_one(tmp_path):
 
 
 def test_a_checkpoint_in_three_steps_keeps_every_entry_readable_and_durable(tmp_path):
-    """What a node does (server/bookie_service.py): begin on the loop, the durable part on a thread while
+    """What a node does (server/services/bookie.py): begin on the loop, the durable part on a thread while
     adds go on, end; readers see every entry at each step, and a restart finds them all."""
     s = BookieStorage(str(tmp_path), SMALL)
     try:

@@ -29,7 +29,7 @@ from quorumlog.codes import ResponseCode
 from quorumlog.errors import LedgerFenced
 from quorumlog.ledger.metadata import State
 from quorumlog.ledgers import LedgerClient
-from quorumlog.server.bookie_service import BOOKIE_DIR
+from quorumlog.server.services.bookie import BOOKIE_DIR
 from quorumlog.soak.processes import Cluster, fill_to_last_byte
 from quorumlog.wire.ledger import BookieOp, BookieOpRequest, ReadEntry, to_op_request
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from quorumlog.ledger.metadata import LedgerMetadata, Segment, State
 from quorumlog.ledger.replication import marker_lost
-from quorumlog.server.auto_recovery import AutoRecovery, marker_key
+from quorumlog.server.services.auto_recovery import AutoRecovery, marker_key
 
 
 def test_a_bookie_back_with_its_data_leaves_the_marker_one_still_gone_stays():
@@ -47,9 +47,8 @@ def test_the_auditor_drops_a_bookie_that_came_back_from_a_marker():
     md = LedgerMetadata(9, 3, 2, 2, (Segment(0, ("n1", "n2", "n3")),), state=State.CLOSED, last_entry_id=99,
                         version=4)
     calls = _Calls(md, {"ledger_id": 9, "lost": ["n0", "n1"], "since_ms": 1})
-    node = SimpleNamespace(calls=calls, config=SimpleNamespace(node_id="n2", lost_bookie_recovery_delay_ms=0,
-                                                               open_ledger_rereplication_grace_period_ms=0))
-    auditor = AutoRecovery(node)
+    config = SimpleNamespace(node_id="n2", lost_bookie_recovery_delay_ms=0, open_ledger_rereplication_grace_period_ms=0)
+    auditor = AutoRecovery(config, calls, lambda: True)
 
     async def twice():  # (the first pass starts n1's silence clock; with no delay it is lost at once)
         await auditor.audit()

@@ -1,4 +1,4 @@
-"""The consumer-group service (server/consumer_groups.py) with a stand-in `_meta` leader: what the runtime
+"""The consumer-group service (server/services/consumer_groups.py) with a stand-in `_meta` leader: what the runtime
 hands the coordinator at a join — each member's own session timeout, each topic's own queues."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, encode_put
 from quorumlog.raft.types import Role
-from quorumlog.server import consumer_groups
-from quorumlog.server.consumer_groups import ConsumerGroupService
+from quorumlog.server.services import consumer_groups
+from quorumlog.server.services.consumer_groups import ConsumerGroupService
 from quorumlog.wire.client import ConsumerGroupRequest
 
 
@@ -22,13 +22,13 @@ def _service(topics: dict[str, int]):
     answers = []
     replica = SimpleNamespace(state_machine="kv", stopping=False, sm=SimpleNamespace(kv=kv),
                               core=SimpleNamespace(role=Role.LEADER, term=3, leader_id="n1",
-                                                   leader_since_ms=0),
-                              _send=lambda session, resp: answers.append(resp))
+                                                   leader_since_ms=0))
     return ConsumerGroupService(replica), answers
 
 
 def _call(service, answers, op: str, **body) -> tuple[ResponseCode, dict]:
-    service.on_request("session", ConsumerGroupRequest(1, op, json.dumps({"group": "cg", **body}).encode()))
+    body = json.dumps({"group": "cg", **body}).encode()
+    service.on_request(SimpleNamespace(send=answers.append), ConsumerGroupRequest(1, op, body))
     resp = answers.pop()
     return resp.code, json.loads(resp.body or b"{}")
 
@@ -37,7 +37,7 @@ def test_each_member_is_expired_by_its_own_session_timeout(monkeypatch):
     async def main() -> None:
         service, answers = _service({"T": 4})
         now = [1_000_000]
-        monkeypatch.setattr(consumer_groups, "_now_ms", lambda: now[0])
+        monkeypatch.setattr(consumer_groups, "monotonic_ms", lambda: now[0])
         assert _call(service, answers, "join", member="patient", topics=["T"], session_timeout_ms=30_000)[0] == \
             ResponseCode.SUCCESS
         _call(service, answers, "join", member="hasty", topics=["T"], session_timeout_ms=1_000)
@@ -54,7 +54,7 @@ def test_each_member_is_expired_by_its_own_session_timeout(monkeypatch):
 def test_a_topics_queues_go_only_to_members_that_subscribe_to_it(monkeypatch):
     async def main() -> None:
         service, answers = _service({"A": 4, "B": 3})
-        monkeypatch.setattr(consumer_groups, "_now_ms", lambda: 1_000_000)
+        monkeypatch.setattr(consumer_groups, "monotonic_ms", lambda: 1_000_000)
         _call(service, answers, "join", member="a", topics=["A"])
         code, got = _call(service, answers, "join", member="b", topics=["B"])
         assert code == ResponseCode.SUCCESS and sorted(map(tuple, got["queues"])) == [("B", 0), ("B", 1), ("B", 2)]

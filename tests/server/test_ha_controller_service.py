@@ -1,4 +1,4 @@
-"""The controller service on the `_meta` leader (server/ha_controller.py) with a stand-in replica: an election is
+"""The controller service on the `_meta` leader (server/services/ha_controller.py) with a stand-in replica: an election is
 written only after a ReadIndex round confirms the leadership (found by the master/slave soak, seed 2611: a
 partitioned `_meta` leader elected the one member it could hear, its stale entry was committed when it led
 again, and a slave truncated acknowledged appends to follow the master it named)."""
@@ -13,14 +13,15 @@ from typing import Any
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, decode_command
 from quorumlog.raft.types import ClientAppend, ClientRead, Completion, Role
-from quorumlog.server.ha_controller import MASTER_TIMEOUT_MS, HAControllerService
+from quorumlog.server.services.ha_controller import MASTER_TIMEOUT_MS, HAControllerService
 from quorumlog.wire.client import HaControllerRequest
 
 MEMBERS = ["n0", "n1", "n2"]
 
 
 class _Replica:
-    """What the service asks of its replica: a leading core, the `_meta` store, pending requests, steps."""
+    """What the service asks of its replica: a leading core, the `_meta` store, requests through the core; it is also
+    the session the service answers."""
 
     def __init__(self) -> None:
         self.state_machine = "kv"
@@ -37,14 +38,13 @@ class _Replica:
     def holds_everything_committed(self) -> bool:
         return self.ready
 
-    def _new_request_id(self) -> int:
+    def submit(self, event_for: Any, pending: Any) -> int:
         self._rid += 1
+        self._pending[self._rid] = pending
+        self.steps.append(event_for(self._rid))
         return self._rid
 
-    def step(self, event: Any) -> None:
-        self.steps.append(event)
-
-    def _send(self, session: Any, response: Any) -> None:
+    def send(self, response: Any) -> None:  # (the session of every request: the answers are kept)
         self.sent.append(response)
 
     def finish(self, service: HAControllerService, event: Any, code: ResponseCode) -> None:
@@ -54,13 +54,13 @@ class _Replica:
             self._applied += 1
             self.sm.kv.apply(self._applied, event.bodies[0])
         c = Completion(event.request_id, code)
-        (service.confirmed if p.kind == "ha_confirm" else service.completed)(p, c)
+        p.on_done(c)
 
 
 def _heartbeat(service: HAControllerService, member: str, epoch: int, max_offset: int, **more: Any) -> dict:
     body = {"group": "ms", "member": member, "members": MEMBERS, "master": "n0", "epoch": epoch,
             "max_offset": max_offset, **more}
-    service.on_request(None, HaControllerRequest(1, "heartbeat", json.dumps(body).encode()))
+    service.on_request(service.replica, HaControllerRequest(1, "heartbeat", json.dumps(body).encode()))
     return json.loads(service.replica.sent[-1].body)
 
 
@@ -131,10 +131,10 @@ def test_a_new_meta_leader_answers_nothing_before_it_applied_its_terms_first_ent
         r.ready = False
         service = HAControllerService(r, clock=lambda: 10_000_000)  # type: ignore[arg-type]
         body = {"group": "ms", "member": "n0", "members": MEMBERS, "master": "n0", "epoch": 0, "max_offset": 0}
-        service.on_request(None, HaControllerRequest(1, "heartbeat", json.dumps(body).encode()))
+        service.on_request(r, HaControllerRequest(1, "heartbeat", json.dumps(body).encode()))
         assert r.sent[-1].code == ResponseCode.LEADER_NOT_READY and not service.controllers and not r.steps
         r.ready = True
-        service.on_request(None, HaControllerRequest(2, "heartbeat", json.dumps(body).encode()))
+        service.on_request(r, HaControllerRequest(2, "heartbeat", json.dumps(body).encode()))
         assert r.sent[-1].code == ResponseCode.SUCCESS and "ms" in service.controllers
         service.close()
     asyncio.run(main())

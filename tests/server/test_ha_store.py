@@ -10,7 +10,7 @@ import pytest
 from quorumlog.errors import CorruptEntry
 from quorumlog.ha import HAClient, HAConnection, Reset, SlaveReport, Transfer
 from quorumlog.ha.master import HAConfig
-from quorumlog.server.ha_store import StoreHALog
+from quorumlog.server.master_slave.ha_store import StoreHALog
 from quorumlog.store import FileStore, StoreConfig
 
 SEG = 4096

@@ -7,7 +7,7 @@ import pytest
 
 from quorumlog.raft.types import HardState
 from quorumlog.soak.processes import fill_to_last_byte
-from quorumlog.server.hard_state import (HARD_STATE_FILE, LEGACY_HARD_STATE_FILE, SLOT_BYTES, load_hard_state,
+from quorumlog.server.raft_group.hard_state import (HARD_STATE_FILE, LEGACY_HARD_STATE_FILE, SLOT_BYTES, load_hard_state,
                                          open_hard_state, save_hard_state)
 
 

@@ -1,4 +1,4 @@
-"""The key/value service's runtime decisions (server/kv_service.py), with a stand-in replica: the answer to a
+"""The key/value service's runtime decisions (server/services/kv.py), with a stand-in replica: the answer to a
 retried write whose result is no longer kept, and where a member that needs a snapshot fetches it."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 from quorumlog.codes import ResponseCode
 from quorumlog.meta.kv import KVStore, encode_put
-from quorumlog.server.kv_service import KvService
-from quorumlog.server.replica import _Pending
+from quorumlog.server.services.kv import KvService
 from quorumlog.wire.client import KvRequest
 
 
@@ -28,10 +27,9 @@ class _Machine:
 
 def _answer_to_retry(kv: KVStore, index: int, req: KvRequest):
     sent = []
-    replica = SimpleNamespace(sm=_Machine(kv), _send=lambda session, resp: sent.append(resp),
-                              metrics=SimpleNamespace(count_request=lambda name: None))
+    replica = SimpleNamespace(sm=_Machine(kv), metrics=SimpleNamespace(count_request=lambda name: None))
     service = KvService(replica)
-    asyncio.run(service._answer_applied(_Pending("session", 7, "kv_write", 0.0, request=req), index))
+    asyncio.run(service._answer_applied(SimpleNamespace(send=sent.append), req, index, read=False))
     (resp,) = sent
     return resp
 
@@ -91,21 +89,21 @@ class _Loopback:
 
     async def call(self, req: KvRequest, timeout_ms: int):
         self.calls.append(req)
-        self.service.on_request("session", req)
+        self.service.on_request(SimpleNamespace(send=self.sent.append), req)
         return self.sent.pop()
 
 
 def _member(runner: _Runner, state_machine: str = "topics"):
     sent: list = []
     replica = SimpleNamespace(sm=SimpleNamespace(runner=runner), stopping=False, state_machine=state_machine,
-                              group="t1", _send=lambda session, resp: sent.append(resp))
+                              group="t1")
     service = KvService(replica)
     return service, _Loopback(service, sent)
 
 
 def test_a_snapshot_larger_than_a_frame_is_fetched_in_chunks(monkeypatch):
-    from quorumlog.server import kv_service
-    from quorumlog.server.kv_service import fetch_snapshot
+    from quorumlog.server.services import kv as kv_service
+    from quorumlog.server.services.kv import fetch_snapshot
     monkeypatch.setattr(kv_service, "SNAPSHOT_CHUNK_BYTES", 30)  # (a frame holds 64 MiB: 30 bytes stand for it)
     data = bytes(range(100))
     runner = _Runner([(41, data), (57, b"newer" * 40)])

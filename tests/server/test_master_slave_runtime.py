@@ -1,4 +1,4 @@
-"""A master/slave group's master in the node runtime (server/master_slave.py), in process with a real store and
+"""A master/slave group's master in the node runtime (server/master_slave/member.py), in process with a real store and
 fsyncs, fed the messages a misbehaving or lagging slave sends: the RocketMQ bug reports the master must survive."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 from quorumlog.codes import ResponseCode
 from quorumlog.config import NodeConfig
 from quorumlog.server.flush_thread import FsyncWorker
-from quorumlog.server.master_slave import MasterSlaveReplica
+from quorumlog.server.master_slave.member import MasterSlaveReplica
 from quorumlog.server.metrics import NodeMetrics
-from quorumlog.server.replica import now_ms
+from quorumlog.clock import monotonic_ms as now_ms
 from quorumlog.wire.client import AppendRequest
 from quorumlog.wire.messages import HaEpochs, HaReport, HaTransfer
 
@@ -195,7 +195,7 @@ def test_retention_keeps_what_a_connected_slave_still_needs(tmp_path):
 
 
 def test_settings_refuse_what_cannot_work():
-    from quorumlog.server.master_slave import MasterSlaveSettings
+    from quorumlog.server.master_slave.member import MasterSlaveSettings
     members = ["n0", "n1", "n2"]
     s = MasterSlaveSettings.from_definition({"master_slave": {"ha_send_heartbeat_interval_ms": 200,
                                                               "ha_housekeeping_interval_ms": 1_000}}, members)
@@ -262,7 +262,7 @@ def test_a_lost_link_ends_the_slaves_session_and_the_next_append_is_refused_at_o
 def test_a_slave_that_cannot_write_its_epochs_stays_out_of_session_without_raising(tmp_path, monkeypatch):
     """A full slave's epochs write at a session's start raised out of on_peer_message, into the transport,
     which closed the link every group shares. Now the session just does not begin; it does once space returns."""
-    import quorumlog.server.master_slave as ms
+    import quorumlog.server.master_slave.member as ms
 
     async def main():
         host = _Host()

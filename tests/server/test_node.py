@@ -8,7 +8,7 @@ import pytest
 from quorumlog.codes import ResponseCode
 from quorumlog.config import load_config
 from quorumlog.raft.types import ClientAppend, Durable, Stored
-from quorumlog.server.hard_state import load_hard_state
+from quorumlog.server.raft_group.hard_state import load_hard_state
 from quorumlog.server.node import Node
 from quorumlog.store import MemoryStore
 from quorumlog.format.log_entry import decode_records
@@ -243,7 +243,7 @@ def test_retention_uses_the_lowest_watermark_on_a_leader(tmp_path):
 
 def test_a_hard_state_that_cannot_be_persisted_stops_the_node_before_sending(tmp_path, monkeypatch):
     async def main():
-        import quorumlog.server.replica as node_module
+        import quorumlog.server.raft_group.replica as node_module
 
         def broken(data_dir, hs):
             raise OSError(28, "No space left on device")
@@ -329,7 +329,7 @@ def test_status_counts_the_group_directory_off_the_loop(tmp_path, monkeypatch):
     waits for the disk, so the walk must not run on the loop thread (it stalled every group of a node)."""
     import threading
 
-    from quorumlog.server import replica as replica_module
+    from quorumlog.server import group_files as replica_module
 
     walked_on = []
     real = replica_module.directory_bytes

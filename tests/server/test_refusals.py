@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quorumlog.codes import ResponseCode
-from quorumlog.server.node import _refusal
+from quorumlog.server.host import refusal as _refusal
 from quorumlog.wire.client import (AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse,
                                    HaControllerRequest, HaControllerResponse, KvRequest, KvResponse, TopicRequest,
                                    TopicResponse)

@@ -110,8 +110,8 @@ def test_the_nodes_compiled_pack_agrees_with_the_record_walk(tmp_path_factory, i
     place through the store's index (FileStore.records_at), and by walking the range they span."""
     from types import SimpleNamespace
 
-    from quorumlog.server import topic_service
-    from quorumlog.server.topic_service import TopicService
+    from quorumlog.server.services import topics as topic_service
+    from quorumlog.server.services.topics import TopicService
     from quorumlog.store import FileStore, StoreConfig
     from quorumlog.topic.dispatcher import TopicDispatcher
     from quorumlog.topic.message import tag_hash
@@ -150,7 +150,7 @@ def test_the_nodes_compiled_pack_agrees_with_the_record_walk(tmp_path_factory, i
             assert next_offset == min(q.max_offset, offset + count)
             # a byte budget smaller than one message: pull after pull, each wanted message exactly once
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr("quorumlog.server.topic_service.MAX_PULL_BYTES", 1)
+                mp.setattr("quorumlog.server.services.topics.MAX_PULL_BYTES", 1)
                 got, at = [], offset
                 while at < q.max_offset:
                     part, nxt = service._pack(q, at, count, wanted)

@@ -12,19 +12,18 @@ import json
 import logging
 import random
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+import ssl
+from typing import Any, Callable
 
-from ..codes import ResponseCode
-from ..errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
-from ..ledger.metadata import LedgerMetadata
-from ..peers import parse_address
-from ..transport import ClientConnection
-from ..transport.handshake import NODE_LINK
-from ..wire.client import HaControllerRequest, KvItem, KvRequest, KvResponse, StatusRequest
-from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
-
-if TYPE_CHECKING:
-    from .node import Node
+from ...codes import ResponseCode
+from ...config import NodeConfig
+from ...errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
+from ...ledger.metadata import LedgerMetadata
+from ...peers import parse_address
+from ...transport import ClientConnection
+from ...transport.handshake import NODE_LINK
+from ...wire.client import HaControllerRequest, KvItem, KvRequest, KvResponse, StatusRequest
+from ...wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +41,14 @@ def ledger_key(ledger_id: int) -> str:
 
 
 class ClusterCalls:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
-        self.name = f"{node.config.node_id}-node"
+    def __init__(self, config: NodeConfig, known_addresses: Callable[[], dict[str, tuple[str, int]]],
+                 client_tls: Callable[[], ssl.SSLContext | bool]) -> None:
+        """`known_addresses`: every node this node knows an address of; `client_tls`: the context of its own
+        connections to them (both the node's, asked at each call)."""
+        self.config = config
+        self.known_addresses = known_addresses
+        self.client_tls = client_tls
+        self.name = f"{config.node_id}-node"
         self._conns: dict[tuple[str, str], ClientConnection] = {}
         self._request_id = 0
         self.bookie_addresses: dict[str, tuple[str, int]] = {}
@@ -67,8 +71,8 @@ class ClusterCalls:
         if conn is None:
             conn = await ClientConnection.open(*address, group=group, client_name=self.name,
                                                timeout_ms=max(1, int(timeout_ms)),
-                                               token=self.node.config.auth_token() or "",
-                                               ssl_context=self.node.client_tls(), server_hostname=node_id)
+                                               token=self.config.auth_token() or "",
+                                               ssl_context=self.client_tls(), server_hostname=node_id)
             self._conns[key] = conn
         try:
             return await conn.call(request, max(1, int(timeout_ms)))
@@ -98,7 +102,7 @@ class ClusterCalls:
                               final: bool = False) -> Any:
         """`make_request()` to the `_meta` leader; `final`: a refusal other than "not the leader" is raised at
         once instead of asking the next node."""
-        addresses = self.node.known_addresses()
+        addresses = self.known_addresses()
         tried: list[str] = []
         target = next(iter(addresses), None)
         last = ""
@@ -149,7 +153,7 @@ class ClusterCalls:
     # -- the status page -------------------------------------------------------------------------------------
     async def node_status(self, node_id: str, timeout_ms: float = STATUS_TIMEOUT_MS) -> dict:
         """Another node's status document (what its /status serves); {"id", "error"} if it does not answer."""
-        address = self.node.known_addresses().get(node_id)
+        address = self.known_addresses().get(node_id)
         try:
             if address is None:
                 raise QuorumLogError.for_code(ResponseCode.NETWORK_ERROR, "no known address")
@@ -207,7 +211,7 @@ class ClusterCalls:
 
     async def call(self, bookie: str, request: BookieOpRequest,
                    timeout_ms: float | None = None) -> BookieOpResponse:
-        address = self.bookie_addresses.get(bookie) or self.node.known_addresses().get(bookie)
+        address = self.bookie_addresses.get(bookie) or self.known_addresses().get(bookie)
         if address is None:
             await self.bookies()
             address = self.bookie_addresses.get(bookie)

@@ -23,21 +23,20 @@ import json
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
-from ..bookie.add_items import scan_adds, scan_multi_adds
-from ..bookie.handler import BookieHandler
-from ..bookie.storage import CHECKPOINT, BookieConfig, BookieStorage, ReadLog, RemoveLog
-from ..codes import ResponseCode
-from ..errors import QuorumLogError
-from ..ledger.limbo import BookieLimbo
-from ..store.disk_guard import used_ratio
-from .cluster_calls import BOOKIES_PREFIX
-from .durable_file import write_json_durably
-from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
-
-if TYPE_CHECKING:
-    from .node import Node
+from ...bookie.add_items import scan_adds, scan_multi_adds
+from ...bookie.handler import BookieHandler
+from ...bookie.storage import CHECKPOINT, BookieConfig, BookieStorage, ReadLog, RemoveLog
+from ...codes import ResponseCode
+from ...config import NodeConfig
+from ...errors import QuorumLogError
+from ...ledger.limbo import BookieLimbo
+from ...store.disk_guard import used_ratio
+from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
+from ..durable_file import write_json_durably
+from ..host import Session, send_response
+from .cluster_calls import BOOKIES_PREFIX, ClusterCalls
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +48,17 @@ REGISTER_RETRY_S = 1.0
 GC_INTERVAL_MS = 60_000  # BookKeeper gcWaitTime is 15 minutes; our ledgers are deleted by tests and CLI users
 
 
+Answer = Callable[[BookieOpResponse], None]
+Refuse = Callable[[ResponseCode, str], None]
+
+
 class BookieService:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
-        cfg = node.config
+    serves = (BookieOpRequest,)
+
+    def __init__(self, cfg: NodeConfig, calls: ClusterCalls, stopping: asyncio.Event) -> None:
+        self.config = cfg
+        self.calls = calls
+        self._stopping = stopping
         self.id = cfg.node_id
         self.dir = os.path.join(cfg.data_dir, BOOKIE_DIR)
         self.bookie_config = BookieConfig(journal_max_group_wait_ms=cfg.journal_max_group_wait_ms,
@@ -190,15 +196,12 @@ class BookieService:
                 "limbo_ledgers": sorted(self.limbo) if self.limbo_known else []}  # (auto-recovery re-replicates them)
 
     # -- requests ------------------------------------------------------------------------------------------
-    def on_request(self, session: Any, req: BookieOpRequest) -> None:
+    def on_request(self, session: Session, req: BookieOpRequest) -> None:
         self.requests += 1
         rid = req.request_id
 
         def answer(resp: BookieOpResponse) -> None:
-            try:
-                session.send(resp)
-            except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
-                log.debug("could not answer a closed session: %s", e)
+            send_response(session, resp)
 
         def refuse(code: ResponseCode, message: str) -> None:
             answer(BookieOpResponse(rid, code, req.op, req.ledger_id, req.entry_id, message=message))
@@ -241,7 +244,7 @@ class BookieService:
             loop.call_soon_threadsafe(answer, done(f))
         fut.add_done_callback(finished)
 
-    def _add_batch(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
+    def _add_batch(self, req: BookieOpRequest, answer: Answer, refuse: Refuse) -> None:
         """The batch's adds stored and journalled together; one answer with each entry's code once durable."""
         assert self.handler is not None
         try:
@@ -257,7 +260,7 @@ class BookieService:
                                     data=adds.results(code)))
         fut.add_done_callback(lambda f: loop.call_soon_threadsafe(reply, f))
 
-    def _add_multi(self, req: BookieOpRequest, answer: Any, refuse: Any) -> None:
+    def _add_multi(self, req: BookieOpRequest, answer: Answer, refuse: Refuse) -> None:
         """Adds of several ledgers stored and journalled together; one answer with each add's code."""
         assert self.handler is not None
         try:
@@ -276,7 +279,7 @@ class BookieService:
     # -- limbo and registration in `_meta` -------------------------------------------------------------------
     async def register(self) -> None:
         """Compare our instance id with `_meta`'s record, settle limbo, register. Retries until done."""
-        while self.storage is not None and not self.node.stopping_event.is_set():
+        while self.storage is not None and not self._stopping.is_set():
             try:
                 await self._register_once()
                 log.info("bookie registered node=%s instance=%s limbo=%d", self.id, self.storage.instance_id,
@@ -288,7 +291,7 @@ class BookieService:
 
     async def _register_once(self) -> None:
         assert self.storage is not None
-        calls = self.node.calls
+        calls = self.calls
         key = BOOKIES_PREFIX + self.id
         found = await calls.meta_get(key)
         record, version = (json.loads(found.value or b"{}"), found.version) if found is not None else ({}, 0)
@@ -302,7 +305,7 @@ class BookieService:
                             "bookie but were not here when it opened: absent entries of those answer UNKNOWN",
                             self.id, instance, record.get("instance_id"), len(new_limbo))
                 self._limbo.persisted(new_limbo)
-        host, port = self.node.config.address
+        host, port = self.config.address
         value = json.dumps({**record, "instance_id": instance, "address": f"{host}:{port}"}, sort_keys=True).encode()
         if record.get("instance_id") != instance or record.get("address") != f"{host}:{port}":
             await calls.meta("put", key, value, version)

@@ -11,7 +11,7 @@ again at that position, with the frame's first index as its begin index (an offs
 
 from __future__ import annotations
 
-from ..format.log_entry import HEADER
+from ...format.log_entry import HEADER
 
 
 class StoreHALog:

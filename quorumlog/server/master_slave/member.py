@@ -18,7 +18,7 @@ The confirm offset — the lowest offset held across the SyncStateSet (fsynced h
 it) — is the group's commit point: no reader, on the master or on a slave (`slave_read_enable`), sees beyond
 it.
 
-The master is the controller's (server/ha_controller.py, on the `_meta` leader): every member heartbeats it
+The master is the controller's (server/services/ha_controller.py, on the `_meta` leader): every member heartbeats it
 every HEARTBEAT_MS and follows the committed {master, epoch, sync_state_set} it answers. A master takes writes
 only within the lease its last answered heartbeat gave (send time + lease_ms), so a master cut off from the
 controller stops before the controller elects another. On becoming master it appends its epoch entry
@@ -40,37 +40,42 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..codes import ResponseCode
-from ..config import Flush, NodeConfig
-from ..errors import DiskError, DiskFull, QuorumLogError
-from ..ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
-from ..ha.epochs import EpochCache, EpochEntry
-from ..ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
-from ..ha.master import Ack, HAConfig
-from ..ha.messages import Drop
-from ..store.files import is_enospc
-from ..topic.dispatcher import TopicDispatcher
-from ..wire.client import (
-    AppendRequest, AppendResponse, KvRequest, ReadRequest, ReadResponse, StatusRequest, StatusResponse, TopicRequest,
+from ...clock import monotonic_ms
+from ...codes import ResponseCode
+from ...config import Flush, NodeConfig
+from ...errors import DiskError, DiskFull, QuorumLogError
+from ...ha import GroupTransferService, HAClient, HAConnection, Reset, SlaveReport, Transfer, TransferDone
+from ...ha.epochs import EpochCache, EpochEntry
+from ...ha.member import MasterTerm, adopt_epochs, begin_epoch, confirm_offset, handshake_cut
+from ...ha.master import Ack, HAConfig
+from ...ha.messages import Drop
+from ...store.files import is_enospc
+from ...topic.dispatcher import TopicDispatcher
+from ...wire.client import (
+    AppendRequest, AppendResponse, ReadRequest, ReadResponse, StatusRequest, TopicRequest,
 )
-from ..wire.messages import HaEpochs, HaReport, HaTransfer
-from .durable_file import write_json_durably
-from .flush_thread import ThreadedGroupCommitter
+from ...wire.messages import HaEpochs, HaReport, HaTransfer, Message
+from ..durable_file import write_json_durably
+from ..flush_thread import ThreadedGroupCommitter
+from ..group_files import STATUS_DISK_BYTES_INTERVAL_MS, directory_bytes, final_flush, open_store
+from ..group_runtime import GroupRuntime
+from ..host import GroupHost, Handler, Session, handlers_of, send_response
+from ..metrics import GroupMetrics
+from ..reads import CommitNotifier, serve_read
+from ..repeated_log import RepeatedLog
+from ..services.kv import KvService
+from ..services.topics import TopicService
+from ..state_machine_host import StateMachineHost
 from .ha_store import StoreHALog
-from .kv_service import KvService
-from .metrics import GroupMetrics
-from .reads import CommitNotifier, serve_read
-from .repeated_log import RepeatedLog
-from .state_machine_host import StateMachineHost
-from .topic_service import TopicService
-from .replica import STATUS_DISK_BYTES_INTERVAL_MS, Replica, directory_bytes, final_flush, now_ms, open_store
+
+if TYPE_CHECKING:
+    from ...store.file_store import FileStore
 
 log = logging.getLogger(__name__)
 
 MODE = "master-slave"
-_send = Replica._send  # (answers a session that may have gone away)
 EPOCHS_FILE = "epochs.json"
 HEARTBEAT_MS = 100  # to the controller (RocketMQ 5's controller heartbeat), which answers with the lease
 HELLO_RETRY_MS = 200  # a hello not answered by the master's epochs within this long is sent again
@@ -144,31 +149,34 @@ class MasterSlaveSettings:
 
 @dataclass(slots=True)
 class _Append:
-    session: Any
-    request_id: int
+    """An append waiting for the SyncStateSet's acks; `answer` answers its client."""
+
+    answer: Answer
     first: int
     last: int
     end_offset: int
     term: int  # the epoch its entries were stored in (a retry's: the first copy's)
-    topic: bool = False  # a topic send (answered through TopicService.sent)
 
 
-class MasterSlaveReplica:
-    mode = MODE
-    _send = staticmethod(_send)  # (for the services it hosts: topic_service.py, kv_service.py)
+# How an append is answered: (code, message, the append stored, or None if it was refused before)
+Answer = Callable[[ResponseCode, str, "_Append | None"], None]
 
-    def __init__(self, host: Any, config: NodeConfig, definition: dict) -> None:
+
+class MasterSlaveReplica(GroupRuntime):
+    """One master/slave group's member on this node (a HostedGroup, host.py)."""
+
+    def __init__(self, host: GroupHost, config: NodeConfig, definition: dict) -> None:
         self.host = host
         self.config = config
         self.group = config.group
         self._not_taken_log = RepeatedLog(log)
         # A topic group's dispatcher (topics on master/slave groups): applied up to the confirm offset, as
         # RocketMQ 5's ReputMessageService dispatches up to it in controller mode; snapshots and snapshot
-        # installs as a Raft group's (kv_service.py), from the master.
+        # installs as a Raft group's (services/kv.py), from the master.
         self.state_machine = definition.get("state_machine")
         if self.state_machine not in (None, "topics"):
             raise ValueError(f"a master/slave group runs no {self.state_machine!r} state machine (only topics)")
-        self.sm: Any = None  # StateMachineHost once open()
+        self.sm: StateMachineHost | None = None  # once open()
         self.kv = KvService(self)  # (applies and snapshots the dispatcher; serves its snapshot to slaves)
         self.topics = TopicService(self)
         self.settings = MasterSlaveSettings.from_definition(definition, sorted(config.peers))
@@ -182,11 +190,10 @@ class MasterSlaveReplica:
         self.sync_flush = config.flush is Flush.SYNC
         self.metrics: GroupMetrics = host.metrics.group(config.group)
         self.notifier = CommitNotifier()
-        self.store: Any = None
+        self.store: FileStore = None  # type: ignore[assignment]  (from open() on)
         self.log: StoreHALog | None = None
         self.epochs = EpochCache()
         self.committer: ThreadedGroupCommitter | None = None
-        self.core = None  # (no Raft core)
         self.quiet = False
         self.stopping = False
         self.failed: str | None = None
@@ -210,6 +217,8 @@ class MasterSlaveReplica:
         self._hello_at: int | None = None  # a hello waits for the master's epochs
         self._master_confirm = -1
         self._view_sync_state_set: frozenset[str] = frozenset()  # the controller's, as its last answer said
+        self.handlers: dict[type, Handler] = {AppendRequest: self._client_append, ReadRequest: self._client_read,
+                                              StatusRequest: self._status, **handlers_of(self.kv, self.topics)}
 
     def _new_transfer(self) -> GroupTransferService:
         s = self.settings
@@ -268,11 +277,9 @@ class MasterSlaveReplica:
     def role(self) -> str:
         return "master" if self.is_master else "slave"
 
-    def begin_stop(self) -> None:
-        self.stopping = True
-        self.notifier.wake_all()
-
     async def close(self) -> None:
+        if self.store is None:
+            return  # (never opened)
         self.topics.close()
         self.kv.close()
         if self.committer is not None:
@@ -309,14 +316,17 @@ class MasterSlaveReplica:
             conn = self._connections.get(node_id)
             if conn is not None and not conn.closed:
                 self._send_master(node_id, conn.lost(f"a link with slave {node_id} broke"))
-                self._complete(now_ms())
+                self._complete(monotonic_ms())
         elif self._client is not None and self._client.connected and node_id == self.master_id:
             log.warning("HA session dropped node=%s group=%s: a link with master %s broke", self.node_id,
                         self.group, node_id)
             self._client.on_disconnected()
 
-    def step(self, event: Any) -> None:
-        pass  # (node-level events for Raft cores, e.g. PeerSilent: HA has its own housekeeping)
+    def peer_silent(self, node_id: str) -> None:
+        pass  # (HA has its own housekeeping: a silent slave's session ends after ha_housekeeping_interval_ms)
+
+    def on_snapshot_needed(self, needed: bool) -> None:
+        pass  # (only a Raft member's leadership waits for a snapshot)
 
     def report_disk_full(self, reason: str) -> None:
         """A master that cannot store hands over, as a Raft leader does: it stops writing (drops its lease, fails
@@ -343,8 +353,8 @@ class MasterSlaveReplica:
         # slave. If it has not after HAND_OVER_WAIT_MS (`to` was not electable), it takes leases again; the next
         # disk check asks again if the disk is still full.
         # (Asked again even once taken: a new `_meta` leader's controller knows nothing of the request.)
-        deadline = now_ms() + HAND_OVER_WAIT_MS
-        while now_ms() < deadline and self.is_master and self.epoch == epoch and not self.stopping:
+        deadline = monotonic_ms() + HAND_OVER_WAIT_MS
+        while monotonic_ms() < deadline and self.is_master and self.epoch == epoch and not self.stopping:
             try:
                 await self.host.calls.ha_controller("resign", {"group": self.group, "master": self.node_id,
                                                                "epoch": epoch, "to": to})
@@ -374,7 +384,7 @@ class MasterSlaveReplica:
         (a member whose loop died once claimed master for good with no lease, and its group took no write)."""
         failures = 0
         while not self.stopping and not self.failed:
-            sent = now_ms()
+            sent = monotonic_ms()
             try:
                 view = await self.host.calls.ha_controller("heartbeat", self._heartbeat_body(),
                                                            timeout_ms=2 * HEARTBEAT_MS)
@@ -416,7 +426,7 @@ class MasterSlaveReplica:
             self._transfer.set_committed(frozenset(view["sync_state_set"]) | {self.node_id},
                                          int(view.get("sync_state_set_epoch", 0)))
             if lease is not None:
-                self._pump(now_ms())
+                self._pump(monotonic_ms())
 
     def _become(self, master: str, epoch: int) -> None:
         log.warning("master/slave group %s: %s is master in epoch %d (this node %s was %s in epoch %d)",
@@ -433,7 +443,7 @@ class MasterSlaveReplica:
                 self._save_epochs()
             self._client = None
         else:
-            self._client = HAClient(self.log, self._ha, now_ms())
+            self._client = HAClient(self.log, self._ha, monotonic_ms())
             self._hello_at = None
             self._master_confirm = -1
 
@@ -442,10 +452,10 @@ class MasterSlaveReplica:
         for p in pending.values():
             self._answer(p, code, message)
 
-    def _maybe_alter_sync_state_set(self, now: int) -> None:
+    def _maybe_alter_sync_state_set(self, now_ms: int) -> None:
         """Grow the SyncStateSet by slaves in sync holding every acknowledged and every confirmed byte; shrink it
         by those out of sync. The controller's answer, once committed, is the set whose acks count."""
-        got = self.term.proposal(now, self._transfer, self._acked_offset, self._confirm_offset())
+        got = self.term.proposal(now_ms, self._transfer, self._acked_offset, self._confirm_offset())
         if got is None:
             return
         want, base = got  # (a shrink counts from now on, not once the controller answers)
@@ -464,31 +474,31 @@ class MasterSlaveReplica:
         except Exception as e:  # noqa: BLE001 - proposed again on a later tick
             log.info("alter sync state set failed node=%s group=%s: %s", self.node_id, self.group, e)
         finally:
-            self.term.alter_answered(now_ms())
+            self.term.alter_answered(monotonic_ms())
 
     # -- the master ----------------------------------------------------------------------------------------
-    def _on_report(self, m: HaReport, now: int) -> None:
+    def _on_report(self, m: HaReport, now_ms: int) -> None:
         if not self.is_master or m.frm not in self.links or m.epoch != self.epoch:
             return
         conn = self._connections.get(m.frm)
         if m.hello or conn is None or conn.closed:
-            if not self.term.holds_lease(now):
+            if not self.term.holds_lease(now_ms):
                 # (no session without a lease: a master back from a power cut, shorter, that a view from before
                 # its restart names master of its old epoch, would have its slaves cut acknowledged bytes to it;
                 # the controller gives it no lease and elects again. The slave says hello again.)
                 return
             # A new session: the slave learns our epochs, truncates to the consistent point, then reports.
-            self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now)
+            self._connections[m.frm] = HAConnection(m.frm, self.log, self._ha, now_ms)
             self._transfer.on_slave_connected(m.frm)
             entries = tuple((e.epoch, e.start_offset) for e in self.epochs.entries)
             self.host.send(self.group, HaEpochs(self.node_id, m.frm, self.epoch, self.store.write_position, entries))
             self.host.flush_transport()
             return
-        out = conn.on_report(SlaveReport(m.offset), now)
+        out = conn.on_report(SlaveReport(m.offset), now_ms)
         if not conn.closed:
-            self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now,
+            self._transfer.on_slave_offset(m.frm, conn.slave_ack_offset, self.store.write_position, now_ms,
                                            conn.skipped_to)
-            self._complete(now)
+            self._complete(now_ms)
         self._send_master(m.frm, out)
         self._schedule_pump()
 
@@ -501,26 +511,26 @@ class MasterSlaveReplica:
     def _scheduled_pump(self) -> None:
         self._pump_scheduled = False
         if not self.stopping and not self.failed:
-            self._pump(now_ms())
+            self._pump(monotonic_ms())
 
-    def _pump(self, now: int) -> None:
+    def _pump(self, now_ms: int) -> None:
         """Frames to every slave, finished waits, the confirm offset, the SyncStateSet."""
         if not self.is_master:
             return
         for slave, conn in list(self._connections.items()):
-            self._send_master(slave, conn.poll(now))
-        if not self._complete(now):
-            self._advance_commit(now)
-        self._maybe_alter_sync_state_set(now)
+            self._send_master(slave, conn.poll(now_ms))
+        if not self._complete(now_ms):
+            self._advance_commit(now_ms)
+        self._maybe_alter_sync_state_set(now_ms)
         self.host.flush_transport()
 
-    def _complete(self, now: int) -> bool:
+    def _complete(self, now_ms: int) -> bool:
         """Answer the appends GroupTransferService finished (the commit point moved first, as a Raft leader's)
         and write the answers; called on each report and fsync too, so they go out then, not a loop turn later
         with the next pump (under load that turn is a good part of an append's wait). False if none finished."""
-        finished = self._transfer.poll(now)
+        finished = self._transfer.poll(now_ms)
         if finished:
-            self._advance_commit(now)
+            self._advance_commit(now_ms)
             for done in finished:
                 self._done(done)
             self.host.flush_transport()
@@ -541,14 +551,14 @@ class MasterSlaveReplica:
                             m.reason)
                 self._transfer.on_slave_gone(slave)
 
-    def _announce_confirm(self, now: int) -> None:
+    def _announce_confirm(self, now_ms: int) -> None:
         """A heartbeat frame to each caught-up slave whose last frame carried an older confirm offset: an idle
         group's slaves learn it within a tick, not at the next heartbeat (5 s), so what a slave's readers see
         (slave_read_enable, a topic's consumers reading from any member) follows the master's."""
         confirm = self._confirm_offset()
         for slave, conn in list(self._connections.items()):
             if self._confirm_sent.get(slave, -1) < confirm:
-                self._send_master(slave, conn.heartbeat_if_caught_up(now))
+                self._send_master(slave, conn.heartbeat_if_caught_up(now_ms))
 
     def _confirm_offset(self) -> int:
         """What every member of the accepted SyncStateSet holds (fsynced here under sync flush). A member that
@@ -564,7 +574,7 @@ class MasterSlaveReplica:
                                          {n: sl.offset for n, sl in self._transfer.slaves.items()}, self._confirmed)
         return self._confirmed
 
-    def _advance_commit(self, now: int) -> None:
+    def _advance_commit(self, now_ms: int) -> None:
         if self.is_master:
             index = self.log.index_below(self._confirm_offset())
         else:
@@ -580,21 +590,44 @@ class MasterSlaveReplica:
             if self.sm is not None:
                 self.kv.on_commit(index)
 
-    def _client_append(self, session: Any, request: AppendRequest | TopicRequest, topic: bool = False) -> None:
-        def refuse(code: ResponseCode, message: str) -> None:
-            self.metrics.count_request(code.name)
-            if topic:
+    def _client_append(self, session: Session, request: AppendRequest) -> None:
+        def answer(code: ResponseCode, message: str, p: _Append | None) -> None:
+            if code == ResponseCode.SUCCESS and p is not None:
+                # (each entry's physical offset, RocketMQ's wroteOffset: only a raw append's answer carries them)
+                offsets = tuple(self.store.position_after(i - 1) for i in range(p.first, p.last + 1))
+                send_response(session, AppendResponse(request.request_id, code, self.node_id, p.first, p.last,
+                                                      self.epoch, offsets=offsets))
+            else:
+                send_response(session, AppendResponse(request.request_id, code, self.master_id, message=message))
+
+        self._append(request, answer)
+
+    def append_messages(self, session: Session, request: TopicRequest) -> None:
+        """A topic send's batch (checked by services/topics.py), stored like an append; the answer goes to
+        TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
+        under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
+        def answer(code: ResponseCode, message: str, p: _Append | None) -> None:
+            if p is None:
                 self.topics.sent(session, request.request_id, code, 0, 0, None, self.master_id, message)
             else:
-                _send(session, AppendResponse(request.request_id, code, self.master_id, message=message))
+                self.topics.sent(session, request.request_id, code, p.first, p.last, p.term,
+                                 self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
+
+        self._append(request, answer)
+
+    def _append(self, request: AppendRequest | TopicRequest, answer: Answer) -> None:
+        """Store a client batch and wait for the SyncStateSet's acks; `answer` answers its client."""
+        def refuse(code: ResponseCode, message: str) -> None:
+            self.metrics.count_request(code.name)
+            answer(code, message, None)
 
         if self.stopping:
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
         if not self.is_master:
             return refuse(ResponseCode.NOT_LEADER, f"{self.node_id} is a slave of group {self.group}; the master "
                                                    f"is {self.master_id}")
-        now = now_ms()
-        if not self.term.holds_lease(now):
+        now_ms = monotonic_ms()
+        if not self.term.holds_lease(now_ms):
             return refuse(ResponseCode.LEADER_NOT_READY, f"{self.node_id} holds no lease from the controller: "
                                                          f"it takes no writes (epoch {self.epoch})")
         if not request.bodies:
@@ -607,7 +640,7 @@ class MasterSlaveReplica:
             return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full")
         if len(self._pending) >= self.config.max_pending_requests:  # (as a Raft leader's: DLedger's maxPendingRequests)
             return refuse(ResponseCode.LEADER_PENDING_FULL, f"{len(self._pending)} appends wait for their slaves")
-        code = self._transfer.refusal(now)
+        code = self._transfer.refusal(now_ms)
         if code is not None:  # (nothing written: RocketMQ checks before it writes too)
             return refuse(code, f"{code.name}: sync state set {sorted(self._transfer.accepted)}, connected slaves "
                                 f"{sorted(n for n, s in self._transfer.slaves.items() if s.connected)}, "
@@ -631,13 +664,12 @@ class MasterSlaveReplica:
             return refuse(e.code, str(e))
         rid = self._next_id
         self._next_id += 1
-        p = self._pending[rid] = _Append(session, request.request_id, first, last,
-                                         self.store.position_after(last), term, topic)
+        p = self._pending[rid] = _Append(answer, first, last, self.store.position_after(last), term)
         # (where its bytes start: a slave whose copy began past it does not count for it; 0 if retention took it.
         # position_of, not position_after(first - 1): an append that opens a segment starts past the blank
         # before it, at the very offset a slave Reset to that segment starts from)
         start = self.store.position_of(first) if first >= self.store.begin_index else 0
-        done = self._transfer.request(rid, p.end_offset, now, start)
+        done = self._transfer.request(rid, p.end_offset, now_ms, start)
         if done is not None:
             self._done(done)
         self._schedule_pump()
@@ -658,29 +690,20 @@ class MasterSlaveReplica:
 
     def _answer(self, p: _Append, code: ResponseCode, message: str = "") -> None:
         self.metrics.count_request(code.name)
-        if p.topic:
-            self.topics.sent(p.session, p.request_id, code, p.first, p.last, p.term,
-                             self.node_id if code == ResponseCode.SUCCESS else self.master_id, message)
-        elif code == ResponseCode.SUCCESS:
-            # (each entry's physical offset, RocketMQ's wroteOffset: only a raw append's answer carries them)
-            offsets = tuple(self.store.position_after(i - 1) for i in range(p.first, p.last + 1))
-            _send(p.session, AppendResponse(p.request_id, code, self.node_id, p.first, p.last, self.epoch,
-                                            offsets=offsets))
-        else:
-            _send(p.session, AppendResponse(p.request_id, code, self.master_id, message=message))
+        p.answer(code, message, p)
 
     def _on_durable(self, index: int) -> None:
-        now = now_ms()
+        now_ms = monotonic_ms()
         if self.is_master:
             if self.sync_flush:
                 self._transfer.master_held = self.store.position_after(index)
-                self._complete(now)
+                self._complete(now_ms)
             self._schedule_pump()
         elif self._client is not None and self._client.connected and self.sync_flush:
-            self._report(now)
+            self._report(now_ms)
 
     # -- the slave -----------------------------------------------------------------------------------------
-    def _on_epochs(self, m: HaEpochs, now: int) -> None:
+    def _on_epochs(self, m: HaEpochs, now_ms: int) -> None:
         """The master's answer to our hello: cut what diverged, adopt its epochs, report where we are."""
         c = self._client
         if c is None or m.frm != self.master_id or m.epoch != self.epoch:
@@ -707,10 +730,10 @@ class MasterSlaveReplica:
         self._save_epochs()
         self._hello_at = None
         c.on_disconnected()
-        c.on_connected(now)
+        c.on_connected(now_ms)
         self._send_report(self._reported_offset(), False)
 
-    def _on_transfer(self, m: HaTransfer, now: int) -> None:
+    def _on_transfer(self, m: HaTransfer, now_ms: int) -> None:
         c = self._client
         if c is None or m.frm != self.master_id or m.epoch != self.epoch:
             return
@@ -719,7 +742,7 @@ class MasterSlaveReplica:
             return
         before = self.store.end_index
         try:
-            out = c.on_message(Reset(m.offset) if m.reset else Transfer(m.offset, m.data), now)
+            out = c.on_message(Reset(m.offset) if m.reset else Transfer(m.offset, m.data), now_ms)
         except (QuorumLogError, ValueError) as e:  # bytes that do not fit here: a new session from a clean state
             log.warning("HA transfer refused node=%s group=%s offset=%d: %s", self.node_id, self.group, m.offset, e)
             c.on_disconnected()
@@ -734,10 +757,10 @@ class MasterSlaveReplica:
             elif not self.sync_flush:
                 self._send_report(o.offset, False)
             # (sync flush: the report waits for the fsync, _on_durable)
-        self._advance_commit(now)
+        self._advance_commit(now_ms)
 
-    def _report(self, now: int) -> None:
-        self._client.last_report_ms = now
+    def _report(self, now_ms: int) -> None:
+        self._client.last_report_ms = now_ms
         self._send_report(self._reported_offset(), False)
 
     def _reported_offset(self) -> int:
@@ -749,7 +772,7 @@ class MasterSlaveReplica:
         self.host.send(self.group, HaReport(self.node_id, self.master_id, self.epoch, offset, hello))
         self.host.flush_transport()
 
-    def _slave_tick(self, now: int) -> None:
+    def _slave_tick(self, now_ms: int) -> None:
         c = self._client
         if c is None:
             return
@@ -758,29 +781,29 @@ class MasterSlaveReplica:
             # says exactly what this member holds, and the master sends from there.
             if self.committer is None or self.committer.durable_index < self.store.end_index:
                 return
-            if self._hello_at is None or now - self._hello_at >= HELLO_RETRY_MS:
-                self._hello_at = now
+            if self._hello_at is None or now_ms - self._hello_at >= HELLO_RETRY_MS:
+                self._hello_at = now_ms
                 self._send_report(self.store.write_position, True)
             return
-        for o in c.poll(now):
+        for o in c.poll(now_ms):
             if isinstance(o, Drop):
                 log.warning("HA session dropped node=%s group=%s: %s", self.node_id, self.group, o.reason)
             else:
                 self._send_report(self._reported_offset(), False)
-        self._advance_commit(now)
+        self._advance_commit(now_ms)
 
     # -- inputs from the node ------------------------------------------------------------------------------
-    def on_peer_message(self, msg: Any) -> None:
+    def on_peer_message(self, msg: Message) -> None:
         if self.stopping or self.failed:
             return
-        now = now_ms()
+        now_ms = monotonic_ms()
         try:
             if isinstance(msg, HaReport):
-                self._on_report(msg, now)
+                self._on_report(msg, now_ms)
             elif isinstance(msg, HaTransfer):
-                self._on_transfer(msg, now)
+                self._on_transfer(msg, now_ms)
             elif isinstance(msg, HaEpochs):
-                self._on_epochs(msg, now)
+                self._on_epochs(msg, now_ms)
             # (Raft messages for a group that is not Raft: dropped)
         except OSError as e:
             # A durable write of this member's own (its epochs, at a session's start) failed. The session does
@@ -789,43 +812,22 @@ class MasterSlaveReplica:
                                     self.node_id, self.group, msg.frm, e)  # (a full slave: at every hello)
             self._write_failed((DiskFull if is_enospc(e) else DiskError)(f"{type(msg).__name__}: {e.strerror}"))
 
-    def tick(self, t_ms: int) -> None:
+    def tick(self, now_ms: int) -> None:
         if self.stopping or self.failed:
             return
         if self.is_master:
-            self._pump(t_ms)
-            self._announce_confirm(t_ms)
+            self._pump(now_ms)
+            self._announce_confirm(now_ms)
             self.host.flush_transport()
         else:
-            self._slave_tick(t_ms)
-
-    def on_client_request(self, session: Any, request: Any) -> Any:
-        if isinstance(request, AppendRequest):
-            self._client_append(session, request)
-        elif isinstance(request, ReadRequest):
-            return self._client_read(session, request)
-        elif isinstance(request, TopicRequest):
-            return self.topics.on_request(session, request)
-        elif isinstance(request, KvRequest):
-            return self.kv.on_request(session, request)  # (a slave fetching the master's dispatcher snapshot)
-        elif isinstance(request, StatusRequest):
-            _send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
-                                          json.dumps(self.host.status(self)).encode()))
-        else:
-            _send(session, _refusal(request, ResponseCode.BAD_REQUEST,
-                                    f"group {self.group} is a master/slave group: {type(request).__name__} is not "
-                                    f"served here"))
-        return None
-
-    def append_messages(self, session: Any, request: TopicRequest) -> None:
-        """A topic send's batch (checked by topic_service.py), stored like an append; the answer goes to
-        TopicService.sent, which waits until the dispatcher applied it: until the confirm offset passed it,
-        under ack async too (a queue offset is assigned there, never at write time: RocketMQ #7689, #8539)."""
-        self._client_append(session, request, topic=True)
+            self._slave_tick(now_ms)
 
     @property
     def leader_id(self) -> str:
         return self.master_id
+
+    def leads(self) -> bool:
+        return self.is_master
 
     def read_refusal(self) -> str | None:
         if self.is_master or self.settings.slave_read_enable:
@@ -840,17 +842,17 @@ class MasterSlaveReplica:
                 and store.position_after(store.committed_index) >= self.epochs.entries[-1].start_offset
                 and (self.sm is None or self.sm.applied_index >= store.committed_index))
 
-    async def _client_read(self, session: Any, request: ReadRequest) -> None:
+    async def _client_read(self, session: Session, request: ReadRequest) -> None:
         refusal = self.read_refusal()
         if refusal is not None:
-            _send(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
+            send_response(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
                                         self.store.committed_index, message=refusal))
             return
         response = await serve_read(self.store, request, self.notifier, self.host.stopping_event)
         slave = self.suggested_slave(response.records.last_index) if response.records is not None else None
         if slave is not None:
             response = dataclasses.replace(response, suggest_slave=slave)
-        _send(session, response)
+        send_response(session, response)
 
     def suggested_slave(self, read_to: int) -> str | None:
         """RocketMQ's suggestPullingFromSlave: with slave_read_enable, a reader (a read or a topic pull) still more
@@ -859,22 +861,13 @@ class MasterSlaveReplica:
         if not (self.is_master and self.settings.slave_read_enable) or \
                 self.store.write_position - self.store.position_after(read_to) <= self._in_memory_bytes:
             return None
-        in_sync = self._transfer.in_sync(now_ms())
+        in_sync = self._transfer.in_sync(monotonic_ms())
         held = [(c.slave_ack_offset, s) for s, c in self._connections.items() if not c.closed and s in in_sync]
         return max(held)[1] if held else None
 
     # -- periodic work, status -------------------------------------------------------------------------------
-    def release_read_pages(self) -> None:
-        """Unmap the sealed segments' pages readers touched (the node's checkpoint asks every group)."""
-        release = getattr(self.store, "release_read_pages", None)
-        if release is not None:
-            release()
-
-    def checkpoint_due(self) -> bool:
-        return False  # (the store checkpoints from its flushes; close() writes the last one)
-
     async def checkpoint(self) -> None:
-        pass
+        pass  # (the store checkpoints from its flushes; close() writes the last one)
 
     async def retention(self) -> None:
         """Delete old segments (file_reserved_hours, as a Raft group's) below the commit point and, on the master,
@@ -899,7 +892,7 @@ class MasterSlaveReplica:
                      self.group, safe, removed, self.store.begin_index)
 
     def status(self) -> dict[str, Any]:
-        now = now_ms()
+        now_ms = monotonic_ms()
         doc = {
             "id": self.node_id, "group": self.group, "mode": MODE, "role": self.role, "term": self.epoch,
             "epoch": self.epoch, "leader_id": self.master_id, "ack": self.settings.ack,
@@ -914,9 +907,9 @@ class MasterSlaveReplica:
             **({"state_machine": self.kv.status()} if self.sm is not None else {}),
         }
         if self.is_master:
-            in_sync = self._transfer.in_sync(now)
+            in_sync = self._transfer.in_sync(now_ms)
             doc.update(confirm_offset=self._confirm_offset(), sync_state_set=sorted(self._transfer.accepted),
-                       lease_ms_left=max(0, self.term.lease_until_ms - now),
+                       lease_ms_left=max(0, self.term.lease_until_ms - now_ms),
                        min_in_sync_replicas=self._transfer.min_in_sync_replicas,
                        slaves={s: {"ack_offset": c.slave_ack_offset, "request_offset": c.slave_request_offset,
                                    "push2slave_max_offset": c.push2slave_max_offset, "in_sync": s in in_sync,
@@ -930,7 +923,7 @@ class MasterSlaveReplica:
         return doc
 
     def dir_bytes(self) -> int:
-        t = now_ms()
+        t = monotonic_ms()
         if t - self._store_bytes_at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
             self._store_bytes_at_ms, self._store_bytes = t, directory_bytes(self.config.data_dir)
         return self._store_bytes
@@ -942,7 +935,3 @@ class MasterSlaveReplica:
         m.end_index.set(self.store.end_index)
         m.committed_index.set(self.store.committed_index)
 
-
-def _refusal(request: Any, code: ResponseCode, message: str) -> Any:
-    from .node import _refusal as refusal
-    return refusal(request, code, message)

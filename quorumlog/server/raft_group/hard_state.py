@@ -16,8 +16,8 @@ import struct
 
 from crc32c import crc32c
 
-from ..raft.types import HardState
-from ..store.files import atomic_write_file, fsync_dir
+from ...raft.types import HardState
+from ...store.files import atomic_write_file, fsync_dir
 
 HARD_STATE_FILE = "hard_state"
 LEGACY_HARD_STATE_FILE = "hard_state.json"  # (written by tmp + rename up to 2026-11: read once, then replaced)

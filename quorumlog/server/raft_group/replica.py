@@ -13,78 +13,65 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 import os
 import random
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from ..codes import ResponseCode
-from ..config import Flush, NodeConfig
-from ..errors import QuorumLogError
-from ..format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
-from ..peers import parse_address
-from ..topic.dispatcher import TopicDispatcher
-from ..transport.handshake import ANY_MEMBER
-from ..raft.types import (
-    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Ready, Receive, Role,
-    SnapshotNeeded, StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
+from ...clock import monotonic_ms
+from ...codes import ResponseCode
+from ...config import Flush, NodeConfig
+from ...errors import QuorumLogError
+from ...format.log_entry import HEADER_SIZE, MEMBERSHIP_PRODUCER_ID, PRODUCER_TAG_SIZE
+from ...peers import parse_address
+from ...topic.dispatcher import TopicDispatcher
+from ...transport.handshake import ANY_MEMBER
+from ...raft.membership import Membership
+from ...raft.types import (
+    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Event, PeerSilent, Ready,
+    Receive, Role, SnapshotNeeded, StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
 )
-from ..wire.client import (
-    AppendRequest, AppendResponse, ConsumerGroupRequest, ConsumerGroupResponse, HaControllerRequest, KvRequest,
-    KvResponse,
-    MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse, StatusRequest, StatusResponse,
-    TopicRequest, TopicResponse, TransferLeaderRequest, TransferLeaderResponse,
+from ...wire.client import (
+    AppendRequest, AppendResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest, StatusRequest,
+    TopicRequest, TransferLeaderRequest, TransferLeaderResponse,
 )
-from . import kv_service
-from .consumer_groups import ConsumerGroupService
-from .ha_controller import HAControllerService
-from .topic_service import TopicService
-from .flush_thread import ThreadedGroupCommitter
-from .group_commit import GroupCommitter
+from ...wire.messages import Message
+from ..flush_thread import ThreadedGroupCommitter
+from ..group_files import DirectoryBytes, final_flush, open_store
+from ..group_runtime import GroupRuntime
+from ..host import GroupHost, Handler, Pending, Session, handlers_of, send_response
+from ..metrics import GroupMetrics
+from ..reads import CommitNotifier, serve_read
+from ..repeated_log import RepeatedLog
+from ..services.consumer_groups import ConsumerGroupService
+from ..services.ha_controller import HAControllerService
+from ..services.kv import KvService
+from ..services.topics import TopicService
 from .hard_state import open_hard_state, save_hard_state
-from .metrics import GroupMetrics
-from .reads import CommitNotifier, serve_read
-from .repeated_log import RepeatedLog
+
+if TYPE_CHECKING:
+    from ...raft.core import RaftCore
+    from ...store.file_store import FileStore
+    from ..state_machine_host import StateMachineHost
 
 log = logging.getLogger(__name__)
 
-STATUS_DISK_BYTES_INTERVAL_MS = 2_000
 PUSH_FRAME_HEADROOM_BYTES = 64 * 1024  # a push's own fields beside its records (config checks the same margin)
 
 
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
+class Replica(GroupRuntime):
+    """One Raft group on this node (a HostedGroup, host.py). `host` is its node: the transport, the disk guard and
+    fail-stop are its. `store` and `core_factory` are injectable for tests."""
 
-
-@dataclass(slots=True)
-class _Pending:
-    """A client request handed to the core, waiting for its Completion."""
-
-    session: Any
-    client_request_id: int
-    # "append" | "transfer" | "member" | "kv_read" | "kv_write" | "topic_send" | "cg_commit" | "ha_put" | "ha_confirm"
-    kind: str
-    received_s: float
-    count: int = 0
-    size_bytes: int = 0
-    request: Any = None  # the KvRequest / TopicRequest of a kv or topic kind
-
-
-class Replica:
-    """One group on this node. `host` is the Node (node.py): the transport, the disk guard and fail-stop are its.
-    `store` and `core_factory` are injectable for tests."""
-
-    def __init__(self, host: Any, config: NodeConfig, *, store: Any = None,
-                 core_factory: Callable[..., Any] | None = None, state_machine: str | None = None) -> None:
+    def __init__(self, host: GroupHost, config: NodeConfig, *, store: FileStore | None = None,
+                 core_factory: Callable[..., RaftCore] | None = None, state_machine: str | None = None) -> None:
         if state_machine not in (None, "kv", "topics"):
             raise ValueError(f"unknown state machine {state_machine!r} (known: kv, topics)")
         self.host = host
         self.state_machine = state_machine
-        self.sm: Any = None  # StateMachineHost (state_machine_host.py) when the group runs one
-        self.kv = kv_service.KvService(self)  # (also applies and snapshots a topic group's dispatcher)
+        self.sm: StateMachineHost | None = None  # when the group runs a state machine
+        self.kv = KvService(self)  # (also applies and snapshots a topic group's dispatcher)
         self.topics = TopicService(self)
         self.consumer_groups = ConsumerGroupService(self)  # (served by the `_meta` group's leader)
         self.ha_controller = HAControllerService(self)  # (likewise: master/slave groups' controller)
@@ -92,14 +79,14 @@ class Replica:
         self.group = config.group
         self.store = store
         self._core_factory = core_factory
-        self.core: Any = None
+        self.core: RaftCore = None  # type: ignore[assignment]  (from open() on)
         self.committer: GroupCommitter | None = None
         self.metrics: GroupMetrics = host.metrics.group(config.group)
         self.notifier = CommitNotifier()
-        self._events: collections.deque = collections.deque()
+        self._events: collections.deque[Event] = collections.deque()
         self._stepping = False
         self.quiet = False  # quiescent (raft/quiescence.py): the node skips its ticks
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._next_request_id = 1
         # The largest client batch: its records must fit one push frame beside the push's own header.
         self.max_batch_stored_bytes = config.max_frame_bytes - PUSH_FRAME_HEADROOM_BYTES
@@ -110,10 +97,14 @@ class Replica:
         self._role: Role | None = None
         self._term = -1
         self._checkpointed: tuple[int, int, int] | None = None
-        self._membership: Any = None  # (configuration, committed?) last turned into `links`
+        self._membership: tuple[Membership, bool] | None = None  # (configuration, committed?) last turned into `links`
         self.links: dict[str, tuple[str, int]] = {}  # the peers this replica needs linked, with addresses
         self.sync_flush = config.flush is Flush.SYNC
         self.stopping = False
+        self.handlers: dict[type, Handler] = {
+            AppendRequest: self._client_append, ReadRequest: self._client_read, StatusRequest: self._status,
+            MemberChangeRequest: self._member_change, TransferLeaderRequest: self._transfer_leader,
+            **handlers_of(self.kv, self.topics, self.consumer_groups, self.ha_controller)}
 
     # -- lifecycle -----------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -124,7 +115,7 @@ class Replica:
             self.store = open_store(cfg)
         hard_state = open_hard_state(cfg.data_dir)
         factory = self._core_factory or _default_core_factory
-        self.core = factory(cfg.raft_config(), self.store, hard_state, random.Random(os.urandom(16)), now_ms())
+        self.core = factory(cfg.raft_config(), self.store, hard_state, random.Random(os.urandom(16)), monotonic_ms())
         log.info("replica opening node=%s group=%s term=%d voted_for=%s begin=%d end=%d committed=%d flush=%s%s",
                  cfg.node_id, cfg.group, hard_state.term, hard_state.voted_for, self.store.begin_index,
                  self.store.end_index, self.store.committed_index, cfg.flush,
@@ -132,7 +123,7 @@ class Replica:
                  if not self.sync_flush else "")
         self.notifier.advance(self.store.committed_index)
         if self.state_machine is not None:
-            from .state_machine_host import StateMachineHost
+            from ..state_machine_host import StateMachineHost
             kind = {"kv": {}, "topics": {"machine_type": TopicDispatcher, "suffix": "topics"}}[self.state_machine]
             self.sm = StateMachineHost(cfg.data_dir, self.store, snapshot_every=cfg.snapshot_every, **kind)
             self.sm.on_commit(self.store.committed_index)  # replay what the newest snapshot does not hold
@@ -146,7 +137,7 @@ class Replica:
             on_failed=self._store_failed, observe_fsync_s=self.metrics.fsync_seconds.observe,
             fsync_worker=self.host.fsync_worker)
         self.host.spawn(self.committer.run(), f"flusher-{self.group}")
-        self.step(Tick(now_ms()))
+        self.step(Tick(monotonic_ms()))
 
     async def hand_over_leadership(self, timeout_s: float | None = None) -> str | None:
         """Before a graceful stop: if this replica leads, transfer leadership to the most caught-up follower
@@ -158,17 +149,10 @@ class Replica:
         if st.role != Role.LEADER or not others or self.failed:
             return None
         to = max(others, key=lambda p: others[p])
-        done = asyncio.get_running_loop().create_future()
-
-        class _Waiter:
-            def send(self, response: Any) -> None:
-                if not done.done():
-                    done.set_result(response)
-
-        rid = self._new_request_id()
-        self._pending[rid] = _Pending(_Waiter(), 0, "transfer", time.perf_counter())
+        done: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
         log.info("handing over leadership node=%s to=%s group=%s", self.config.node_id, to, self.group)
-        self.step(TransferLeadership(rid, to))
+        rid = self.submit(lambda rid: TransferLeadership(rid, to),
+                          Pending(lambda c: None if done.done() else done.set_result(c)))
         timeout_s = timeout_s if timeout_s is not None else 2 * self.config.election_timeout_max_ms / 1000
         try:
             response = await asyncio.wait_for(done, timeout_s)
@@ -183,21 +167,17 @@ class Replica:
             return None
         return response.leader_id or to
 
-    def begin_stop(self) -> None:
-        """Stop taking peer messages (nothing new reaches the store after the final flush), wake parked reads."""
-        self.stopping = True
-        self.notifier.wake_all()
-
     async def close(self) -> None:
         """Final flush and checkpoint, answer what is pending, close the store. After begin_stop()."""
+        if self.core is None:
+            return  # (never opened)
         if self.committer is not None:
             self.committer.close()  # stops its fsync work (after a running fsync, which io_lock waits for)
         if self.store is not None and self.committer is not None and not self.failed:
             await final_flush(self.store, self.committer, self.group)
-        for p in self._pending.values():
-            self._answer_pending(p, ResponseCode.TERM_CHANGED if p.kind == "append" else ResponseCode.TIMEOUT,
-                                 message="node shutting down")
-        self._pending.clear()
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            p.on_done(Completion(0, p.shutdown_code, message="node shutting down"))
         self.kv.close()
         self.topics.close()
         self.consumer_groups.close()
@@ -211,7 +191,7 @@ class Replica:
         self._events.clear()
         self.host.fail_stop(f"group {self.group}: {reason}")
 
-    def step(self, event: Any) -> None:
+    def step(self, event: Event) -> None:
         """Feed one event to the core and execute the Readys it causes, to quiescence, in order."""
         if self.failed:
             return
@@ -226,7 +206,7 @@ class Replica:
                     if type(event) is not Tick and getattr(self.core, "quiet", False):
                         # A quiet core is not ticked (node.py): tell it the time first. Its timers stand still
                         # while quiet, so this fires none of them.
-                        ready = self.core.step(Tick(now_ms()))
+                        ready = self.core.step(Tick(monotonic_ms()))
                         if ready:
                             self._execute(ready)
                     ready = self.core.step(event)
@@ -291,7 +271,7 @@ class Replica:
         for c in ready.completions:
             p = self._pending.pop(c.request_id, None)
             if p is not None:
-                self._complete(p, c)
+                p.on_done(c)
 
     def _write(self, appends) -> int | None:
         """Write the Ready's appends to the store (page cache); None if the store refused."""
@@ -336,7 +316,7 @@ class Replica:
     def _links_from_peers(self) -> None:
         self.links = {p: a for p, a in self.config.peers.items() if p != self.config.node_id}
 
-    def _on_membership(self, m: Any) -> None:
+    def _on_membership(self, m: Membership) -> None:
         """Work out which nodes this group needs linked now and where they listen: bootstrap members from our own
         `peers`, members added later from the configuration itself (raft/membership.py); the node links to the
         union over its groups."""
@@ -382,7 +362,7 @@ class Replica:
             ids |= m.members
         return frozenset(ids)
 
-    def _joining(self, m: Any) -> bool:
+    def _joining(self, m: Membership) -> bool:
         me = self.config.node_id
         return self.config.join and me not in m.members and me not in m.retired
 
@@ -394,106 +374,55 @@ class Replica:
     def peer_gone(self, node_id: str) -> None:
         pass  # (Raft keeps no per-connection session: lost messages are sent again, silence is PeerSilent)
 
-    def _complete(self, p: _Pending, c) -> None:
-        if p.kind == "append":
-            if c.code == ResponseCode.SUCCESS:
-                self.metrics.commit_seconds.observe(time.perf_counter() - p.received_s)
-                self.metrics.appends.inc(p.count)
-                self.metrics.append_bytes.inc(p.size_bytes)
-            self.metrics.count_request(c.code.name)
-            self._send(p.session, AppendResponse(p.client_request_id, c.code, c.leader_id, c.first_index,
-                                                 c.last_index, c.term))
-        elif p.kind == "member":
-            self._send(p.session, MemberChangeResponse(p.client_request_id, c.code, c.leader_id, c.first_index,
-                                                       message=c.message))
-        elif p.kind in ("kv_read", "kv_write"):
-            self.kv.completed(p, c)
-        elif p.kind == "topic_send":
-            self.topics.sent(p.session, p.client_request_id, c.code, c.first_index, c.last_index, None, c.leader_id)
-        elif p.kind == "cg_commit":
-            self.consumer_groups.completed(p, c)
-        elif p.kind == "ha_put":
-            self.ha_controller.completed(p, c)
-        elif p.kind == "ha_confirm":
-            self.ha_controller.confirmed(p, c)
-        else:
-            self._send(p.session, TransferLeaderResponse(p.client_request_id, c.code, c.leader_id))
-
-    def _answer_pending(self, p: _Pending, code: ResponseCode, message: str = "") -> None:
-        if p.kind == "append":
-            self._send(p.session, AppendResponse(p.client_request_id, code, message=message))
-        elif p.kind == "member":
-            self._send(p.session, MemberChangeResponse(p.client_request_id, code, message=message))
-        elif p.kind in ("kv_read", "kv_write"):
-            self._send(p.session, KvResponse(p.client_request_id, code, message=message))
-        elif p.kind == "topic_send":
-            self._send(p.session, TopicResponse(p.client_request_id, code, message=message))
-        elif p.kind == "cg_commit":
-            self._send(p.session, ConsumerGroupResponse(p.client_request_id, code, message=message))
-        elif p.kind == "ha_put":
-            self.ha_controller.completed(p, Completion(0, code))
-        elif p.kind == "ha_confirm":
-            self.ha_controller.confirmed(p, Completion(0, code))
-        else:
-            self._send(p.session, TransferLeaderResponse(p.client_request_id, code, message=message))
-
-    @staticmethod
-    def _send(session: Any, response: Any) -> None:
-        try:
-            session.send(response)
-        except Exception as e:  # noqa: BLE001 - the client went away; nothing to answer
-            log.debug("could not answer a closed session: %s", e)
-
     # -- inputs --------------------------------------------------------------------------------------------
-    def on_peer_message(self, msg: Any) -> None:
+    def on_peer_message(self, msg: Message) -> None:
         if not self.stopping:  # once stopping, nothing new reaches the store after the final flush
             self.step(Receive(msg))
 
-    def on_client_request(self, session: Any, request: Any) -> Any:
-        """One client request; returns a coroutine for the transport to run when the answer must wait."""
-        if isinstance(request, AppendRequest):
-            self._client_append(session, request)
-        elif isinstance(request, ReadRequest):
-            return self._client_read(session, request)  # the transport tracks it (and cancels it on close)
-        elif isinstance(request, KvRequest):
-            return self.kv.on_request(session, request)
-        elif isinstance(request, TopicRequest):
-            return self.topics.on_request(session, request)
-        elif isinstance(request, ConsumerGroupRequest):
-            return self.consumer_groups.on_request(session, request)
-        elif isinstance(request, HaControllerRequest):
-            return self.ha_controller.on_request(session, request)
-        elif isinstance(request, StatusRequest):
-            self._send(session, StatusResponse(request.request_id, ResponseCode.SUCCESS,
-                                               json.dumps(self.host.status(self)).encode()))
-        elif isinstance(request, MemberChangeRequest):
-            if request.address:
-                try:
-                    parse_address(request.address, what=f"member {request.node_id!r}")
-                except ValueError as e:
-                    self._send(session, MemberChangeResponse(request.request_id, ResponseCode.BAD_REQUEST,
-                                                             message=str(e)))
-                    return None
-            rid = self._new_request_id()
-            self._pending[rid] = _Pending(session, request.request_id, "member", time.perf_counter())
-            self.step(ChangeMembership(rid, request.change, request.node_id, request.address))
-        elif isinstance(request, TransferLeaderRequest):
-            m = getattr(self.core, "membership", None)
-            if request.to not in (m.voters if m is not None else self.config.peers):
-                self._send(session, TransferLeaderResponse(request.request_id, ResponseCode.UNKNOWN_MEMBER,
-                                                           message=f"{request.to!r} is not a member"))
-                return None
-            rid = self._new_request_id()
-            self._pending[rid] = _Pending(session, request.request_id, "transfer", time.perf_counter())
-            self.step(TransferLeadership(rid, request.to))
-        else:
-            log.warning("unknown client request type=%s", type(request).__name__)
-        return None
+    def peer_silent(self, node_id: str) -> None:
+        self.step(PeerSilent(node_id))
 
-    def _client_append(self, session: Any, request: AppendRequest) -> None:
+    def submit(self, event_for: Callable[[int], Event], pending: Pending) -> int:
+        """Hand the core a client request (the event `event_for(request_id)`); `pending` answers it once the
+        core completes it. Returns the request id."""
+        rid = self._next_request_id
+        self._next_request_id += 1
+        self._pending[rid] = pending
+        self.step(event_for(rid))
+        return rid
+
+    def _member_change(self, session: Session, request: MemberChangeRequest) -> None:
+        if request.address:
+            try:
+                parse_address(request.address, what=f"member {request.node_id!r}")
+            except ValueError as e:
+                send_response(session, MemberChangeResponse(request.request_id, ResponseCode.BAD_REQUEST,
+                                                            message=str(e)))
+                return
+
+        def done(c: Completion) -> None:
+            send_response(session, MemberChangeResponse(request.request_id, c.code, c.leader_id, c.first_index,
+                                                        message=c.message))
+
+        self.submit(lambda rid: ChangeMembership(rid, request.change, request.node_id, request.address),
+                    Pending(done))
+
+    def _transfer_leader(self, session: Session, request: TransferLeaderRequest) -> None:
+        m = getattr(self.core, "membership", None)
+        if request.to not in (m.voters if m is not None else self.config.peers):
+            send_response(session, TransferLeaderResponse(request.request_id, ResponseCode.UNKNOWN_MEMBER,
+                                                          message=f"{request.to!r} is not a member"))
+            return
+
+        def done(c: Completion) -> None:
+            send_response(session, TransferLeaderResponse(request.request_id, c.code, c.leader_id, c.message))
+
+        self.submit(lambda rid: TransferLeadership(rid, request.to), Pending(done))
+
+    def _client_append(self, session: Session, request: AppendRequest) -> None:
         def refuse(code: ResponseCode, message: str, leader_id: str | None = None) -> None:
             self.metrics.count_request(code.name)
-            self._send(session, AppendResponse(request.request_id, code, leader_id, message=message))
+            send_response(session, AppendResponse(request.request_id, code, leader_id, message=message))
 
         if self.stopping:
             return refuse(ResponseCode.LEADER_NOT_READY, "node shutting down")
@@ -523,16 +452,28 @@ class Replica:
             if st.role == Role.LEADER:
                 return refuse(ResponseCode.DISK_FULL, f"disk of {self.config.data_dir} is full "
                                                       f"(disk_full_ratio {self.config.disk_full_ratio})")
-        rid = self._new_request_id()
-        self._pending[rid] = _Pending(session, request.request_id, "append", time.perf_counter(), len(bodies), size)
-        self.step(ClientAppend(rid, bodies, request.client_id, request.seq))
+        received_s = time.perf_counter()
 
-    def append_messages(self, session: Any, request: TopicRequest) -> None:
-        """A topic send's batch (checked by topic_service.py): through the core like an append, with the client's
+        def done(c: Completion) -> None:
+            if c.code == ResponseCode.SUCCESS:
+                self.metrics.commit_seconds.observe(time.perf_counter() - received_s)
+                self.metrics.appends.inc(len(bodies))
+                self.metrics.append_bytes.inc(size)
+            self.metrics.count_request(c.code.name)
+            send_response(session, AppendResponse(request.request_id, c.code, c.leader_id, c.first_index,
+                                                  c.last_index, c.term, c.message))
+
+        self.submit(lambda rid: ClientAppend(rid, bodies, request.client_id, request.seq),
+                    Pending(done, ResponseCode.TERM_CHANGED, counted=True))
+
+    def append_messages(self, session: Session, request: TopicRequest) -> None:
+        """A topic send's batch (checked by services/topics.py): through the core like an append, with the client's
         producer id and sequence; the completion goes back to TopicService.sent."""
-        rid = self._new_request_id()
-        self._pending[rid] = _Pending(session, request.request_id, "topic_send", time.perf_counter(), request=request)
-        self.step(ClientAppend(rid, request.bodies, request.client_id, request.seq))
+        def done(c: Completion) -> None:
+            self.topics.sent(session, request.request_id, c.code, c.first_index, c.last_index, None, c.leader_id,
+                             c.message)
+
+        self.submit(lambda rid: ClientAppend(rid, request.bodies, request.client_id, request.seq), Pending(done))
 
     @property
     def leader_id(self) -> str | None:
@@ -546,7 +487,7 @@ class Replica:
         return None  # (every member of a Raft group serves reads up to what it knows committed)
 
     def suggested_slave(self, read_to: int) -> str | None:
-        return None  # (a master/slave group's notion: master_slave.py)
+        return None  # (a master/slave group's notion: master_slave/member.py)
 
     def holds_everything_committed(self) -> bool:
         """Leader, with an entry of its term committed (so it holds everything ever committed), all applied."""
@@ -555,18 +496,15 @@ class Replica:
         return (core.role is Role.LEADER and committed >= store.begin_index
                 and store.term_at(committed) == core.term and self.sm.applied_index >= committed)
 
-    async def _client_read(self, session: Any, request: ReadRequest) -> None:
-        response: ReadResponse = await serve_read(self.store, request, self.notifier, self.host.stopping_event)
-        self._send(session, response)
+    def leads(self) -> bool:
+        return self.core is not None and self.core.role is Role.LEADER
 
-    def _new_request_id(self) -> int:
-        rid = self._next_request_id
-        self._next_request_id += 1
-        return rid
+    async def _client_read(self, session: Session, request: ReadRequest) -> None:
+        send_response(session, await serve_read(self.store, request, self.notifier, self.host.stopping_event))
 
     # -- periodic work (the node calls these for every replica) ----------------------------------------------
-    def tick(self, t_ms: int) -> None:
-        self.step(Tick(t_ms))
+    def tick(self, now_ms: int) -> None:
+        self.step(Tick(now_ms))
         self.observe_role()
 
     def observe_role(self) -> None:
@@ -591,26 +529,15 @@ class Replica:
             self.committer.disk_has_room()
         self.step(StoreRecovered())
 
-    def checkpoint_due(self) -> bool:
-        """(end, committed, durable) moved since the last checkpoint: a quiet group's never does."""
-        return not self.failed and (self.store.end_index, self.store.committed_index,
-                                    self.committer.durable_index) != self._checkpointed
-
     async def checkpoint(self) -> None:
-        """Persist (end, committed) when either moved; the store also checkpoints from flush() under load."""
+        """Persist (end, committed) when either moved (a quiet group's never do); the store also checkpoints from
+        flush() under load."""
         mark = (self.store.end_index, self.store.committed_index, self.committer.durable_index)
         if mark == self._checkpointed or self.failed:
             return
         async with self.committer.io_lock:
             await asyncio.to_thread(self.store.checkpoint)
         self._checkpointed = mark
-
-    def release_read_pages(self) -> None:
-        """Unmap the pages of the sealed segments read since the last call (a file store's; a quiet group's readers
-        page them in too): FileStore.release_read_pages."""
-        release = getattr(self.store, "release_read_pages", None)
-        if release is not None:
-            release()
 
     async def retention(self) -> None:
         """Delete old segments below what every replica holds (leader) or below the commit point."""
@@ -650,7 +577,7 @@ class Replica:
             "membership_index": st.membership_index,
             "preferred_leader_id": self.config.preferred_leader_id or None,
             "quiet": st.quiet,
-            "pending_requests": sum(1 for p in self._pending.values() if p.kind == "append"),
+            "pending_requests": self._pending_appends(),
             "waiting_reads": self.notifier.waiting,
             "fsyncs": self.committer.fsyncs if self.committer else 0,
             "store_bytes": self.dir_bytes(),
@@ -659,6 +586,9 @@ class Replica:
 
     def dir_bytes(self) -> int:
         return self._store_bytes.value()
+
+    def _pending_appends(self) -> int:
+        return sum(1 for p in self._pending.values() if p.counted)
 
     def refresh_metrics(self) -> None:
         st = self.core.status()
@@ -670,72 +600,11 @@ class Replica:
         for peer in self.links:
             leading = st.role == Role.LEADER and peer in st.watermarks
             m.set_peer_lag(peer, self.store.end_index - st.watermarks[peer] if leading else 0)
-        m.pending_requests.set(sum(1 for p in self._pending.values() if p.kind == "append"))
+        m.pending_requests.set(self._pending_appends())
         m.waiting_reads.set(self.notifier.waiting)
         m.store_bytes.set(self.dir_bytes())
 
 
-async def final_flush(store: Any, committer: GroupCommitter, group: str) -> None:
-    """A closing group's last fsync and checkpoint, after any running fsync (io_lock)."""
-    try:
-        async with committer.io_lock:
-            await asyncio.to_thread(store.flush)
-            await asyncio.to_thread(store.checkpoint)
-    except Exception as e:  # noqa: BLE001 - a failing disk must not block shutdown
-        log.error("final flush/checkpoint failed group=%s: %s", group, e)
-
-
-class DirectoryBytes:
-    """The disk blocks under a group's directory for status and metrics, counted on a thread: the walk stats
-    every file, and once the inode cache is cold (after drop_caches, or pushed out by heavy writes) each stat
-    reads the disk behind everything queued there. On the loop it stalled every group of the node (204 ms
-    measured under batched writes, at a status request). `value()` answers the last count at once and starts
-    the next when that one is older than STATUS_DISK_BYTES_INTERVAL_MS."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._bytes = 0
-        self._at_ms = -STATUS_DISK_BYTES_INTERVAL_MS
-        self._counting: asyncio.Future | None = None
-
-    def value(self) -> int:
-        t = now_ms()
-        if self._counting is None and t - self._at_ms >= STATUS_DISK_BYTES_INTERVAL_MS:
-            self._at_ms = t
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # (no loop: a tool reading a status directly)
-                self._bytes = directory_bytes(self._path)
-                return self._bytes
-            self._counting = loop.run_in_executor(None, directory_bytes, self._path)
-            self._counting.add_done_callback(self._counted)
-        return self._bytes
-
-    def _counted(self, fut: asyncio.Future) -> None:
-        self._counting = None
-        if not fut.cancelled() and fut.exception() is None:
-            self._bytes = fut.result()
-
-
-def directory_bytes(data_dir: str) -> int:
-    """Disk blocks used under a group's directory (a sparse segment counts what it holds)."""
-    total = 0
-    for root, dirs, files in os.walk(data_dir):
-        if root == data_dir and "groups" in dirs:
-            dirs.remove("groups")  # the default group's directory holds the others' (node.py)
-        for f in files:
-            try:
-                total += os.stat(os.path.join(root, f)).st_blocks * 512
-            except OSError:
-                pass
-    return total
-
-
 def _default_core_factory(raft_config, log_view, hard_state, rng, start_ms):
-    from ..raft.core import RaftCore
+    from ...raft.core import RaftCore
     return RaftCore(raft_config, log_view, hard_state, rng, start_ms)
-
-
-def open_store(cfg: NodeConfig):
-    from ..store.file_store import FileStore
-    return FileStore(os.path.join(cfg.data_dir, "store"), cfg.store_config())

@@ -22,17 +22,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Callable
 
-from ..codes import ResponseCode
-from ..meta.kv import encode_put
-from ..raft.types import ClientAppend, Completion, Role
-from ..topic.group_coordinator import GroupCoordinator, offset_key
-from ..wire.client import ConsumerGroupRequest, ConsumerGroupResponse
-
-if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+from ...clock import monotonic_ms
+from ...codes import ResponseCode
+from ...meta.kv import encode_put
+from ...raft.types import ClientAppend, Completion, Role
+from ...topic.group_coordinator import GroupCoordinator, offset_key
+from ...wire.client import ConsumerGroupRequest, ConsumerGroupResponse
+from ..host import ConsensusGroup, Pending, Session, send_response
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +40,24 @@ TICK_MS = 500
 REJOIN_GRACE_MS = 5_000
 MIN_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS = 1_000, 300_000
 
+Answer = Callable[..., None]
+
 
 class ConsumerGroupService:
-    def __init__(self, replica: "Replica") -> None:
+    serves = (ConsumerGroupRequest,)
+
+    def __init__(self, replica: ConsensusGroup) -> None:
         self.replica = replica
         self.coordinators: dict[str, GroupCoordinator] = {}
         self._term = -1
         self._term_started_ms = 0
         self._ticker: asyncio.Task | None = None
 
-    def on_request(self, session: Any, req: ConsumerGroupRequest) -> None:
+    def on_request(self, session: Session, req: ConsumerGroupRequest) -> None:
         r = self.replica
 
-        def answer(code: ResponseCode, message: str = "", body: Any = None) -> None:
-            r._send(session, ConsumerGroupResponse(req.request_id, code, r.core.leader_id,
+        def answer(code: ResponseCode, message: str = "", body: dict | None = None) -> None:
+            send_response(session, ConsumerGroupResponse(req.request_id, code, r.core.leader_id,
                                                    json.dumps(body or {}).encode(), message))
 
         if r.state_machine != "kv":
@@ -73,16 +75,16 @@ class ConsumerGroupService:
             return answer(ResponseCode.BAD_REQUEST, f"consumer group {req.op}: {e}")
         if r.core.term != self._term:  # a new leadership: earlier coordinators' state is gone
             self._term = r.core.term
-            self._term_started_ms = getattr(r.core, "leader_since_ms", _now_ms())  # (the same monotonic clock)
+            self._term_started_ms = getattr(r.core, "leader_since_ms", monotonic_ms())  # (the same monotonic clock)
             self.coordinators.clear()
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.ensure_future(self._tick())
-        now = _now_ms()
+        now_ms = monotonic_ms()
         op = req.op
         c = self.coordinators.get(group)
         try:
             if op == "join":
-                return self._join(group, b, now, answer)
+                return self._join(group, b, now_ms, answer)
             if op == "describe":
                 if c is None:
                     return answer(ResponseCode.SUCCESS, body={"group": group, "generation": 0, "members": [],
@@ -94,7 +96,7 @@ class ConsumerGroupService:
             if c is None:
                 return answer(ResponseCode.UNKNOWN_MEMBER, f"{member} is not a member of {group}: join")
             if op == "heartbeat":
-                code = c.heartbeat(member, int(b["generation"]), now)
+                code = c.heartbeat(member, int(b["generation"]), now_ms)
                 return answer(code, "" if code is ResponseCode.SUCCESS else "rejoin",
                               _assignment(c, member))
             if op == "leave":
@@ -106,7 +108,7 @@ class ConsumerGroupService:
             return answer(ResponseCode.BAD_REQUEST, f"consumer group {op}: {e!r}")
         return answer(ResponseCode.BAD_REQUEST, f"unknown consumer group op {op!r}")
 
-    def _join(self, group: str, b: dict, now: int, answer: Any) -> None:
+    def _join(self, group: str, b: dict, now_ms: int, answer: Answer) -> None:
         member, topics = str(b["member"]), [str(t) for t in b["topics"]]
         timeout = int(b.get("session_timeout_ms", 10_000))
         if not topics or not MIN_SESSION_TIMEOUT_MS <= timeout <= MAX_SESSION_TIMEOUT_MS:
@@ -125,13 +127,13 @@ class ConsumerGroupService:
                 group, [], session_timeout_ms=timeout, generation=max(self._term, 0) << 32,
                 hand_free_after_ms=self._term_started_ms + REJOIN_GRACE_MS)
         owned = [(str(t), int(q)) for t, q in b.get("owned", [])]
-        c.join(member, now, queues, session_timeout_ms=timeout, owned=owned)
+        c.join(member, now_ms, queues, session_timeout_ms=timeout, owned=owned)
         log.info("consumer group %s: %s joined, generation %d, members %s", group, member, c.generation,
                  sorted(c.last_seen))
         answer(ResponseCode.SUCCESS, body=_assignment(c, member))
 
-    def _commit(self, session: Any, req: ConsumerGroupRequest, c: GroupCoordinator, group: str, member: str,
-                generation: int, offsets: dict, answer: Any) -> None:
+    def _commit(self, session: Session, req: ConsumerGroupRequest, c: GroupCoordinator, group: str, member: str,
+                generation: int, offsets: dict, answer: Answer) -> None:
         bodies = []
         for name, offset in sorted(offsets.items()):
             topic, _, q = name.rpartition("/")
@@ -145,21 +147,18 @@ class ConsumerGroupService:
             bodies.append(encode_put(offset_key(group, *queue), str(int(offset)).encode()))
         if not bodies:
             return answer(ResponseCode.SUCCESS)
-        r = self.replica
-        from .replica import _Pending
-        rid = r._new_request_id()
-        r._pending[rid] = _Pending(session, req.request_id, "cg_commit", time.perf_counter(), request=req)
-        r.step(ClientAppend(rid, tuple(bodies), 0, -1))
 
-    def completed(self, p: "_Pending", c: Completion) -> None:
-        self.replica._send(p.session, ConsumerGroupResponse(p.client_request_id, c.code, c.leader_id))
+        def done(c: Completion) -> None:
+            send_response(session, ConsumerGroupResponse(req.request_id, c.code, c.leader_id, message=c.message))
+
+        self.replica.submit(lambda rid: ClientAppend(rid, tuple(bodies), 0, -1), Pending(done))
 
     async def _tick(self) -> None:
         while not self.replica.stopping:
             await asyncio.sleep(TICK_MS / 1000)
-            now = _now_ms()
+            now_ms = monotonic_ms()
             for group, c in list(self.coordinators.items()):
-                for gone in c.tick(now):
+                for gone in c.tick(now_ms):
                     log.info("consumer group %s: %s silent past its session timeout; generation %d", group, gone,
                              c.generation)
 
@@ -171,7 +170,3 @@ class ConsumerGroupService:
 def _assignment(c: GroupCoordinator, member: str) -> dict:
     a = c.assignment(member)
     return {"generation": a.generation, "queues": [list(q) for q in a.queues]}
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)

@@ -35,17 +35,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Callable
 
-from ..codes import ResponseCode
-from ..ha.controller import HAController
-from ..meta.kv import encode_put
-from ..raft.types import ClientAppend, ClientRead, Completion, Role
-from ..wire.client import HaControllerRequest, HaControllerResponse
-
-if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+from ...clock import monotonic_ms
+from ...codes import ResponseCode
+from ...ha.controller import HAController
+from ...meta.kv import encode_put
+from ...raft.types import ClientAppend, ClientRead, Completion, Role
+from ...wire.client import HaControllerRequest, HaControllerResponse
+from ..host import ConsensusGroup, Pending, Session, send_response
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +54,12 @@ LEASE_MS = 600  # a master's writes stop this long after its last answered heart
 
 
 class HAControllerService:
-    def __init__(self, replica: "Replica", *, master_timeout_ms: int = MASTER_TIMEOUT_MS,
+    serves = (HaControllerRequest,)
+
+    def __init__(self, replica: ConsensusGroup, *, master_timeout_ms: int = MASTER_TIMEOUT_MS,
                  lease_ms: int = LEASE_MS, clock: Callable[[], int] | None = None) -> None:
         self.replica = replica
-        self.clock = clock or _now_ms  # (milliseconds; tests drive their own)
+        self.clock = clock or monotonic_ms  # (tests drive their own)
         self.master_timeout_ms = master_timeout_ms
         self.lease_ms = lease_ms
         self.controllers: dict[str, HAController] = {}
@@ -69,11 +69,11 @@ class HAControllerService:
         self._ticker: asyncio.Task | None = None
 
     # -- requests ------------------------------------------------------------------------------------------
-    def on_request(self, session: Any, req: HaControllerRequest) -> None:
+    def on_request(self, session: Session, req: HaControllerRequest) -> None:
         r = self.replica
 
-        def answer(code: ResponseCode, message: str = "", body: Any = None) -> None:
-            r._send(session, HaControllerResponse(req.request_id, code, r.core.leader_id,
+        def answer(code: ResponseCode, message: str = "", body: dict | None = None) -> None:
+            send_response(session, HaControllerResponse(req.request_id, code, r.core.leader_id,
                                                   json.dumps(body or {}).encode(), message))
 
         if r.state_machine != "kv":
@@ -93,11 +93,11 @@ class HAControllerService:
             self._writing.clear()
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.ensure_future(self._tick())
-        now = self.clock()
+        now_ms = self.clock()
         try:
             b = json.loads(req.body)
             group = str(b["group"])
-            c = self._controller(group, b, now)
+            c = self._controller(group, b, now_ms)
             if c is None:
                 return answer(ResponseCode.UNKNOWN_GROUP, f"no master/slave group {group!r} is known")
             if req.op == "heartbeat":
@@ -107,7 +107,7 @@ class HAControllerService:
                 member, boot = str(b["member"]), b.get("boot")
                 if "min_in_sync_replicas" in b:
                     c.min_in_sync_replicas = int(b["min_in_sync_replicas"])
-                lease = c.on_heartbeat(member, now, int(b["epoch"]), int(b["max_offset"]), restarted,
+                lease = c.on_heartbeat(member, now_ms, int(b["epoch"]), int(b["max_offset"]), restarted,
                                        boot=None if boot is None else str(boot),
                                        acked_offset=int(b.get("acked_offset", 0)))
                 view = dict(self.committed[group])
@@ -143,7 +143,7 @@ class HAControllerService:
             return answer(ResponseCode.BAD_REQUEST, f"ha {req.op}: {e}")
         return answer(ResponseCode.BAD_REQUEST, f"unknown ha op {req.op!r}")
 
-    def _controller(self, group: str, b: dict, now: int) -> HAController | None:
+    def _controller(self, group: str, b: dict, now_ms: int) -> HAController | None:
         c = self.controllers.get(group)
         if c is not None:
             return c
@@ -159,7 +159,7 @@ class HAControllerService:
         c.master, c.epoch, c.sync_state_set = state["master"], state["epoch"], frozenset(state["sync_state_set"])
         c.sync_state_set_epoch = int(state.get("sync_state_set_epoch", 0))
         c.master_boot = state.get("master_boot")
-        c.lease_end_ms = now + self.master_timeout_ms  # (an earlier controller may have granted one just now)
+        c.lease_end_ms = now_ms + self.master_timeout_ms  # (an earlier controller may have granted one just now)
         self.controllers[group] = c
         self.committed[group] = _state(c)
         if state["epoch"] == 0:  # begin the configured master's epoch 1
@@ -169,18 +169,18 @@ class HAControllerService:
         return c
 
     # -- durable changes -----------------------------------------------------------------------------------
-    def _write(self, group: str, c: HAController, session: Any = None, req: Any = None) -> None:
-        from .replica import _Pending
-        r = self.replica
+    def _write(self, group: str, c: HAController, session: Session | None = None,
+               req: HaControllerRequest | None = None) -> None:
+        """The controller's state of `group` through `_meta`'s log; `req`, a member's request that changed it, is
+        answered once written."""
         state = _state(c)
         self._writing.add(group)
-        rid = r._new_request_id()
-        r._pending[rid] = _Pending(session, req.request_id if req else 0, "ha_put", time.perf_counter(),
-                                   request=(group, state, req))
-        r.step(ClientAppend(rid, (encode_put(HA_PREFIX + group, json.dumps(state).encode()),), 0, -1))
+        body = encode_put(HA_PREFIX + group, json.dumps(state).encode())
+        self.replica.submit(lambda rid: ClientAppend(rid, (body,), 0, -1),
+                            Pending(lambda result: self.completed(group, state, session, req, result)))
 
-    def completed(self, p: "_Pending", c: Completion) -> None:
-        group, state, req = p.request
+    def completed(self, group: str, state: dict, session: Session | None, req: HaControllerRequest | None,
+                  c: Completion) -> None:
         self._writing.discard(group)
         if c.code == ResponseCode.SUCCESS:
             if state["epoch"] != self.committed.get(group, {}).get("epoch"):
@@ -190,21 +190,16 @@ class HAControllerService:
         else:  # not written (leadership lost, say): start again from what `_meta` holds
             self.controllers.pop(group, None)
             self.committed.pop(group, None)
-        if req is not None:
-            self.replica._send(p.session, HaControllerResponse(p.client_request_id, c.code, c.leader_id,
-                                                               json.dumps(state).encode()))
+        if session is not None and req is not None:
+            send_response(session, HaControllerResponse(req.request_id, c.code, c.leader_id,
+                                                         json.dumps(state).encode()))
 
     def _confirm_then_write(self, group: str) -> None:
         """A ReadIndex round first (see the module's doc); confirmed() writes the election or forgets it."""
-        from .replica import _Pending
-        r = self.replica
         self._writing.add(group)
-        rid = r._new_request_id()
-        r._pending[rid] = _Pending(None, 0, "ha_confirm", time.perf_counter(), request=group)
-        r.step(ClientRead(rid))
+        self.replica.submit(ClientRead, Pending(lambda c: self.confirmed(group, c)))
 
-    def confirmed(self, p: "_Pending", c: Completion) -> None:
-        group = p.request
+    def confirmed(self, group: str, c: Completion) -> None:
         self._writing.discard(group)
         ctl = self.controllers.get(group)
         r = self.replica
@@ -222,14 +217,14 @@ class HAControllerService:
             await asyncio.sleep(TICK_MS / 1000)
             self.tick(self.clock())
 
-    def tick(self, now: int) -> None:
+    def tick(self, now_ms: int) -> None:
         r = self.replica
         if r.core.role is not Role.LEADER or r.core.term != self._term:
             return
         for group, c in list(self.controllers.items()):
             if group in self._writing:
                 continue
-            elected = c.tick(now)
+            elected = c.tick(now_ms)
             if elected is not None:
                 log.warning("master/slave group %s: electing %s for epoch %d (%s), once this `_meta` "
                             "leadership is confirmed", group, elected.master, elected.epoch,
@@ -245,7 +240,3 @@ def _state(c: HAController) -> dict:
     return {"master": c.master, "epoch": c.epoch, "sync_state_set": sorted(c.sync_state_set),
             "sync_state_set_epoch": c.sync_state_set_epoch, "master_boot": c.master_boot,
             "members": sorted(c.members)}
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)

@@ -17,18 +17,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import Any, Callable, cast
 
-from ..codes import ResponseCode
-from ..errors import BadRequest, QuorumLogError, WatchCompacted
-from ..meta.kv import encode_delete, encode_put
-from ..raft.types import ClientAppend, ClientRead, Completion
-from ..transport.client_connection import ClientConnection
-from ..transport.frames import MAX_FRAME_BYTES
-from ..wire.client import KvItem, KvRequest, KvResponse
-
-if TYPE_CHECKING:
-    from .replica import Replica, _Pending
+from ...codes import ResponseCode
+from ...errors import BadRequest, QuorumLogError, WatchCompacted
+from ...meta.kv import encode_delete, encode_put
+from ...raft.types import ClientAppend, ClientRead, Completion
+from ...transport.client_connection import ClientConnection
+from ...transport.frames import MAX_FRAME_BYTES
+from ...wire.client import KvItem, KvRequest, KvResponse
+from ..host import Handled, ConsensusGroup, Pending, ServedGroup, Session, send_response
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +38,30 @@ SNAPSHOT_CHUNK_BYTES = 16 << 20  # one answer's share of a snapshot: well inside
 assert SNAPSHOT_CHUNK_BYTES + (1 << 20) < MAX_FRAME_BYTES
 
 
+Answer = Callable[..., None]
+
+
 class KvService:
-    def __init__(self, replica: "Replica") -> None:
+    serves = (KvRequest,)
+
+    def __init__(self, replica: ServedGroup) -> None:
         self.replica = replica
         self._tasks: set[asyncio.Task] = set()
         self._installing = False
         self._serving: tuple[int, bytes] | None = None  # the snapshot being sent in chunks: (index, data)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     # -- requests ------------------------------------------------------------------------------------------
-    def on_request(self, session: Any, req: KvRequest) -> Any:
+    def on_request(self, session: Session, req: KvRequest) -> Handled:
         r = self.replica
         sm = r.sm
 
         def answer(code: ResponseCode, message: str = "", **fields: Any) -> None:
-            r._send(session, KvResponse(req.request_id, code, message=message, **fields))
+            send_response(session, KvResponse(req.request_id, code, message=message, **fields))
 
         if sm is None:
             return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} runs no key/value store (the `_meta` "
@@ -66,7 +70,8 @@ class KvService:
             return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
         op = req.op
         if r.state_machine != "kv" and op not in ("snapshot", "snapshot_chunk"):
-            return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} runs {r.state_machine!r}, not a key/value store")
+            return answer(ResponseCode.BAD_REQUEST,
+                          f"group {r.group!r} runs {r.state_machine!r}, not a key/value store")
         if op == "snapshot":
             index, data = sm.runner.take_snapshot()
             return answer(ResponseCode.SUCCESS, revision=index, data=data)
@@ -77,9 +82,7 @@ class KvService:
         if op in ("get", "list"):
             if op == "get" and not req.key:
                 return answer(ResponseCode.BAD_REQUEST, "get: empty key")
-            rid = r._new_request_id()
-            r._pending[rid] = _pending(r, session, req, "kv_read")
-            r.step(ClientRead(rid))
+            self._consensus().submit(ClientRead, Pending(lambda c: self.completed(session, req, c, read=True)))
             return None
         if op in ("put", "delete"):
             expected = None if req.expected_version == -1 else req.expected_version
@@ -88,14 +91,16 @@ class KvService:
                         else encode_delete(req.key, expected))
             except BadRequest as e:
                 return answer(ResponseCode.BAD_REQUEST, f"{op}: {e}")
-            rid = r._new_request_id()
-            r._pending[rid] = _pending(r, session, req, "kv_write")
-            r.step(ClientAppend(rid, (body,), req.client_id, req.seq))
+            self._consensus().submit(lambda rid: ClientAppend(rid, (body,), req.client_id, req.seq),
+                                     Pending(lambda c: self.completed(session, req, c, read=False)))
             return None
         return answer(ResponseCode.BAD_REQUEST, f"unknown kv op {op!r} (get, list, put, delete, watch, "
                                                 f"snapshot, snapshot_chunk)")
 
-    def _snapshot_chunk(self, req: KvRequest, answer: Any) -> None:
+    def _consensus(self) -> ConsensusGroup:
+        return cast(ConsensusGroup, self.replica)  # (only a Raft group runs the key/value state machine)
+
+    def _snapshot_chunk(self, req: KvRequest, answer: Answer) -> None:
         """One piece of a snapshot: offset 0 takes a new one, which the later pieces are cut from."""
         offset = req.expected_version
         if offset <= 0 or self._serving is None:
@@ -107,38 +112,35 @@ class KvService:
         return answer(ResponseCode.SUCCESS, revision=index, version=len(data),
                       data=data[max(offset, 0):max(offset, 0) + SNAPSHOT_CHUNK_BYTES])
 
-    async def _watch(self, session: Any, req: KvRequest) -> None:
+    async def _watch(self, session: Session, req: KvRequest) -> None:
         sm = self.replica.sm
         wait_s = min(max(req.wait_ms, 0), MAX_WATCH_WAIT_MS) / 1000
         try:
             changes = await sm.wait_change(req.revision, req.key, wait_s)
         except WatchCompacted as e:
-            self.replica._send(session, KvResponse(req.request_id, ResponseCode.WATCH_COMPACTED,
-                                                   revision=sm.kv.revision, message=str(e)))
+            send_response(session, KvResponse(req.request_id, ResponseCode.WATCH_COMPACTED, revision=sm.kv.revision,
+                                              message=str(e)))
             return
         items = tuple(KvItem(c.key, c.value, c.version, 0, c.revision) for c in changes)
         revision = changes[-1].revision if changes else max(req.revision, sm.kv.revision)
-        self.replica._send(session, KvResponse(req.request_id, ResponseCode.SUCCESS, revision=revision,
-                                               items=items))
+        send_response(session, KvResponse(req.request_id, ResponseCode.SUCCESS, revision=revision, items=items))
 
-    def completed(self, p: "_Pending", c: Completion) -> None:
+    def completed(self, session: Session, req: KvRequest, c: Completion, read: bool) -> None:
         if c.code != ResponseCode.SUCCESS:
-            self.replica._send(p.session, KvResponse(p.client_request_id, c.code, c.leader_id))
+            send_response(session, KvResponse(req.request_id, c.code, c.leader_id, message=c.message))
             return
-        self._spawn(self._answer_applied(p, c.last_index))
+        self._spawn(self._answer_applied(session, req, c.last_index, read))
 
-    async def _answer_applied(self, p: "_Pending", index: int) -> None:
+    async def _answer_applied(self, session: Session, req: KvRequest, index: int, read: bool) -> None:
         r = self.replica
         sm = r.sm
         await sm.wait_applied(index)
-        req: KvRequest = p.request
         kv = sm.kv
-        if p.kind == "kv_read":
+        if read:
             found = [kv.get(req.key)] if req.op == "get" else kv.list(req.key)
             items = tuple(KvItem(x.key, x.value, x.version, x.create_revision, x.mod_revision)
                           for x in found if x is not None)
-            r._send(p.session, KvResponse(p.client_request_id, ResponseCode.SUCCESS, revision=kv.revision,
-                                          items=items))
+            send_response(session, KvResponse(req.request_id, ResponseCode.SUCCESS, revision=kv.revision, items=items))
             return
         result = sm.result_of(index)
         message = f"{req.op} {req.key!r}: version is {result.version if result else 0}"
@@ -149,9 +151,8 @@ class KvService:
             message = (f"{req.op} {req.key!r}: a retry of the write at index {index}, whose outcome is no longer "
                        f"known: read the key (version {result.version}) and decide")
         r.metrics.count_request(result.code.name)
-        r._send(p.session, KvResponse(p.client_request_id, result.code, version=result.version,
-                                      revision=result.revision,
-                                      message="" if result.code == ResponseCode.SUCCESS else message))
+        send_response(session, KvResponse(req.request_id, result.code, version=result.version, revision=result.revision,
+                                          message="" if result.code == ResponseCode.SUCCESS else message))
 
     # -- applying, snapshots -------------------------------------------------------------------------------
     def on_commit(self, committed: int) -> None:
@@ -165,9 +166,7 @@ class KvService:
 
     def _tell_core(self, needed: bool) -> None:
         """A Raft member takes no leadership while it needs a snapshot (raft/core.py SnapshotNeeded)."""
-        tell = getattr(self.replica, "on_snapshot_needed", None)  # (a master/slave member has no Raft core)
-        if tell is not None:
-            tell(needed)
+        self.replica.on_snapshot_needed(needed)
 
     def _snapshot_source(self, attempt: int) -> str | None:
         """The leader; never ourselves (a member that leads while it needs a snapshot would ask itself forever):
@@ -195,7 +194,7 @@ class KvService:
                     conn = await ClientConnection.open(*address, group=r.group,
                                                        client_name=f"{r.config.node_id}-snapshot",
                                                        token=r.config.auth_token() or "",
-                                                       ssl_context=getattr(r.host, "client_tls", lambda: None)(),
+                                                       ssl_context=r.host.client_tls(),
                                                        server_hostname=leader)
                     try:
                         data = await fetch_snapshot(conn)
@@ -238,7 +237,7 @@ class KvService:
             self.replica.sm.close()
 
 
-async def fetch_snapshot(conn: Any) -> bytes:
+async def fetch_snapshot(conn: ClientConnection) -> bytes:
     """A member's snapshot, chunk by chunk (one of any size); from a node that predates chunks, whole."""
     parts: list[bytes] = []
     index, offset = -1, 0
@@ -260,7 +259,3 @@ async def fetch_snapshot(conn: Any) -> bytes:
         if not resp.data:
             raise QuorumLogError.for_code(ResponseCode.INCONSISTENT_STATE, f"empty chunk at byte {offset}")
 
-
-def _pending(r: "Replica", session: Any, req: KvRequest, kind: str) -> "_Pending":
-    from .replica import _Pending
-    return _Pending(session, req.request_id, kind, time.perf_counter(), request=req)

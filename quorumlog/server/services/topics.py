@@ -1,6 +1,6 @@
 """The topic requests of a group that runs the topic dispatcher (topic/dispatcher.py), on one member: a Raft
-replica (replica.py) or a master/slave group's member (master_slave.py), which each store a send their way
-(`append_messages`, answered through `sent`).
+replica (raft_group/replica.py) or a master/slave group's member (master_slave/member.py), which each store a
+send their way (`append_messages`, answered through `sent`).
 
 - send: the encoded messages (topic/message.py, checked again here) are appended as one batch with the
   client's producer id and sequence, so a retry is stored once; the answer waits until the dispatcher applied
@@ -24,17 +24,17 @@ import asyncio
 import struct
 from bisect import bisect_left, bisect_right
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator
 
-from ..codes import ResponseCode
-from ..errors import IndexOutOfRange
-from ..format.log_entry import iter_records, record_columns, record_positions
-from ..topic.consume_queue import UNIT
-from ..topic.message import TOPIC_RE, fast, head, tag_hash
-from ..wire.client import PackedMessages, TopicRequest, TopicResponse
+from ...codes import ResponseCode
+from ...errors import IndexOutOfRange
+from ...format.log_entry import iter_records, record_columns, record_positions
+from ...topic.consume_queue import UNIT, ConsumeQueue, Unit
+from ...topic.dispatcher import TopicDispatcher
+from ...topic.message import TOPIC_RE, fast, head, tag_hash
+from ...wire.client import PackedMessages, TopicRequest, TopicResponse
+from ..host import Handled, ServedGroup, Session, send_response
 
-if TYPE_CHECKING:
-    from .replica import Replica
 
 _LOG_INDEX = attrgetter("log_index")
 _LAST_OFFSET = struct.Struct(">q")  # a packed message's queue offset (the first of its five int64s)
@@ -49,7 +49,7 @@ def _packed(heads: bytearray, blob: bytearray, n: int, used: int) -> PackedMessa
     return PackedMessages(n, memoryview(heads)[:40 * n], memoryview(blob)[:used])
 
 
-def _records(chunk: Any, units: list) -> Iterator[tuple[Any, int, int, int, bytes]]:
+def _records(chunk: memoryview, units: list[Unit]) -> Iterator[tuple[Unit, int, int, int, bytes]]:
     """(unit, index, term, timestamp ms, body) of the records in `chunk` that `units` (ascending by log index)
     point at: with the compiled column scan, each unit is found by bisection among the chunk's indexes, so the
     records of a group's other queues cost nothing here; the record walk otherwise."""
@@ -75,19 +75,29 @@ def _records(chunk: Any, units: list) -> Iterator[tuple[Any, int, int, int, byte
 
 
 class TopicService:
-    def __init__(self, replica: "Replica") -> None:
+    serves = (TopicRequest,)
+
+    def __init__(self, replica: ServedGroup) -> None:
         self.replica = replica
         self._tasks: set[asyncio.Task] = set()
 
     @property
-    def dispatcher(self) -> Any:
+    def dispatcher(self) -> TopicDispatcher:
         return self.replica.sm.machine
 
-    def on_request(self, session: Any, req: TopicRequest) -> Any:
+    def queue_end(self, topic: str, queue_id: int) -> int | None:
+        """The queue's end offset here (0 if it holds nothing yet); None if this group carries no topics."""
+        r = self.replica
+        if r.state_machine != "topics" or r.sm is None:
+            return None
+        q = self.dispatcher.queue(topic, queue_id)
+        return 0 if q is None else q.max_offset
+
+    def on_request(self, session: Session, req: TopicRequest) -> Handled:
         r = self.replica
 
         def answer(code: ResponseCode, message: str = "", **fields: Any) -> None:
-            r._send(session, TopicResponse(req.request_id, code, message=message, **fields))
+            send_response(session, TopicResponse(req.request_id, code, message=message, **fields))
 
         if r.state_machine != "topics":
             return answer(ResponseCode.BAD_REQUEST, f"group {r.group!r} carries no topics (create one with "
@@ -95,7 +105,7 @@ class TopicService:
         if r.stopping:
             return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
         if req.op == "send":
-            return self._send(session, req, answer)
+            return self._send_batch(session, req, answer)
         if not TOPIC_RE.match(req.topic) or not 0 <= req.queue_id <= 0xFFFF:
             return answer(ResponseCode.BAD_REQUEST, f"{req.op}: bad topic {req.topic!r} or queue {req.queue_id}")
         refusal = r.read_refusal()
@@ -112,7 +122,7 @@ class TopicService:
         return answer(ResponseCode.BAD_REQUEST, f"unknown topic op {req.op!r} (send, pull, offsets)")
 
     # -- send ----------------------------------------------------------------------------------------------
-    def _send(self, session: Any, req: TopicRequest, answer: Any) -> None:
+    def _send_batch(self, session: Session, req: TopicRequest, answer: Callable[..., None]) -> None:
         r = self.replica
         if not req.bodies:
             return answer(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "send: no message")
@@ -124,14 +134,14 @@ class TopicService:
                 return answer(ResponseCode.BAD_REQUEST, f"send: entry {i} is not a topic message")
         r.append_messages(session, req)  # (the group's mode stores them; its answer comes back to sent())
 
-    def sent(self, session: Any, request_id: int, code: ResponseCode, first: int, last: int,
+    def sent(self, session: Session, request_id: int, code: ResponseCode, first: int, last: int,
              stored_term: int | None = None, leader_id: str | None = None, message: str = "") -> None:
         """A send's batch stored (entries first..last) or refused: answered once the dispatcher applied it.
         `stored_term` is the term (epoch) the batch was stored in when the store's answer comes before the commit
         point passes it (a master/slave group's: held by min_in_sync_replicas members, not yet confirmed): the
         entries applied at those indexes must be that batch, not a new master's, or the offsets are not ours."""
         if code != ResponseCode.SUCCESS:
-            self.replica._send(session, TopicResponse(request_id, code, leader_id, message=message))
+            send_response(session, TopicResponse(request_id, code, leader_id, message=message))
             return
         if self.replica.sm.applied_index >= last and stored_term is None:  # (the usual case: applied as committed)
             self._answer_applied(session, request_id, first, last)
@@ -140,7 +150,7 @@ class TopicService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer_sent(self, session: Any, request_id: int, first: int, last: int,
+    async def _answer_sent(self, session: Session, request_id: int, first: int, last: int,
                            stored_term: int | None) -> None:
         r = self.replica
         await r.sm.wait_applied(last)
@@ -150,22 +160,22 @@ class TopicService:
             except IndexOutOfRange:  # (deleted by retention since: committed long ago)
                 term = stored_term
             if term != stored_term:
-                r._send(session, TopicResponse(request_id, ResponseCode.TERM_CHANGED, r.leader_id,
+                send_response(session, TopicResponse(request_id, ResponseCode.TERM_CHANGED, r.leader_id,
                                                message=f"the batch stored at {first}..{last} in term {stored_term} "
                                                        f"was replaced by a new master's entries; send it again"))
                 return
         self._answer_applied(session, request_id, first, last)
 
-    def _answer_applied(self, session: Any, request_id: int, first: int, last: int) -> None:
+    def _answer_applied(self, session: Session, request_id: int, first: int, last: int) -> None:
         sm = self.replica.sm
         offsets = []
         for i in range(first, last + 1):
             q = sm.result_of(i)
             offsets.append(q if isinstance(q, int) else -1)
-        self.replica._send(session, TopicResponse(request_id, ResponseCode.SUCCESS, offsets=tuple(offsets)))
+        send_response(session, TopicResponse(request_id, ResponseCode.SUCCESS, offsets=tuple(offsets)))
 
     # -- pull ----------------------------------------------------------------------------------------------
-    async def _pull(self, session: Any, req: TopicRequest) -> None:
+    async def _pull(self, session: Session, req: TopicRequest) -> None:
         r = self.replica
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(req.wait_ms, MAX_PULL_WAIT_MS) / 1000
@@ -175,20 +185,20 @@ class TopicService:
             q = d.queue(req.topic, req.queue_id)
             lo, hi = self._bounds(q)
             if req.offset < lo:
-                r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
+                send_response(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
                                                max_offset=hi, next_offset=lo,
                                                message=f"offset {req.offset} < first kept offset {lo}"))
                 return
             if req.offset < hi:
                 break
             if req.offset > hi and r.holds_everything_committed():
-                r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_BIG, min_offset=lo,
+                send_response(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_BIG, min_offset=lo,
                                                max_offset=hi, next_offset=hi,
                                                message=f"offset {req.offset} > the queue's end {hi}"))
                 return
             left = deadline - loop.time()
             if left <= 0 or r.stopping:
-                r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
+                send_response(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
                                                next_offset=req.offset))
                 return
             try:
@@ -209,23 +219,23 @@ class TopicService:
                         if messages.count else req.offset
         except IndexOutOfRange:  # log retention ran since the bounds were read
             lo, hi = self._bounds(q)
-            r._send(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
+            send_response(session, TopicResponse(req.request_id, ResponseCode.OFFSET_TOO_SMALL, min_offset=lo,
                                            max_offset=hi, next_offset=lo, message="deleted by log retention"))
             return
         # (the log index of the last message pulled: a master/slave master may send a reader far behind to a slave)
         suggest = r.suggested_slave(_LAST_INDEX.unpack_from(messages.head, (messages.count - 1) * 40)[0]) \
             if messages.count else None
-        r._send(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
+        send_response(session, TopicResponse(req.request_id, ResponseCode.SUCCESS, min_offset=lo, max_offset=hi,
                                        next_offset=next_offset, messages=messages, suggest_slave=suggest))
 
-    def _bounds(self, q: Any) -> tuple[int, int]:
+    def _bounds(self, q: ConsumeQueue | None) -> tuple[int, int]:
         """A queue's (min, max) offsets here: its min also skips messages this member's log retention deleted
         (members delete on their own schedules, so the consume queue itself is not changed by it)."""
         if q is None:
             return 0, 0
         return max(q.min_offset, q.first_offset_from(self.replica.store.begin_index)), q.max_offset
 
-    def _pack(self, q: Any, offset: int, count: int, wanted: frozenset[int] | None
+    def _pack(self, q: ConsumeQueue, offset: int, count: int, wanted: frozenset[int] | None
               ) -> tuple[PackedMessages, int] | None:
         """_read_units in C (topic/_fastmessage.c pack_pulled) instead of Python work per message: (the messages,
         the queue offset the next pull starts at). The entries are found through the store's index
@@ -261,7 +271,7 @@ class TopicService:
             start = records.last_index + 1
         return _packed(heads, blob, n, used), first + pos
 
-    def _read_units(self, units: list) -> PackedMessages:
+    def _read_units(self, units: list[Unit]) -> PackedMessages:
         """The entries the units point at, in one pass over the log range they span (bounded in bytes), packed
         as they travel (no object per message)."""
         if not units:

@@ -24,19 +24,16 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from ..codes import ResponseCode
-from ..errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
-from ..ledger.driver import recover
-from ..ledger.metadata import LedgerMetadata, State, write_set_positions
-from ..ledger.replication import Fragment, entries_to_copy, fragments_on, marker_lost, with_replacement
-from ..raft.types import Role
-from ..wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest
-from .cluster_calls import INFO_TIMEOUT_MS, META_GROUP
-
-if TYPE_CHECKING:
-    from .node import Node
+from ...codes import ResponseCode
+from ...errors import MetadataVersionConflict, NoSuchLedger, NotEnoughBookies, QuorumLogError
+from ...ledger.driver import recover
+from ...ledger.metadata import LedgerMetadata, State, write_set_positions
+from ...ledger.replication import Fragment, entries_to_copy, fragments_on, marker_lost, with_replacement
+from ...config import NodeConfig
+from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest
+from .cluster_calls import INFO_TIMEOUT_MS, ClusterCalls
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +55,10 @@ class ReplicationFailed(Exception):
 
 
 class AutoRecovery:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
-        self.calls = node.calls
-        cfg = node.config
+    def __init__(self, cfg: NodeConfig, calls: ClusterCalls, leads_meta: Callable[[], bool]) -> None:
+        """`leads_meta`: whether this node leads the `_meta` group now (its auditor runs there)."""
+        self.calls = calls
+        self._leads_meta = leads_meta
         self.me = cfg.node_id
         self.lost_delay_ms = cfg.lost_bookie_recovery_delay_ms
         self.grace_ms = cfg.open_ledger_rereplication_grace_period_ms
@@ -77,21 +74,17 @@ class AutoRecovery:
         except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
             log.info("auto-recovery pass on %s ended early: %s", self.me, e)
 
-    def _leads_meta(self) -> bool:
-        replica = self.node.replicas.get(META_GROUP)
-        return replica is not None and replica.core is not None and replica.core.status().role == Role.LEADER
-
     # -- auditor -------------------------------------------------------------------------------------------
     async def lost_bookies(self) -> tuple[set[str], dict[str, set[int]], set[str]]:
         """The lost bookies; for each live bookie the ledgers it is in limbo for (its disk was wiped: the
         copies it held of them are gone, so their fragments on it are re-replicated like a lost bookie's); and
         the bookies that answer and know their limbo (back with what they hold, but their limbo)."""
-        now = wall_ms()
+        now_ms = wall_ms()
         lost, limbo, answering = set(), {}, set()
         for b, rec in (await self.calls.bookie_states()).items():
             if rec["state"] == "down":
-                since = self.silent_since.setdefault(b, now)
-                if now - since >= self.lost_delay_ms:
+                since = self.silent_since.setdefault(b, now_ms)
+                if now_ms - since >= self.lost_delay_ms:
                     lost.add(b)
             else:
                 self.silent_since.pop(b, None)
