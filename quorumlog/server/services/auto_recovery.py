@@ -33,6 +33,7 @@ from ...ledger.metadata import LedgerMetadata, State, write_set_positions
 from ...ledger.replication import Fragment, entries_to_copy, fragments_on, marker_lost, with_replacement
 from ...config import NodeConfig
 from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest
+from ..repeated_log import RepeatedLog
 from .cluster_calls import INFO_TIMEOUT_MS, ClusterCalls
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class ReplicationFailed(Exception):
 class AutoRecovery:
     def __init__(self, cfg: NodeConfig, calls: ClusterCalls, leads_meta: Callable[[], bool]) -> None:
         """`leads_meta`: whether this node leads the `_meta` group now (its auditor runs there)."""
+        self._ended_early_log = RepeatedLog(log, every_s=60.0)  # (while `_meta` has no leader, every pass ends so)
         self.calls = calls
         self._leads_meta = leads_meta
         self.me = cfg.node_id
@@ -72,7 +74,7 @@ class AutoRecovery:
                 await self.audit()
             await self.work()
         except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
-            log.info("auto-recovery pass on %s ended early: %s", self.me, e)
+            self._ended_early_log.log("pass", logging.INFO, "auto-recovery pass on %s ended early: %s", self.me, e)
 
     # -- auditor -------------------------------------------------------------------------------------------
     async def lost_bookies(self) -> tuple[set[str], dict[str, set[int]], set[str]]:

@@ -36,6 +36,7 @@ from ...store.disk_guard import used_ratio
 from ...wire.ledger import FLAG_RECOVERY, BookieOp, BookieOpRequest, BookieOpResponse, from_op_request, to_op_response
 from ..durable_file import write_json_durably
 from ..host import Session, send_response
+from ..repeated_log import RepeatedLog
 from .cluster_calls import BOOKIES_PREFIX, ClusterCalls
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class BookieService:
     serves = (BookieOpRequest,)
 
     def __init__(self, cfg: NodeConfig, calls: ClusterCalls, stopping: asyncio.Event) -> None:
+        self._pending_log = RepeatedLog(log, every_s=60.0)
         self.config = cfg
         self.calls = calls
         self._stopping = stopping
@@ -286,7 +288,9 @@ class BookieService:
                          len(self.limbo))
                 return
             except (QuorumLogError, OSError, asyncio.TimeoutError) as e:
-                log.info("bookie registration pending node=%s: %s", self.id, e)
+                # (once a minute at INFO: a cluster whose `_meta` nobody made yet waits for `cluster init`)
+                self._pending_log.log("register", logging.INFO, "bookie registration pending node=%s: %s (nodes "
+                                      "started by hand: `quorumlog cluster init` makes `_meta`)", self.id, e)
                 await asyncio.sleep(REGISTER_RETRY_S)
 
     async def _register_once(self) -> None:
