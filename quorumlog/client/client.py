@@ -387,18 +387,23 @@ class Client:
 
     # -- reads -------------------------------------------------------------------------------------
     async def read_records(self, start: int, *, end: int = -1, max_bytes: int = DEFAULT_READ_MAX_BYTES,
-                           node: str | None = None, wait_ms: int = 0) -> tuple[Records, int, int]:
+                           node: str | None = None, wait_ms: int = 0,
+                           linearizable: bool = False) -> tuple[Records, int, int]:
         """Raw committed records from `start` (≤ end when end ≥ 0), no decoding: (records, committed_index,
         begin_index). From `node` when given, else from the leader (read-your-writes). An empty read has
-        records.count == 0. wait_ms > 0 long-polls: the node answers as soon as `start` commits."""
-        return (await self._read_records(start, end, max_bytes, node, wait_ms))[:3]
+        records.count == 0. wait_ms > 0 long-polls: the node answers as soon as `start` commits. linearizable: the
+        leader confirms with a quorum that it still leads first (ReadIndex), so the answer holds every entry
+        committed before the call."""
+        return (await self._read_records(start, end, max_bytes, node, wait_ms, linearizable))[:3]
 
     async def _read_records(self, start: int, end: int, max_bytes: int, node: str | None,
-                            wait_ms: int) -> tuple[Records, int, int, str | None]:
+                            wait_ms: int, linearizable: bool = False) -> tuple[Records, int, int, str | None]:
         """read_records and the slave a master/slave group's master suggested reading from next."""
         self._check_open()
         if start < 0 or max_bytes < 1 or wait_ms < 0:
             raise ValueError(f"read: start={start} max_bytes={max_bytes} wait_ms={wait_ms}")
+        if linearizable and node is not None:
+            raise ValueError("read: a linearizable read goes to the leader: no node can be named")
         if node is not None and node not in self.peers:
             raise ValueError(f"read: unknown node {node!r} (members: {', '.join(self.peers)})")
         deadline = Deadline.after_ms(self.timeout_ms + wait_ms)
@@ -413,7 +418,7 @@ class Client:
             try:
                 if target is None:
                     target = await self._find_leader(deadline)
-                req = ReadRequest(self._request_id(), start, end, max_bytes, wait_ms)
+                req = ReadRequest(self._request_id(), start, end, max_bytes, wait_ms, linearizable)
                 budget_ms = deadline.remaining_ms()
                 cut = budget_ms < full_ms
                 resp: ReadResponse = await self._pool.call(target, req, max(1.0, min(full_ms, budget_ms)))
@@ -460,10 +465,16 @@ class Client:
         raise IndexGap(f"index {index} holds no entry: a leader's no-op or a membership change {where}")
 
     async def read(self, start: int = 0, end: int | None = None, follow: bool = False,
-                   node: str | None = None, *, max_bytes: int = DEFAULT_READ_MAX_BYTES) -> AsyncIterator[Entry]:
+                   node: str | None = None, *, max_bytes: int = DEFAULT_READ_MAX_BYTES,
+                   linearizable: bool = False) -> AsyncIterator[Entry]:
         """Committed entries start..end (inclusive; end None: up to the commit point, or forever with follow).
 
         follow=True long-polls the node (ReadRequest.wait_ms) and yields entries as they commit.
+
+        linearizable=True: the leader confirms it still leads with a quorum before its first answer (ReadIndex),
+        so the read holds every entry committed before it began, also one acknowledged to another client just
+        now. A plain read (the default) is served from what the leader it reaches has committed: a deposed
+        leader that does not know it yet may serve a read that misses the newest entries.
 
         A master/slave group's master may answer that this reader is far behind (`suggest_slave`, RocketMQ's
         suggestPullingFromSlave): the next reads then go to that slave (`suggested_slave` names it), and back
@@ -475,14 +486,14 @@ class Client:
             try:
                 records, committed, begin, suggest = await self._read_records(
                     next_index, -1 if end is None else end, max_bytes, via,
-                    FOLLOW_WAIT_MS if follow and via == node else 0)
+                    FOLLOW_WAIT_MS if follow and via == node else 0, linearizable and next_index == start)
             except QuorumLogError as e:
                 if via == node:
                     raise
                 log.info("read from %d: the suggested slave %s failed (%s): back to the master", next_index, via, e)
                 via = node
                 continue
-            if node is None and via is None and suggest in self.peers:
+            if node is None and via is None and suggest in self.peers and not linearizable:
                 via = self.suggested_slave = suggest
             if records.count <= 0:
                 if via != node:  # the slave holds no more: the master says where the end is

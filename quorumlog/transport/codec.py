@@ -65,7 +65,8 @@ _HA_EPOCHS = struct.Struct(">qqI")  # epoch, max offset, entries; then (epoch, s
 _HA_EPOCH_ENTRY = struct.Struct(">qq")
 _APPEND_REQ = struct.Struct(">QQqI")  # request_id, client_id, seq, count; then count u32 sizes, then bodies
 _APPEND_RESP = struct.Struct(">Qiqqq")  # request_id, code, first_index, last_index, term
-_READ_REQ = struct.Struct(">Qqqqq")  # request_id, start, end, max_bytes, wait_ms
+_READ_REQ = struct.Struct(">Qqqqq")  # request_id, start, end, max_bytes, wait_ms; then an optional flags byte
+_READ_LINEARIZABLE = 1
 # request_id, code, begin_index, committed_index, has_records, records.first/last/size_bytes
 _READ_RESP = struct.Struct(">QiqqBqqQ")
 _STATUS_REQ = struct.Struct(">Q")
@@ -260,7 +261,10 @@ def _enc_append_resp(m: AppendResponse) -> list[Buffer]:
 
 
 def _enc_read_req(m: ReadRequest) -> list[Buffer]:
-    return _frame(Kind.READ_REQUEST, _READ_REQ.pack(m.request_id, m.start, m.end, m.max_bytes, m.wait_ms))
+    # (a trailing flags byte only when a flag is set: a node that predates it reads every other request)
+    flags = _READ_LINEARIZABLE if m.linearizable else 0
+    return _frame(Kind.READ_REQUEST, _READ_REQ.pack(m.request_id, m.start, m.end, m.max_bytes, m.wait_ms)
+                  + (bytes((flags,)) if flags else b""))
 
 
 def _enc_read_resp(m: ReadResponse) -> list[Buffer]:
@@ -603,8 +607,12 @@ def _dec_append_resp(p: memoryview) -> AppendResponse:
 
 def _dec_read_req(p: memoryview) -> ReadRequest:
     request_id, start, end, max_bytes, wait_ms = _READ_REQ.unpack_from(p)
-    _Reader(p, _READ_REQ.size).end()
-    return ReadRequest(request_id, start, end, max_bytes, wait_ms)
+    r = _Reader(p, _READ_REQ.size)
+    flags = r.take(1)[0] if len(p) > _READ_REQ.size else 0
+    r.end()
+    if flags & ~_READ_LINEARIZABLE:
+        raise RemoteProtocolError(f"read request: unknown flags {flags:#x}")
+    return ReadRequest(request_id, start, end, max_bytes, wait_ms, bool(flags & _READ_LINEARIZABLE))
 
 
 def _dec_read_resp(p: memoryview) -> ReadResponse:

@@ -42,6 +42,8 @@ class ReadRequest:
 
     wait_ms > 0: if nothing is committed at `start` yet, hold the request up to wait_ms and answer as soon
     as something commits (long-poll for `read --follow`), never by sleeping in a loop.
+    linearizable: the leader first confirms with a quorum that it still leads (ReadIndex), so the answer holds
+    every entry committed before the request was sent; a follower refuses it with NOT_LEADER.
     """
 
     request_id: int
@@ -49,6 +51,7 @@ class ReadRequest:
     end: int = -1
     max_bytes: int = 1024 * 1024
     wait_ms: int = 0
+    linearizable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,3 +141,39 @@ def test_a_leader_whose_disk_guard_finds_it_full_hands_over(tmp_path, monkeypatc
             for n in nodes:
                 await n.stop()
     asyncio.run(main())
+
+
+def test_a_linearizable_read_needs_a_quorum_that_a_plain_read_does_not(tmp_path):
+    """read(linearizable=True): the leader confirms with a quorum (ReadIndex) before it answers, so a leader cut
+    off from its followers (deposed without knowing it) refuses instead of serving what may be stale; a follower
+    refuses with NOT_LEADER. A plain read is served from what the node has, quorum or not."""
+    from quorumlog.wire.client import ReadRequest
+
+    async def main():
+        peers, nodes = await _cluster(tmp_path)
+        try:
+            leader = await _leader(nodes)
+            async with quorumlog.Client(peers, timeout_ms=5_000) as client:
+                last = (await client.append_batch([b"a", b"b", b"c"]))[-1].index
+                got = [e.body async for e in client.read(0, linearizable=True)]
+                assert got[-3:] == [b"a", b"b", b"c"]
+            follower = next(n for n in nodes if n is not leader)
+            host, port = follower.config.address
+            conn = await ClientConnection.open(host, port, group="default", client_name="t")
+            resp = await conn.call(ReadRequest(1, 0, linearizable=True), 5_000)
+            assert resp.code == ResponseCode.NOT_LEADER
+            await conn.close()
+            for n in nodes:
+                if n is not leader:
+                    await n.stop()
+            host, port = leader.config.address
+            conn = await ClientConnection.open(host, port, group="default", client_name="t")
+            plain = await conn.call(ReadRequest(2, 0), 5_000)
+            assert plain.code == ResponseCode.SUCCESS and plain.records.last_index == last
+            alone = await conn.call(ReadRequest(3, 0, linearizable=True), 15_000)
+            assert alone.code != ResponseCode.SUCCESS and alone.records is None
+            await conn.close()
+        finally:
+            for n in nodes:
+                await n.stop()
+    asyncio.run(main())

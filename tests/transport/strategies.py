@@ -56,7 +56,7 @@ client_messages = st.one_of(
     st.builds(AppendRequest, u64, st.lists(st.binary(max_size=200), max_size=20).map(tuple), u64, i64),
     st.builds(AppendResponse, u64, codes, st.none() | ids, i64, i64, i64, texts,
               st.lists(i64, max_size=5).map(tuple)),
-    st.builds(ReadRequest, u64, i64, i64, i64, i64),
+    st.builds(ReadRequest, u64, i64, i64, i64, i64, st.booleans()),
     st.builds(ReadResponse, u64, codes, i64, i64, opt_records, texts, st.none() | ids),
     st.builds(StatusRequest, u64),
     st.builds(StatusResponse, u64, codes, st.binary(max_size=500)),

@@ -844,6 +844,10 @@ class MasterSlaveReplica(GroupRuntime):
 
     async def _client_read(self, session: Session, request: ReadRequest) -> None:
         refusal = self.read_refusal()
+        if refusal is None and request.linearizable and not self.term.holds_lease(monotonic_ms()):
+            # (the controller's lease is what makes this master the only one: without it, another may be elected)
+            refusal = f"a linearizable read is served by the master under the controller's lease ({self.node_id} " \
+                      f"holds none)"
         if refusal is not None:
             send_response(session, ReadResponse(request.request_id, ResponseCode.NOT_LEADER, self.store.begin_index,
                                         self.store.committed_index, message=refusal))

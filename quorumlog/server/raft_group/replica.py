@@ -29,12 +29,13 @@ from ...topic.dispatcher import TopicDispatcher
 from ...transport.handshake import ANY_MEMBER
 from ...raft.membership import Membership
 from ...raft.types import (
-    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, Completion, Durable, Event, PeerSilent, Ready,
+    AppendBatch, AppendRecords, ChangeMembership, ClientAppend, ClientRead, Completion, Durable, Event, PeerSilent,
+    Ready,
     Receive, Role, SnapshotNeeded, StoreFailed, Stored, StoreRecovered, Tick, TransferLeadership,
 )
 from ...wire.client import (
-    AppendRequest, AppendResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest, StatusRequest,
-    TopicRequest, TransferLeaderRequest, TransferLeaderResponse,
+    AppendRequest, AppendResponse, MemberChangeRequest, MemberChangeResponse, ReadRequest, ReadResponse,
+    StatusRequest, TopicRequest, TransferLeaderRequest, TransferLeaderResponse,
 )
 from ...wire.messages import Message
 from ..flush_thread import ThreadedGroupCommitter
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from ..state_machine_host import StateMachineHost
 
 log = logging.getLogger(__name__)
+READ_INDEX_WAIT_S = 5.0  # a linearizable read waits this long for its read index to commit here
 
 PUSH_FRAME_HEADROOM_BYTES = 64 * 1024  # a push's own fields beside its records (config checks the same margin)
 
@@ -500,6 +502,17 @@ class Replica(GroupRuntime):
         return self.core is not None and self.core.role is Role.LEADER
 
     async def _client_read(self, session: Session, request: ReadRequest) -> None:
+        if request.linearizable:  # ReadIndex first: the core confirms with a quorum that it still leads
+            done: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+            self.submit(ClientRead, Pending(lambda c: None if done.done() else done.set_result(c)))
+            c = await done
+            if c.code == ResponseCode.SUCCESS and self.store.committed_index < c.first_index:
+                await self.notifier.wait_beyond(c.first_index - 1, READ_INDEX_WAIT_S)  # (the read index commits)
+            if c.code != ResponseCode.SUCCESS or self.store.committed_index < c.first_index:
+                send_response(session, ReadResponse(request.request_id, c.code if c.code != ResponseCode.SUCCESS
+                                                    else ResponseCode.TIMEOUT, self.store.begin_index,
+                                                    self.store.committed_index, message=c.message))
+                return
         send_response(session, await serve_read(self.store, request, self.notifier, self.host.stopping_event))
 
     # -- periodic work (the node calls these for every replica) ----------------------------------------------
