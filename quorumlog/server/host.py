@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..codes import ResponseCode
 from ..config import NodeConfig
-from ..raft.types import Completion, Event
+from ..raft.types import Completion, Event, Role
 from ..wire.client import (
     AppendRequest, AppendResponse, ClientRequest, ClientResponse, ConsumerGroupRequest, ConsumerGroupResponse,
     GroupResponse, HaControllerRequest, HaControllerResponse, KvRequest, KvResponse, MemberChangeRequest,
@@ -242,3 +242,15 @@ class ConsensusGroup(ServedGroup, Protocol):
     core: RaftCore
 
     def submit(self, event_for: Callable[[int], Event], pending: Pending) -> int: ...
+
+
+def meta_leader_refusal(group: ConsensusGroup, serves: str) -> tuple[ResponseCode, str] | None:
+    """Why `group` cannot serve a request of a `_meta` service now (None: it can): it is not `_meta`'s key/value
+    group, it is stopping, or it does not lead. `serves`: what the service does, for the first refusal."""
+    if group.state_machine != "kv":
+        return ResponseCode.BAD_REQUEST, f"{serves} by the `_meta` group"
+    if group.stopping:
+        return ResponseCode.LEADER_NOT_READY, "node shutting down"
+    if group.core.role is not Role.LEADER:
+        return ResponseCode.NOT_LEADER, ""
+    return None

@@ -27,10 +27,10 @@ from typing import Callable
 from ...clock import monotonic_ms
 from ...codes import ResponseCode
 from ...meta.kv import encode_put
-from ...raft.types import ClientAppend, Completion, Role
+from ...raft.types import ClientAppend, Completion
 from ...topic.group_coordinator import GroupCoordinator, offset_key
 from ...wire.client import ConsumerGroupRequest, ConsumerGroupResponse
-from ..host import ConsensusGroup, Pending, Session, send_response
+from ..host import ConsensusGroup, Pending, Session, meta_leader_refusal, send_response
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,9 @@ class ConsumerGroupService:
             send_response(session, ConsumerGroupResponse(req.request_id, code, r.core.leader_id,
                                                    json.dumps(body or {}).encode(), message))
 
-        if r.state_machine != "kv":
-            return answer(ResponseCode.BAD_REQUEST, "consumer groups are coordinated by the `_meta` group")
-        if r.stopping:
-            return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
-        if r.core.role is not Role.LEADER:
-            return answer(ResponseCode.NOT_LEADER)
+        refused = meta_leader_refusal(r, "consumer groups are coordinated")
+        if refused is not None:
+            return answer(*refused)
         try:
             b = json.loads(req.body)
             group = b["group"]

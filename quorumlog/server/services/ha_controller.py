@@ -43,7 +43,7 @@ from ...ha.controller import HAController
 from ...meta.kv import encode_put
 from ...raft.types import ClientAppend, ClientRead, Completion, Role
 from ...wire.client import HaControllerRequest, HaControllerResponse
-from ..host import ConsensusGroup, Pending, Session, send_response
+from ..host import ConsensusGroup, Pending, Session, meta_leader_refusal, send_response
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +76,9 @@ class HAControllerService:
             send_response(session, HaControllerResponse(req.request_id, code, r.core.leader_id,
                                                   json.dumps(body or {}).encode(), message))
 
-        if r.state_machine != "kv":
-            return answer(ResponseCode.BAD_REQUEST, "master/slave groups are controlled by the `_meta` group")
-        if r.stopping:
-            return answer(ResponseCode.LEADER_NOT_READY, "node shutting down")
-        if r.core.role is not Role.LEADER:
-            return answer(ResponseCode.NOT_LEADER)
+        refused = meta_leader_refusal(r, "master/slave groups are controlled")
+        if refused is not None:
+            return answer(*refused)
         if not r.holds_everything_committed():
             # (a new leader that has not applied its own term's first entry may not have applied the last
             # election either: built from that, it could elect again in an epoch already given to another)
