@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +34,7 @@ LEDGERS_PREFIX = "ledgers/"
 NEXT_ID_KEY = "ledger_ids/next"
 BOOKIES_PREFIX = "bookies/"
 UNDERREPLICATED_PREFIX = "underreplicated/"  # markers written by the auditor (server/services/auto_recovery.py)
+REGISTRATION_POLL_S = 0.2
 INFO_TIMEOUT_MS = 1_000
 MAX_CAS_ATTEMPTS = 64
 
@@ -158,17 +160,26 @@ class LedgerRegistry:
 
     async def place(self, count: int, exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
         """`count` writable bookies not in `exclude`, at random: BookKeeper's default placement
-        (DefaultEnsemblePlacementPolicy), read-only, down and decommissioned bookies left out.
+        (DefaultEnsemblePlacementPolicy), read-only, down, decommissioned and not yet registered bookies left out
+        (waiting, within the timeout, for ones still registering).
 
         Not the least loaded: a bookie's ledger count moves only once a ledger's first add reaches it, so every
         ledger created meanwhile picked the same ones (64 ledgers created together all went to the same 3 of 5)."""
-        infos = await self.bookies()
-        usable = [b for b, info in infos.items()
-                  if b not in exclude and info.get("state") == "read_write" and not info.get("decommissioned")]
-        if len(usable) < count:
-            states = ", ".join(f"{b}: {i.get('state')}" for b, i in infos.items())
-            raise NotEnoughBookies(f"need {count} writable bookies, have {len(usable)} ({states})")
-        return self._rng.sample(sorted(usable), count)
+        deadline = time.monotonic() + self.meta.timeout_ms / 1000
+        while True:
+            infos = await self.bookies()
+            writable = [b for b, info in infos.items()
+                        if b not in exclude and info.get("state") == "read_write" and not info.get("decommissioned")]
+            # A bookie takes ledgers once it registered in `_meta` (its limbo is known): entries a ledger wrote
+            # to it before would be in its limbo, answered UNKNOWN when absent, and no recovery could close it.
+            usable = [b for b in writable if infos[b].get("limbo_known", True)]
+            if len(usable) >= count:
+                return self._rng.sample(sorted(usable), count)
+            if len(writable) < count or time.monotonic() > deadline:
+                states = ", ".join(f"{b}: {i.get('state')}{'' if i.get('limbo_known', True) else ' (registering)'}"
+                                   for b, i in infos.items())
+                raise NotEnoughBookies(f"need {count} writable bookies, have {len(usable)} ({states})")
+            await asyncio.sleep(REGISTRATION_POLL_S)  # (a node just started registers its bookie within seconds)
 
     async def replace_bookies(self, md: LedgerMetadata, first_entry_id: int, failed: set[str]) -> LedgerMetadata:
         """md with a new segment from first_entry_id in which each failed bookie is replaced by a writable one

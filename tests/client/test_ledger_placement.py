@@ -45,3 +45,26 @@ def test_placement_leaves_out_excluded_and_refuses_when_too_few_remain():
         assert set(asyncio.run(reg.place(2, exclude={"n0", "n1", "n2"}))) == {"n4", "n7"}
     with pytest.raises(NotEnoughBookies):
         asyncio.run(reg.place(3, exclude={"n0", "n1", "n2"}))
+
+
+def test_a_bookie_still_registering_takes_no_ledger_and_placement_waits_for_it():
+    """A node just started answers INFO before its bookie registered in `_meta`; a ledger placed on it then would
+    be in its limbo (absent entries answered UNKNOWN), and no recovery could close the ledger. Placement waits,
+    within the timeout, until enough bookies registered; it refuses at once when too few could ever be."""
+    infos = {"n0": {"state": "read_write", "limbo_known": True}, "n1": {"state": "read_write", "limbo_known": True},
+             "n2": {"state": "read_write", "limbo_known": False}}
+    reg = registry(infos)
+    assert all("n2" not in asyncio.run(reg.place(2)) for _ in range(30))
+
+    async def registers_soon():
+        placing = asyncio.ensure_future(reg.place(3))
+        await asyncio.sleep(0.3)
+        assert not placing.done()  # waiting for n2
+        infos["n2"]["limbo_known"] = True
+        return await placing
+    assert sorted(asyncio.run(registers_soon())) == ["n0", "n1", "n2"]
+    infos["n2"]["limbo_known"] = False
+    with pytest.raises(NotEnoughBookies, match="registering"):
+        asyncio.run(reg.place(3))  # (the registry's timeout, 1 s, runs out)
+    with pytest.raises(NotEnoughBookies):
+        asyncio.run(reg.place(4))  # four could never be: no wait

@@ -198,8 +198,9 @@ class ClusterCalls:
     async def place(self, count: int, exclude: set[str]) -> list[str]:
         """`count` writable bookies outside `exclude`, not decommissioned, at random (as the client places:
         LedgerRegistry.place; auto-recovery's workers on several nodes would otherwise all pick the same one)."""
-        usable = sorted(b for b, rec in (await self.bookie_states()).items()
-                        if b not in exclude and rec["state"] == "read_write" and not rec.get("decommissioned"))
+        usable = sorted(b for b, rec in (await self.bookie_states()).items()  # (registered since it opened: as the
+                        if b not in exclude and rec["state"] == "read_write"  # client's placement, for its limbo)
+                        and rec.get("limbo_known") and not rec.get("decommissioned"))
         if len(usable) < count:
             raise NotEnoughBookies(f"need {count} writable bookies outside {sorted(exclude)}, have {len(usable)}")
         return random.sample(usable, count)
