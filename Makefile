@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml setup.py quorumlog/format/_fastcodec.c quorumlog/format
 system-deps:
 	@bash scripts/system-deps.sh
 
+# worksteal: a worker that runs out takes queued tests from the other, so the long ones do not end the run alone
 test: system-deps install
-	$(PYTEST) -n $(WORKERS) --durations=15
+	$(PYTEST) -n $(WORKERS) --dist worksteal --durations=15
 
 test-fast: install
 	$(PYTEST) -n $(WORKERS) -m "not slow and not e2e and not spark"
