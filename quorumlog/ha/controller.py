@@ -86,11 +86,18 @@ class HAController:
         self.lease_end_ms = now_ms + self.lease_ms
         return self.lease_end_ms
 
-    def request_switch(self, to: str) -> None:
-        if to not in self.members or to == self.master:
+    def request_switch(self, to: str) -> bool:
+        """A hand switch to `to`; False when `to` is the master already and no other switch is pending (nothing
+        to do: asking twice, or for the master placement chose, succeeds)."""
+        if to not in self.members:
             raise ValueError(f"cannot switch to {to!r} (members {self.members}, master {self.master})")
+        if to == self.master and self.switching_to is None:
+            return False
+        if to == self.master:
+            raise ValueError(f"{to!r} is the master; a switch to {self.switching_to!r} is under way")
         self.switching_to = to
         self._switch_due_ms = None
+        return True
 
     def alter_sync_state_set(self, master: str, epoch: int, members: set[str] | frozenset[str],
                              base_version: int | None = None) -> bool:

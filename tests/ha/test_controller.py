@@ -4,6 +4,8 @@ elections only when enabled, hand switches; and SYNC_MASTER counting only the ac
 
 from __future__ import annotations
 
+import pytest
+
 from quorumlog.codes import ResponseCode
 from quorumlog.ha.controller import Elected, HAController
 from quorumlog.ha.transfer import GroupTransferService
@@ -199,3 +201,18 @@ def test_the_controller_takes_a_proposal_only_on_its_base_version():
     assert c.alter_sync_state_set(a, 1, {a, b}, base_version=v)
     assert not c.alter_sync_state_set(a, 1, {a, b, cc}, base_version=v) and c.sync_state_set == {a, b}
     assert c.alter_sync_state_set(a, 1, {a, b}, base_version=v)  # (the same one again: already taken)
+
+
+def test_a_hand_switch_to_the_master_is_done_already_and_to_a_stranger_is_refused():
+    c = HAController(M, master_timeout_ms=300, lease_ms=200)
+    _all(c, 0)
+    m = c.tick(0).master
+    lease = c.on_heartbeat(m, 50, 1, 10)
+    assert c.request_switch(m) is False and c.switching_to is None  # (asked twice, or placement chose it)
+    assert c.on_heartbeat(m, 100, 1, 10) is not None and lease is not None  # its lease goes on
+    with pytest.raises(ValueError):
+        c.request_switch("nobody")
+    to = next(x for x in M if x != m)
+    assert c.request_switch(to) is True and c.switching_to == to
+    with pytest.raises(ValueError):
+        c.request_switch(m)  # (a switch away from it is under way)

@@ -124,9 +124,10 @@ class HAControllerService:
                     return answer(ResponseCode.TERM_CHANGED, f"not the master of epoch {c.epoch}",
                                   self.committed[group])
                 return self._write(group, c, session, req)
-            if req.op == "elect":
-                c.request_switch(str(b["to"]))
-                return answer(ResponseCode.SUCCESS, body={"switching_to": b["to"], **self.committed[group]})
+            if req.op == "elect":  # (to the master already: done, nothing switches)
+                switching = c.request_switch(str(b["to"]))
+                return answer(ResponseCode.SUCCESS, body={"switching_to": b["to"] if switching else None,
+                                                          **self.committed[group]})
             if req.op == "resign":  # the master itself stopped writing (a full disk): no lease to wait for
                 if b["master"] != c.master or int(b["epoch"]) != c.epoch:
                     return answer(ResponseCode.TERM_CHANGED, f"not the master of epoch {c.epoch}",
