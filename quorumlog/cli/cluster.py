@@ -455,11 +455,7 @@ async def bootstrap_meta(peers: dict[str, tuple[str, int]], group: str, timeout_
     deadline = time.monotonic() + timeout_s
     try:
         async with GroupAdmin(peers, timeout_ms=int(timeout_s * 1000)) as admin:
-            # a leader needs a majority: the others may still be starting, and `_meta` is placed on them too
-            while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"not every node answered within {timeout_s:g} s")
-                await asyncio.sleep(POLL_INTERVAL_S)
+            await admin.wait_answering(max(0.0, deadline - time.monotonic()))
             try:
                 await admin.create_meta()
             except GroupExists:  # (made by a `cluster up` stopped before it finished)

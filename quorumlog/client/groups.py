@@ -99,6 +99,18 @@ class GroupAdmin:
                                 tls_ca=self._tls_ca)
         return self._meta
 
+    async def wait_answering(self, timeout_s: float) -> None:
+        """Until every node answers status (a leader of a majority can exist while the rest still start, and
+        `_meta` and a new group are placed on them too); TimeoutError naming the silent ones after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            silent = [n for n, st in (await self.cluster_status()).items() if not isinstance(st, dict)]
+            if not silent:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every node answered within {timeout_s:g} s: {', '.join(silent)}")
+            await asyncio.sleep(LEADER_POLL_S)
+
     async def create_meta(self, *, segment_bytes: int | None = None) -> GroupPlacement:
         """Create the `_meta` group (its key/value store) on the first up to 5 nodes and record every node."""
         placement = await self._create(META_GROUP, nodes=list(self.nodes)[:META_MAX_REPLICAS], state_machine="kv",

@@ -353,11 +353,7 @@ class LedgerSoak:
         from ..ledgers import LedgerClient
 
         async with GroupAdmin(parse_peers(self.cluster.peers), timeout_ms=20_000) as admin:
-            deadline = time.monotonic() + 30
-            while not all(isinstance(s, dict) for s in (await admin.cluster_status()).values()):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("nodes never answered")
-                await asyncio.sleep(0.1)
+            await admin.wait_answering(30)
             await admin.create_meta()
         async with LedgerClient(self.cluster.peers) as lc:  # every bookie registered (limbo known)
             deadline = time.monotonic() + 30

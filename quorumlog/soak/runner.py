@@ -702,12 +702,7 @@ class Soak:
             await self.cluster.wait_leader(c, timeout_s=30)
         nodes = {m: a for m, a in parse_peers(self.client_peers).items() if m in self.members}
         async with GroupAdmin(nodes, timeout_ms=30_000) as admin:
-            # (a leader needs two of three: the third may still be starting, and both groups are placed on it)
-            deadline = time.monotonic() + 30
-            while not all(isinstance(st, dict) for st in (await admin.cluster_status()).values()):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("not every member answered within 30 s")
-                await asyncio.sleep(0.1)
+            await admin.wait_answering(30)  # (the leader of two: the third may still be starting)
             await admin.create_meta()
             await admin.create(MASTER_SLAVE_GROUP, nodes=list(self.members), mode="master-slave",
                                master_slave={"min_in_sync_replicas": 2, "slave_read_enable": True})
