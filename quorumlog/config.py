@@ -81,6 +81,10 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
        minimum=0, maximum=65535),
     _k("http_port", 0, "int", "Port of the HTTP /status and /metrics endpoint; 0 = off.",
        "Not in DLedger (it has no HTTP endpoint).", minimum=0, maximum=65535),
+    _k("rocketmq_port", 0, "int", "Port of the RocketMQ 5 gRPC front door (docs/rocketmq.md); 0 = off.",
+       "RocketMQ's proxy listens on 8081; here every node is its own proxy.", minimum=0, maximum=65535),
+    _k("kafka_port", 0, "int", "Port of the Kafka front door (docs/kafka.md); 0 = off.",
+       "Not in RocketMQ (Kafka's brokers listen on 9092).", minimum=0, maximum=65535),
     # -- durability -----------------------------------------------------------------------------------------
     _k("flush", "sync", "choice",
        "`sync`: acknowledge an append only after a majority fdatasync'ed it (group commit). `async`: count an "
@@ -224,6 +228,8 @@ class NodeConfig:
     bind_host: str = ""
     bind_port: int = 0
     http_port: int = 0
+    rocketmq_port: int = 0
+    kafka_port: int = 0
     flush: Flush = Flush.SYNC
     checkpoint_interval_ms: int = 1_000
     heartbeat_interval_ms: int = raft_types.HEARTBEAT_INTERVAL_MS

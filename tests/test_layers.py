@@ -161,3 +161,13 @@ def private_accesses() -> list[tuple[str, int, str]]:
 
 def test_no_private_member_reached_across_files_in_server() -> None:
     assert private_accesses() == []
+
+
+def test_the_server_layer_imports_the_front_doors_only_at_its_composition_root() -> None:
+    """doors/ sit above the client (they reach the groups as any client does); the node's process entry starts
+    them, and nothing else in server/ may depend on them, nor they on server/."""
+    up = sorted({(m, t) for m in MODULES if m.startswith("quorumlog.server") and m != "quorumlog.server.runtime"
+                 for t in _imports(m) if t.startswith("quorumlog.doors")})
+    down = sorted({(m, t) for m in MODULES if m.startswith("quorumlog.doors")
+                   for t in _imports(m) if t.startswith("quorumlog.server")})
+    assert (up, down) == ([], [])

@@ -216,6 +216,10 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
        http_base_port: int = typer.Option(-1, "--http-base-port", min=-1, max=65535, show_default=False,
                                           help="Node i serves its status page and /metrics on this + i (0 = off; "
                                           f"default: base-port + {HTTP_PORT_OFFSET} when free, else free ports)"),
+       rocketmq_base_port: int = typer.Option(0, "--rocketmq-base-port", min=0, max=65535,
+                                              help="Node i serves RocketMQ 5 clients (gRPC) on this + i (0 = off)"),
+       kafka_base_port: int = typer.Option(0, "--kafka-base-port", min=0, max=65535,
+                                           help="Node i serves Kafka clients on this + i (0 = off)"),
        flush: str = typer.Option("sync", "--flush", help="sync (fsync before ack) or async (DLedger's default)"),
        mode: str = typer.Option("raft", "--mode", help="raft, or master-slave: the group is RocketMQ's HA kind "
                                 "(one master, placed to spread leaders, the rest slaves; the nodes' own Raft group "
@@ -248,14 +252,18 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     # NODE_GROUP, and the cluster's group is a master/slave group on every node, created once `_meta` (its
     # controller's state) exists.
     node_group = group if mode == "raft" else NODE_GROUP
-    if base_port + nodes - 1 > 65535 or (http_base_port > 0 and http_base_port + nodes - 1 > 65535):
-        usage(f"--base-port {base_port} / --http-base-port {http_base_port}: {nodes} nodes run past port 65535")
+    for flag, first in (("--base-port", base_port), ("--http-base-port", http_base_port),
+                        ("--rocketmq-base-port", rocketmq_base_port), ("--kafka-base-port", kafka_base_port)):
+        if first > 0 and first + nodes - 1 > 65535:
+            usage(f"{flag} {first}: {nodes} nodes run past port 65535")
     data_dir = os.path.abspath(data_dir)
     config = os.path.abspath(config) if config else None
     kv = _parse_settings(settings or [])
     ids = [f"n{i}" for i in range(nodes)]
     peers = {nid: (host, base_port + i) for i, nid in enumerate(ids)}
     http_ports = _http_ports(host, base_port, nodes, http_base_port)
+    door_ports = {kind: [first + i if first else 0 for i in range(nodes)]
+                  for kind, first in (("rocketmq", rocketmq_base_port), ("kafka", kafka_base_port))}
     peers_text = format_peers(peers)
     # Validate every node's whole configuration before anything is written or started.
     for i, nid in enumerate(ids):
@@ -263,7 +271,7 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             load_config(config, env={}, flags={"node_id": nid, "peers": peers_text, "group": node_group, "flush": flush,
                                                "data_dir": os.path.join(data_dir, nid),
                                                "http_port": str(http_ports[i]),
-                                               **dict(kv)})
+                                               **dict(kv), **_door_settings(door_ports, i)})
         except ConfigError as e:
             usage(str(e))
     if os.path.exists(existing):
@@ -281,8 +289,9 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
     busy = [f"{h}:{p}" for h, p in peers.values() if not _port_free(h, p)]
     if http_base_port > 0:
         busy += [f"{host}:{p}" for p in http_ports if not _port_free(host, p)]
+    busy += [f"{host}:{p}" for ports in door_ports.values() for p in ports if p and not _port_free(host, p)]
     if busy:
-        usage(f"ports already in use: {', '.join(busy)} (choose another --base-port / --http-base-port)")
+        usage(f"ports already in use: {', '.join(busy)} (choose other base ports)")
     held = [nid for nid in ids if os.path.isdir(os.path.join(data_dir, nid)) and os.listdir(os.path.join(data_dir, nid))]
     if held:
         usage(f"--data-dir {data_dir!r}: {', '.join(held)} hold(s) data of a cluster its cluster.json no longer "
@@ -298,12 +307,14 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             os.makedirs(node_dir, exist_ok=True)
             log_file = os.path.join(data_dir, f"{nid}.log")
             http_port = http_ports[i]
-            node_kv = kv + (_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
+            doors = _door_settings(door_ports, i)
+            node_kv = kv + list(doors.items()) + (_tls_settings(os.path.dirname(tls_ca), nid) if tls_ca else [])
             argv = node_argv(nid, peers_text, node_dir, node_group, flush, http_port, config, node_kv)
             procs[nid] = _spawn_node(argv, log_file, data_dir)
             h, p = peers[nid]
             node_docs.append({"id": nid, "address": f"{h}:{p}", "pid": procs[nid].pid, "data_dir": node_dir,
-                              "log_file": log_file, "argv": argv, "http_port": http_port})
+                              "log_file": log_file, "argv": argv, "http_port": http_port,
+                              **{k: int(v) for k, v in doors.items()}})
         doc = {"group": group, "peers": peers_text, "flush": flush, "created_at": time.time(), "nodes": node_docs,
                "config": config, "settings": [list(kv_pair) for kv_pair in kv], "retired": [], "mode": mode,
                "node_group": node_group, "ack": ack, "slave_read_enable": slave_read_enable, "bootstrapped": False}
@@ -322,6 +333,11 @@ def up(nodes: int = typer.Option(3, "--nodes", min=1, max=99, help="How many nod
             die(ResponseCode.INTERNAL_ERROR, f"cluster up: {e}; stopped the nodes (logs in {data_dir})")
         raise
     _print_up(doc, elected, json_out)
+
+
+def _door_settings(door_ports: dict[str, list[int]], i: int) -> dict[str, str]:
+    """Node i's front door ports as config settings (`rocketmq_port`, `kafka_port`), the doors that are on."""
+    return {f"{kind}_port": str(ports[i]) for kind, ports in door_ports.items() if ports[i]}
 
 
 def _http_ports(host: str, base_port: int, nodes: int, asked: int) -> list[int]:
@@ -389,9 +405,19 @@ def _print_up(doc: dict, elected: dict, json_out: bool) -> None:
         table.add_row(n["id"], n["address"], str(n["pid"]), str(n.get("http_port") or "-"), n["log_file"])
     out_console.print(table)
     out_console.print(f"peers: {doc['peers']}", highlight=False)
+    for kind, name in (("rocketmq", "RocketMQ endpoints"), ("kafka", "Kafka bootstrap servers")):
+        endpoints = door_endpoints(doc, kind)
+        if endpoints:
+            out_console.print(f"{name}: {endpoints}", highlight=False)
     page = status_page_url(doc)
     if page:
         out_console.print(f"status page: {page}", highlight=False)
+
+
+def door_endpoints(doc: dict, kind: str) -> str:
+    """"host:port,..." of the cluster's `kind` front doors ("rocketmq", "kafka"), from cluster.json ("" when off)."""
+    return ",".join(f"{n['address'].rsplit(':', 1)[0]}:{n[kind + '_port']}" for n in doc["nodes"]
+                    if n.get(kind + "_port"))
 
 
 def status_page_url(doc: dict) -> str | None:
@@ -627,6 +653,14 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     os.makedirs(node_dir, exist_ok=True)
     log_file = os.path.join(data_dir, f"{node_id}.log")
     settings = [tuple(kv_pair) for kv_pair in doc.get("settings", [])] + [("join", "true")]
+    doors = {}
+    for key in ("rocketmq_port", "kafka_port"):  # the next port of each door the cluster runs
+        taken = [n[key] for n in nodes if n.get(key)]
+        if taken:
+            doors[key] = max(taken) + 1
+            while not _port_free(host, doors[key]):
+                doors[key] += 1
+            settings.append((key, str(doors[key])))
     if doc.get("tls_ca"):  # a certificate for the new node from the cluster's CA
         from ..transport.certs import make_node_cert
         make_node_cert(os.path.dirname(doc["tls_ca"]), node_id, [host])
@@ -637,7 +671,7 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
                      doc.get("config"), settings)
     proc = _spawn_node(argv, log_file, data_dir)
     node_doc = {"id": node_id, "address": f"{host}:{port}", "pid": proc.pid, "data_dir": node_dir,
-                "log_file": log_file, "argv": argv, "http_port": http_port}
+                "log_file": log_file, "argv": argv, "http_port": http_port, **doors}
     try:
         run(_wait_answering(peers, node_group, node_id, proc, timeout_s))
     except (RuntimeError, TimeoutError) as e:

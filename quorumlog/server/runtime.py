@@ -39,10 +39,16 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
     # A SIGSTOPped process (the soaks' pause faults) oversleeps without a stall of its own: loop_lag.py.
     loop.add_signal_handler(signal.SIGCONT, node.loop_lag.resumed)
     loop.add_signal_handler(signal.SIGUSR1, lambda: _dump_tasks(node))  # `kill -USR1 PID`: where is every task waiting?
+    from ..doors import doors_for  # (the composition root: the server layer itself never imports doors/)
+
+    doors = doors_for(config)
     try:
         await node.start()
+        for door in doors:
+            await door.start()
     except OSError as e:
         log.error("cannot start node=%s: %s", config.node_id, e)
+        await _close_doors(doors)
         await node.stop()
         return EXIT_FAILED
     freeze_long_lived()  # (what the node made to start lives until it stops: long_lived.py)
@@ -65,8 +71,17 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
         again.cancel()
         if not handover.done():
             handover.cancel()
+    await _close_doors(doors)
     await node.stop()
     return EXIT_FAILED if node.failed else EXIT_OK
+
+
+async def _close_doors(doors: list) -> None:
+    for door in doors:
+        try:
+            await door.close()
+        except Exception:  # noqa: BLE001 - a door that fails to close must not keep the node from stopping
+            log.exception("closing the %s door failed", door.kind)
 
 
 def _dump_tasks(node=None) -> None:
