@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py quorumlog/format/_fastcodec.c quorumlog/format
 		quorumlog/bookie/_fastbookie.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[spark,dev]'
+	$(BIN)/pip install -q -e '.[spark,dev,doors]'
 	touch $(STAMP)
 
 # System packages the tests and benchmarks use; idempotent, installs only what is missing (needs root).

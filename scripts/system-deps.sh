@@ -14,6 +14,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 # systemd-analyze: the shipped systemd unit is verified in the tests.
 command -v systemd-analyze >/dev/null || need+=(systemd)
+# kcat: the Kafka front door's command-line path is tested with the real tool.
+command -v kcat >/dev/null || need+=(kcat)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ]; then echo "system-deps: missing ${need[*]} and not root; install them by hand" >&2; exit 1; fi
 # Another apt (unattended upgrades on a fresh machine) may hold the lock: wait for it, saying so, rather than fail.
