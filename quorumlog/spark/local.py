@@ -102,18 +102,22 @@ class LocalCluster:
 
     @classmethod
     def up(cls, data_dir: str | Path, nodes: int = 3, settings: tuple[str, ...] = CLUSTER_SETTINGS, *,
-           tls: bool = False, http: bool = False) -> "LocalCluster":
+           tls: bool = False, http: bool = False, doors: tuple[str, ...] = ()) -> "LocalCluster":
         """tls: `cluster up --tls` (this process's clients then verify the nodes with its CA); http: an HTTP
-        port per node (/, /status, /metrics). A token, if any, comes from QUORUMLOG_TOKEN."""
+        port per node (/, /status, /metrics); doors: front doors on every node ("rocketmq", "kafka"), their
+        ports in cluster.json (`door_endpoints`). A token, if any, comes from QUORUMLOG_TOKEN."""
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        base = free_base_port(2 * nodes if http else nodes)
+        blocks = 1 + bool(http) + len(doors)
+        base = free_base_port(blocks * nodes)
         argv = [sys.executable, "-m", "quorumlog.cli", "cluster", "up", "--nodes", str(nodes), "--data-dir",
                 str(data_dir), "--base-port", str(base), "--json"]
         if tls:
             argv.append("--tls")
         if http:
             argv += ["--http-base-port", str(base + nodes)]
+        for i, kind in enumerate(doors):
+            argv += [f"--{kind}-base-port", str(base + (1 + bool(http) + i) * nodes)]
         for kv in settings:
             argv += ["--set", kv]
         res = subprocess.run(argv, capture_output=True, text=True, timeout=CLUSTER_UP_TIMEOUT_S + 30)
@@ -123,6 +127,11 @@ class LocalCluster:
         if doc.get("tls_ca"):
             os.environ[TLS_CA_ENV] = doc["tls_ca"]  # (Spark's workers, started after this, inherit it)
         return cls(data_dir, doc)
+
+    def door_endpoints(self, kind: str) -> str:
+        """"host:port,..." of every node's `kind` front door ("rocketmq", "kafka")."""
+        return ",".join(f"{n['address'].rsplit(':', 1)[0]}:{n[kind + '_port']}" for n in self.doc["nodes"]
+                        if n.get(kind + "_port"))
 
     def down(self) -> None:
         subprocess.run([sys.executable, "-m", "quorumlog.cli", "cluster", "down", "--data-dir", str(self.data_dir)],
