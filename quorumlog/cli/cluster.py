@@ -406,18 +406,13 @@ def _print_up(doc: dict, elected: dict, json_out: bool) -> None:
     out_console.print(table)
     out_console.print(f"peers: {doc['peers']}", highlight=False)
     for kind, name in (("rocketmq", "RocketMQ endpoints"), ("kafka", "Kafka bootstrap servers")):
+        from ..doors import door_endpoints
         endpoints = door_endpoints(doc, kind)
         if endpoints:
             out_console.print(f"{name}: {endpoints}", highlight=False)
     page = status_page_url(doc)
     if page:
         out_console.print(f"status page: {page}", highlight=False)
-
-
-def door_endpoints(doc: dict, kind: str) -> str:
-    """"host:port,..." of the cluster's `kind` front doors ("rocketmq", "kafka"), from cluster.json ("" when off)."""
-    return ",".join(f"{n['address'].rsplit(':', 1)[0]}:{n[kind + '_port']}" for n in doc["nodes"]
-                    if n.get(kind + "_port"))
 
 
 def status_page_url(doc: dict) -> str | None:

@@ -36,6 +36,12 @@ def door_key(kind: str, node_id: str) -> str:
     return f"{DOORS_PREFIX}{kind}/{node_id}"
 
 
+def door_endpoints(cluster_doc: dict, kind: str) -> str:
+    """"host:port,..." of a `cluster up` cluster's `kind` doors, from its cluster.json ("" when they are off)."""
+    return ",".join(f"{n['address'].rsplit(':', 1)[0]}:{n[kind + '_port']}" for n in cluster_doc["nodes"]
+                    if n.get(kind + "_port"))
+
+
 def client_options(config: NodeConfig) -> dict[str, Any]:
     """The own client's options for a door of the node configured by `config`: the node's peers, token and CA
     (its own certificate too where the nodes require one of clients)."""

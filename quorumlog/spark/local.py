@@ -130,8 +130,8 @@ class LocalCluster:
 
     def door_endpoints(self, kind: str) -> str:
         """"host:port,..." of every node's `kind` front door ("rocketmq", "kafka")."""
-        return ",".join(f"{n['address'].rsplit(':', 1)[0]}:{n[kind + '_port']}" for n in self.doc["nodes"]
-                        if n.get(kind + "_port"))
+        from ..doors import door_endpoints
+        return door_endpoints(self.doc, kind)
 
     def down(self) -> None:
         subprocess.run([sys.executable, "-m", "quorumlog.cli", "cluster", "down", "--data-dir", str(self.data_dir)],
