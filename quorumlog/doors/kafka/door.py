@@ -219,6 +219,8 @@ class KafkaDoor:
             pass
         except asyncio.CancelledError:
             pass
+        except Exception:  # noqa: BLE001 - a bug in one request closes its connection, never the door
+            log.exception("kafka door: closing %s after an unexpected error", peer)
         finally:
             await answers.put(None)
             try:

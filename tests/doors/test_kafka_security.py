@@ -1,0 +1,66 @@
+"""The Kafka door on a cluster with a token and TLS (one node): SASL/PLAIN over TLS with the token as the
+password; a wrong password or a plaintext client gets nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from quorumlog.spark.local import LocalCluster  # noqa: E402
+from quorumlog.transport.tls import TLS_CA_ENV  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+TOKEN = "kafka-door-secret"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QUORUMLOG_TOKEN", TOKEN)
+        mp.delenv(TLS_CA_ENV, raising=False)
+        c = LocalCluster.up(tmp_path_factory.mktemp("kafka-sec"), nodes=1, tls=True, doors=("kafka",))
+        try:
+            yield c
+        finally:
+            c.down()
+
+
+def conf(c: LocalCluster, password: str = TOKEN, **extra) -> dict:
+    return {"bootstrap.servers": c.door_endpoints("kafka"), "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "PLAIN", "sasl.username": "anyone", "sasl.password": password,
+            "ssl.ca.location": c.doc["tls_ca"], "ssl.endpoint.identification.algorithm": "none",
+            "log_level": 0, **extra}
+
+
+def test_sasl_plain_over_tls_with_the_token(secure) -> None:
+    a = AdminClient(conf(secure))
+    for f in a.create_topics([NewTopic("sec", num_partitions=1, replication_factor=1)]).values():
+        f.result(60)
+    p = Producer(conf(secure, **{"enable.idempotence": True}))
+    for i in range(10):
+        p.produce("sec", value=b"%d" % i)
+    assert p.flush(30) == 0
+    c = Consumer(conf(secure, **{"group.id": "sec-reader"}))
+    c.assign([TopicPartition("sec", 0, 0)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    c.close()
+    assert got == [b"%d" % i for i in range(10)]
+
+
+@pytest.mark.parametrize("how", ["wrong password", "plaintext"])
+def test_without_the_token_nothing_is_served(secure, how: str) -> None:
+    cfg = conf(secure, password="wrong") if how == "wrong password" else \
+        {"bootstrap.servers": secure.door_endpoints("kafka"), "log_level": 0}
+    a = AdminClient(cfg)
+    with pytest.raises(KafkaException):
+        a.list_topics(timeout=3)
