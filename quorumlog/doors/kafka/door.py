@@ -25,8 +25,8 @@ from ...client.client import Client
 from ...client.groups import GroupAdmin
 from ...client.topics import DEFAULT_QUEUES, TopicAdmin, TopicClient
 from ...config import NodeConfig
-from ...errors import (BadRequest, EntryTooLarge, MetadataVersionConflict, NetworkError, NotLeader,
-                       OffsetTooBig, OffsetTooSmall, QuorumLogError, Timeout, TopicNotExist)
+from ...errors import (BadRequest, DuplicateSequenceTooOld, EntryTooLarge, MetadataVersionConflict, NetworkError,
+                       NotLeader, OffsetTooBig, OffsetTooSmall, QuorumLogError, Timeout, TopicNotExist)
 from ...topic.group_coordinator import OFFSETS_PREFIX, offset_key
 from ...topic.message import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RE
 from .. import client_options, door_key
@@ -437,6 +437,8 @@ class KafkaDoor:
             return P.NOT_LEADER_OR_FOLLOWER, -1
         except EntryTooLarge:
             return P.MESSAGE_TOO_LARGE, -1
+        except DuplicateSequenceTooOld:
+            return P.NONE, -1  # a retry so old the producer table forgot it: stored, once (offsets unknown)
         except QuorumLogError as e:
             log.info("kafka door: produce to %s/%d refused: %s", topic, partition, e)
             return (P.REQUEST_TIMED_OUT if e.retriable else P.UNKNOWN_SERVER_ERROR), -1
