@@ -165,6 +165,8 @@ def _sample_requests():
         13: dict(group_id="g", member_id="m"),
         14: dict(group_id="g", generation_id=1, member_id="m", group_instance_id=None,
                  assignments=[dict(member_id="m", assignment=b"a")]),
+        15: dict(groups=["g"], include_authorized_operations=False),
+        16: dict(),
         17: dict(mechanism="PLAIN"),
         18: dict(),
         19: dict(topics=[dict(name="t", num_partitions=3, replication_factor=1, assignments=[], configs=[])],

@@ -299,6 +299,24 @@ def test_consumer_group_members_come_and_go(cluster) -> None:
     assert [tp.offset for tp in committed] == ends and sum(ends) == total
 
 
+def test_admin_lists_and_describes_groups(cluster) -> None:
+    create_topic(cluster, "dg", 2)
+    c = Consumer({"bootstrap.servers": bootstrap(cluster), "group.id": "described", "client.id": "me", **QUIET})
+    c.subscribe(["dg"])
+    a = AdminClient({"bootstrap.servers": bootstrap(cluster), **QUIET})
+    deadline = time.monotonic() + 20
+    while True:
+        c.poll(0.2)
+        d = a.describe_consumer_groups(["described"])["described"].result(10)
+        if d.state == confluent_kafka.ConsumerGroupState.STABLE and d.members and d.members[0].assignment:
+            break
+        assert time.monotonic() < deadline, d.state
+    assert d.members[0].client_id == "me"
+    assert sorted(tp.partition for tp in d.members[0].assignment.topic_partitions) == [0, 1]
+    assert "described" in {g.group_id for g in a.list_consumer_groups().result(10).valid}
+    c.close()
+
+
 def test_committed_offsets_survive_a_coordinator_kill_and_kcat_sees_the_new_leader(cluster) -> None:
     create_topic(cluster, "keep", 3)
     p = Producer({"bootstrap.servers": bootstrap(cluster), **QUIET})

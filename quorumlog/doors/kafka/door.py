@@ -251,7 +251,7 @@ class KafkaDoor:
 
     async def _handle(self, api: P.Api, header: P.RequestHeader, request: Any) -> bytes:
         handler = getattr(self, "_" + api.name.lower())
-        body = await handler(request, header.api_version)
+        body = await handler(request, header.api_version, header)
         if body is None:
             return b""
         return P.encode_response(api, header.api_version, header.correlation_id, body)
@@ -287,7 +287,7 @@ class KafkaDoor:
                                   "auth_bytes": b""})
 
     # -- ApiVersions, Metadata -------------------------------------------------------------------------------
-    async def _apiversions(self, req: Any, v: int) -> dict:
+    async def _apiversions(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         return P.api_versions_body(P.NONE)
 
     def _leader_of(self, group: str) -> str | None:
@@ -304,7 +304,7 @@ class KafkaDoor:
         except BadRequest:
             return None
 
-    async def _metadata(self, req: Any, v: int) -> dict:
+    async def _metadata(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         view = await self.views.refresh()
         if req.topics is None:
             names = sorted(await self.admin.list())
@@ -344,7 +344,7 @@ class KafkaDoor:
                 "topics": topics}
 
     # -- Produce ---------------------------------------------------------------------------------------------
-    async def _produce(self, req: Any, v: int) -> dict | None:
+    async def _produce(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict | None:
         responses = []
         jobs = []
         for td in req.topic_data:
@@ -446,7 +446,7 @@ class KafkaDoor:
         return P.NONE, (offsets[0] if offsets else -1)
 
     # -- Fetch -----------------------------------------------------------------------------------------------
-    async def _fetch(self, req: Any, v: int) -> dict:
+    async def _fetch(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in req.topics for p in t.partitions]
         results: dict[tuple[str, int], dict] = {}
@@ -527,7 +527,7 @@ class KafkaDoor:
         return out
 
     # -- ListOffsets -----------------------------------------------------------------------------------------
-    async def _listoffsets(self, req: Any, v: int) -> dict:
+    async def _listoffsets(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         async def one(topic: str, p: Any) -> dict:
             out = {"partition_index": p.partition_index, "error_code": P.NONE, "timestamp": -1, "offset": -1,
                    "leader_epoch": -1}
@@ -583,7 +583,7 @@ class KafkaDoor:
         return a, await ts_at(a)
 
     # -- topics ----------------------------------------------------------------------------------------------
-    async def _createtopics(self, req: Any, v: int) -> dict:
+    async def _createtopics(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         results = []
         for t in req.topics:
             code, message = P.NONE, None
@@ -616,7 +616,7 @@ class KafkaDoor:
             self._spawn(self.views.refresh(force=True))
         return {"throttle_time_ms": 0, "topics": results}
 
-    async def _deletetopics(self, req: Any, v: int) -> dict:
+    async def _deletetopics(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         out = []
         for name in req.topic_names:
             code = P.NONE
@@ -629,7 +629,7 @@ class KafkaDoor:
             out.append({"name": name, "error_code": code})
         return {"throttle_time_ms": 0, "responses": out}
 
-    async def _describeconfigs(self, req: Any, v: int) -> dict:
+    async def _describeconfigs(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         results = []
         for r in req.resources:
             code, message, configs = P.NONE, None, {}
@@ -659,7 +659,7 @@ class KafkaDoor:
         return {"throttle_time_ms": 0, "results": results}
 
     # -- producers -------------------------------------------------------------------------------------------
-    async def _initproducerid(self, req: Any, v: int) -> dict:
+    async def _initproducerid(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         if req.transactional_id is not None:
             return {"throttle_time_ms": 0, "error_code": P.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
@@ -668,7 +668,7 @@ class KafkaDoor:
                 "producer_epoch": 0}
 
     # -- consumer groups -------------------------------------------------------------------------------------
-    async def _findcoordinator(self, req: Any, v: int) -> dict:
+    async def _findcoordinator(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         view = await self.views.refresh()
         leader = view.leaders.get(META_GROUP)
         b = view.brokers.get(leader) if leader else None
@@ -689,14 +689,15 @@ class KafkaDoor:
         self._spawn(self.views.refresh())
         return True
 
-    async def _joingroup(self, req: Any, v: int) -> dict:
+    async def _joingroup(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         base = {"throttle_time_ms": 0, "generation_id": -1, "protocol_name": "", "leader": "",
                 "member_id": req.member_id or "", "members": []}
         if not req.group_id:
             return dict(base, error_code=P.INVALID_GROUP_ID)
         if self._not_coordinator():
             return dict(base, error_code=P.NOT_COORDINATOR)
-        got = self.coordinator.join(req.group_id, req.member_id or "", "kafka", req.session_timeout_ms,
+        got = self.coordinator.join(req.group_id, req.member_id or "", (h.client_id if h else None) or "kafka",
+                                    req.session_timeout_ms,
                                     req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms,
                                     req.protocol_type, [(p.name, bytes(p.metadata)) for p in req.protocols],
                                     time.monotonic())
@@ -705,7 +706,7 @@ class KafkaDoor:
         out = dict(base, **{k: val for k, val in got.items() if k != "protocol_type"})
         return out
 
-    async def _syncgroup(self, req: Any, v: int) -> dict:
+    async def _syncgroup(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         base = {"throttle_time_ms": 0, "assignment": b""}
         if self._not_coordinator():
             return dict(base, error_code=P.NOT_COORDINATOR)
@@ -716,19 +717,48 @@ class KafkaDoor:
             got = await got
         return dict(base, error_code=got["error_code"], assignment=got.get("assignment") or b"")
 
-    async def _heartbeat(self, req: Any, v: int) -> dict:
+    async def _heartbeat(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         if self._not_coordinator():
             return {"throttle_time_ms": 0, "error_code": P.NOT_COORDINATOR}
         code = self.coordinator.heartbeat(req.group_id, req.member_id, req.generation_id, time.monotonic())
         return {"throttle_time_ms": 0, "error_code": code}
 
-    async def _leavegroup(self, req: Any, v: int) -> dict:
+    async def _leavegroup(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         if self._not_coordinator():
             return {"throttle_time_ms": 0, "error_code": P.NOT_COORDINATOR}
         code = self.coordinator.leave(req.group_id, req.member_id, time.monotonic())
         return {"throttle_time_ms": 0, "error_code": code}
 
-    async def _offsetcommit(self, req: Any, v: int) -> dict:
+    async def _listgroups(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
+        """The groups this door coordinates (clients ask every broker and merge)."""
+        groups = [{"group_id": gid, "protocol_type": g.protocol_type or "consumer"}
+                  for gid, g in self.coordinator.groups.items() if g.members] if self._is_coordinator() else []
+        return {"throttle_time_ms": 0, "error_code": P.NONE, "groups": groups}
+
+    async def _describegroups(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
+        coordinating = self._is_coordinator()
+        out = []
+        for gid in req.groups:
+            g = self.coordinator.groups.get(gid)
+            if not coordinating:
+                out.append({"error_code": P.NOT_COORDINATOR, "group_id": gid, "group_state": "", "protocol_type": "",
+                            "protocol_data": "", "members": []})
+                continue
+            if g is None:
+                out.append({"error_code": P.NONE, "group_id": gid, "group_state": "Dead", "protocol_type": "",
+                            "protocol_data": "", "members": []})
+                continue
+            stable = g.state == "Stable"
+            out.append({"error_code": P.NONE, "group_id": gid, "group_state": g.state,
+                        "protocol_type": g.protocol_type or "", "protocol_data": g.protocol_name or "",
+                        "members": [{"member_id": m.member_id, "group_instance_id": None, "client_id": m.client_id,
+                                     "client_host": "", "member_metadata":
+                                         dict(m.protocols).get(g.protocol_name, b"") if stable else b"",
+                                     "member_assignment": m.assignment if stable else b""}
+                                    for m in g.members.values()]})
+        return {"throttle_time_ms": 0, "groups": out}
+
+    async def _offsetcommit(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         def answer(code_of) -> dict:
             return {"throttle_time_ms": 0,
                     "topics": [{"name": t.name, "partitions": [{"partition_index": p.partition_index,
@@ -754,7 +784,7 @@ class KafkaDoor:
         await asyncio.gather(*(put(t.name, p) for t in req.topics for p in t.partitions))
         return answer(lambda t, p: codes[(t, p.partition_index)])
 
-    async def _offsetfetch(self, req: Any, v: int) -> dict:
+    async def _offsetfetch(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         if self._not_coordinator():
             return {"throttle_time_ms": 0, "topics": [], "error_code": P.NOT_COORDINATOR}
         try:

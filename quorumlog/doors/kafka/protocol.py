@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
-                                  DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse)
+                                  DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+                                  DescribeGroupsRequest, DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatRequest, HeartbeatResponse,
                                      JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
                                      ListOffsetsRequest, ListOffsetsResponse, OffsetCommitRequest,
@@ -97,6 +98,8 @@ SERVED: dict[int, Api] = {a.key: a for a in (
     Api(12, "Heartbeat", HeartbeatRequest, HeartbeatResponse, 0, 3),
     Api(13, "LeaveGroup", LeaveGroupRequest, LeaveGroupResponse, 0, 3),
     Api(14, "SyncGroup", SyncGroupRequest, SyncGroupResponse, 0, 3),
+    Api(15, "DescribeGroups", DescribeGroupsRequest, DescribeGroupsResponse, 0, 4),
+    Api(16, "ListGroups", ListGroupsRequest, ListGroupsResponse, 0, 2),
     Api(17, "SaslHandshake", SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
     Api(18, "ApiVersions", ApiVersionsRequest, ApiVersionsResponse, 0, 2),
     Api(19, "CreateTopics", CreateTopicsRequest, CreateTopicsResponse, 0, 4),
