@@ -292,3 +292,50 @@ def test_group_rebalances_fence_old_generations_and_expire_sessions() -> None:
         assert fa.result()["error_code"] == P.UNKNOWN_MEMBER_ID
 
     asyncio.run(main())
+
+
+# -- the door's per-partition sequence check -------------------------------------------------------------------
+def test_idempotent_sequences_are_checked_in_order_and_retries_reach_the_group_again() -> None:
+    from collections import OrderedDict
+
+    from quorumlog.doors.kafka.door import KafkaDoor, _client_id_of
+
+    door = object.__new__(KafkaDoor)
+    door._producers, door._producer_locks = OrderedDict(), {}
+    sent: list = []
+    fail = {"next": False}
+
+    async def send(topic, partition, group, bodies, client_id, seq):
+        sent.append((client_id, seq, len(bodies)))
+        if fail["next"]:
+            fail["next"] = False
+            return P.NOT_LEADER_OR_FOLLOWER, -1
+        return P.NONE, 100 + (seq if seq is not None else -1)
+
+    door._send = send
+
+    def batch(pid: int, seq: int, n: int) -> RecordBatch:
+        return RecordBatch(0, [Record(i, 0, None, b"v", []) for i in range(n)], producer_id=pid, producer_epoch=0,
+                           base_sequence=seq)
+
+    async def append(pid: int, seq: int, n: int = 3) -> tuple[int, int]:
+        return await door._append("t", 0, "g", batch(pid, seq, n), (b"x",) * n)
+
+    async def main() -> None:
+        assert await append(1, 5) == (P.NONE, 105)  # unknown producer (a failover): accepted
+        assert await append(1, 11) == (P.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)  # 8 expected
+        assert await append(1, 5) == (P.NONE, 105)  # a retry: to the group again (its table dedupes it)
+        assert await append(1, 8) == (P.NONE, 108)
+        key = (1, 0, "t", 0)
+        assert [s for s in sent if s[0] == _client_id_of(key)] == [(_client_id_of(key), 5, 3), (_client_id_of(key), 5, 3),
+                                                                 (_client_id_of(key), 8, 3)]
+        # a first batch that fails holds back the ones pipelined behind it
+        fail["next"] = True
+        assert await append(2, 0) == (P.NOT_LEADER_OR_FOLLOWER, -1)
+        assert await append(2, 3) == (P.OUT_OF_ORDER_SEQUENCE_NUMBER, -1)
+        assert await append(2, 0) == (P.NONE, 100)
+        assert await append(2, 3) == (P.NONE, 103)
+        # without a producer id: no check
+        assert await door._append("t", 0, "g", RecordBatch(0, [Record(0, 0, None, b"v", [])]), (b"x",)) == (P.NONE, 99)
+
+    asyncio.run(main())

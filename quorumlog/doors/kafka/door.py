@@ -421,10 +421,16 @@ class KafkaDoor:
                 nxt = batch.base_sequence + len(bodies)
                 if expected is None or nxt > expected:
                     self._producers[key] = nxt
-                self._producers.move_to_end(key)
-                while len(self._producers) > MAX_PRODUCER_STATES:
-                    old, _ = self._producers.popitem(last=False)
-                    self._producer_locks.pop(old, None)
+            elif expected is None:
+                # The first batch we saw failed: the batches pipelined behind it must wait for its retry, not
+                # be stored before it.
+                self._producers[key] = batch.base_sequence
+            self._producers.move_to_end(key)
+            while len(self._producers) > MAX_PRODUCER_STATES:
+                old, _ = self._producers.popitem(last=False)
+                old_lock = self._producer_locks.get(old)
+                if old_lock is not None and not old_lock.locked():
+                    del self._producer_locks[old]
             return code, base
 
     async def _send(self, topic: str, partition: int, group: str, bodies: tuple[bytes, ...],
