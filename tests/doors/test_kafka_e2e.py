@@ -317,7 +317,20 @@ def test_admin_lists_and_describes_groups(cluster) -> None:
     c.close()
 
 
-def test_committed_offsets_survive_a_coordinator_kill_and_kcat_sees_the_new_leader(cluster) -> None:
+def wait_new_leaders(c: LocalCluster, topic: str, victim_broker: int) -> dict[int, int]:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            now = leaders(c, topic)
+            if victim_broker not in now.values() and -1 not in now.values():
+                return now
+        except Exception:  # noqa: BLE001 - no leader yet
+            pass
+        assert time.monotonic() < deadline, "no new leader"
+        time.sleep(0.3)
+
+
+def test_committed_offsets_survive_a_kill_of_the_coordinator(cluster) -> None:
     create_topic(cluster, "keep", 3)
     p = Producer({"bootstrap.servers": bootstrap(cluster), **QUIET})
     for i in range(30):
@@ -327,26 +340,13 @@ def test_committed_offsets_survive_a_coordinator_kill_and_kcat_sees_the_new_lead
                      **QUIET})
     cons.commit(offsets=[TopicPartition("keep", q, 7 + q) for q in range(3)], asynchronous=False)
     cons.close()
-    # the coordinator is the `_meta` leader's door, and (placement spreads leaders) maybe a partition's leader too
-    victim_broker = leaders(cluster, "keep")[0]
-    victim = f"n{victim_broker}"
+    # the coordinator: the door of the `_meta` leader's node
+    a = AdminClient({"bootstrap.servers": bootstrap(cluster), **QUIET})
+    victim = f"n{a.describe_consumer_groups(['keeper'])['keeper'].result(10).coordinator.id}"
     pid = cluster.pid(victim)
     cluster.kill(victim)
     wait_dead(pid)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                now = leaders(cluster, "keep")
-                if victim_broker not in now.values() and -1 not in now.values():
-                    break
-            except Exception:  # noqa: BLE001
-                pass
-            assert time.monotonic() < deadline, "no new leader"
-            time.sleep(0.3)
-        out = subprocess.run([KCAT, "-b", live_bootstrap(cluster, victim), "-L", "-t", "keep"], capture_output=True,
-                             text=True, timeout=30).stdout
-        assert "2 brokers" in out and f"leader {victim_broker}," not in out, out
         cons = Consumer({"bootstrap.servers": live_bootstrap(cluster, victim), "group.id": "keeper",
                          "enable.auto.commit": False, **QUIET})
         deadline = time.monotonic() + 30
@@ -366,6 +366,9 @@ def test_committed_offsets_survive_a_coordinator_kill_and_kcat_sees_the_new_lead
                 first.setdefault(m.partition(), m.offset())
         cons.close()
         assert first == {0: 7, 1: 8, 2: 9}
+        a = AdminClient({"bootstrap.servers": live_bootstrap(cluster, victim), **QUIET})
+        new = a.describe_consumer_groups(["keeper"], request_timeout=20)["keeper"].result(30).coordinator.id
+        assert f"n{new}" != victim
     finally:
         restart(cluster, victim)
 
@@ -400,6 +403,10 @@ def test_idempotent_producer_through_a_leader_kill(cluster) -> None:
     k.join()
     try:
         assert p.flush(90) == 0 and errors == []
+        wait_new_leaders(cluster, "idem", victim_broker)
+        out = subprocess.run([KCAT, "-b", live_bootstrap(cluster, victim), "-L", "-t", "idem"], capture_output=True,
+                             text=True, timeout=30).stdout
+        assert "2 brokers" in out and f"leader {victim_broker}," not in out and "leader -1" not in out, out
         got = consume_all(cluster, "idem", 4, dead=victim, timeout_s=60)
         for part, msgs in got.items():
             assert [int(m.value()) for m in msgs] == list(range(part, total, 4)), f"partition {part}"
