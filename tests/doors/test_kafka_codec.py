@@ -111,14 +111,17 @@ def test_a_flipped_or_truncated_batch_raises_corrupt_batch_only(data) -> None:
         pass  # (a flip in base_offset or the leader epoch is outside the CRC: it may decode)
 
 
-def test_old_message_formats_and_zip_bombs_are_refused() -> None:
+def test_old_message_formats_and_zip_bombs_are_refused() -> None:  # (bombs: a small limit, same code)
     raw = bytearray(encode_batch(RecordBatch(0, [Record(0, 1, None, b"v", [])])))
     raw[16] = 1  # magic 1
     with pytest.raises(CorruptBatch, match="magic"):
         decode_batches(bytes(raw))
     from quorumlog.doors.kafka import records as R
-    with pytest.raises(CorruptBatch, match="inflates"):
-        R.decompress(GZIP, compress(GZIP, b"\x00" * (R.MAX_DECOMPRESSED_BYTES + 10)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(R, "MAX_DECOMPRESSED_BYTES", 1 << 16)
+        for codec in (GZIP, SNAPPY, LZ4, ZSTD):
+            with pytest.raises(CorruptBatch, match="inflates"):
+                R.decompress(codec, compress(codec, b"\x00" * ((1 << 16) + 10)))
 
 
 # -- frames and API round trips ------------------------------------------------------------------------------

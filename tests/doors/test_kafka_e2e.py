@@ -68,6 +68,12 @@ def restart(c: LocalCluster, node_id: str) -> None:
         if node["id"] == node_id:
             node["pid"] = p.pid
     path.write_text(json.dumps(doc, indent=2))
+    # back in every door's broker list before the next test (they may run in any order)
+    a = AdminClient({"bootstrap.servers": live_bootstrap(c, node_id), **QUIET})
+    deadline = time.monotonic() + 40
+    while len(a.list_topics(timeout=10).brokers) < len(c.doc["nodes"]):
+        assert time.monotonic() < deadline, f"{node_id} did not come back"
+        time.sleep(0.3)
 
 
 def wait_dead(pid: int) -> None:

@@ -125,20 +125,36 @@ def decompress(codec: int, data: bytes) -> bytes:
                     pos += 4
                     if n < 0 or pos + n > len(data):
                         raise CorruptBatch("snappy: xerial block beyond the end")
-                    part = bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
+                    block = data[pos:pos + n]
+                    if cramjam.snappy.decompress_raw_len(block) > MAX_DECOMPRESSED_BYTES:
+                        raise CorruptBatch(f"snappy batch inflates beyond {MAX_DECOMPRESSED_BYTES} bytes")
+                    part = bytes(cramjam.snappy.decompress_raw(block))
                     total += len(part)
                     if total > MAX_DECOMPRESSED_BYTES:
                         raise CorruptBatch(f"snappy batch inflates beyond {MAX_DECOMPRESSED_BYTES} bytes")
                     parts.append(part)
                     pos += n
                 return b"".join(parts)
-            return _bounded(bytes(cramjam.snappy.decompress_raw(data)), "snappy")
+            if cramjam.snappy.decompress_raw_len(data) > MAX_DECOMPRESSED_BYTES:  # (the length heads the block)
+                raise CorruptBatch(f"snappy batch inflates beyond {MAX_DECOMPRESSED_BYTES} bytes")
+            return bytes(cramjam.snappy.decompress_raw(data))
         if codec == LZ4:
             import lz4.frame
-            return _bounded(lz4.frame.decompress(data), "lz4")
+            return _bounded(lz4.frame.LZ4FrameDecompressor().decompress(data, max_length=MAX_DECOMPRESSED_BYTES + 1),
+                            "lz4")
         if codec == ZSTD:
+            import io
+
             import zstandard
-            return _bounded(zstandard.ZstdDecompressor().decompressobj().decompress(data), "zstd")
+            parts, total = [], 0
+            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as r:
+                while total <= MAX_DECOMPRESSED_BYTES:
+                    chunk = r.read(1 << 20)
+                    if not chunk:
+                        break
+                    parts.append(chunk)
+                    total += len(chunk)
+            return _bounded(b"".join(parts), "zstd")
     except CorruptBatch:
         raise
     except Exception as e:  # noqa: BLE001 - every codec has its own error classes: all are the peer's garbage
