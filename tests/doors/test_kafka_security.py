@@ -41,6 +41,7 @@ def test_sasl_plain_over_tls_with_the_token(secure) -> None:
     """SASL/PLAIN over TLS with the token as the password serves; a wrong password or a plaintext client gets
     nothing. (One test: under `--dist worksteal` each test of a module may start its own cluster.)"""
     refused_without_the_token(secure)
+    sasl_v0_raw_token(secure)
     a = AdminClient(conf(secure))
     for f in a.create_topics([NewTopic("sec", num_partitions=1, replication_factor=1)]).values():
         f.result(60)
@@ -64,3 +65,40 @@ def refused_without_the_token(secure) -> None:
     for cfg in (conf(secure, password="wrong"), {"bootstrap.servers": secure.door_endpoints("kafka"), "log_level": 0}):
         with pytest.raises(KafkaException):
             AdminClient(cfg).list_topics(timeout=3)
+
+
+def sasl_v0_raw_token(secure) -> None:
+    """SaslHandshake v0: the PLAIN token follows as a bare size-prefixed frame (what old clients send)."""
+    import socket
+    import ssl
+    import struct
+
+    ctx = ssl.create_default_context(cafile=secure.doc["tls_ca"])
+    ctx.check_hostname = False
+    port = int(secure.door_endpoints("kafka").split(",")[0].rsplit(":", 1)[1])
+
+    def frame(api_key: int, version: int, corr: int, body: bytes = b"") -> bytes:
+        payload = struct.pack(">hhih", api_key, version, corr, -1) + body
+        return struct.pack(">i", len(payload)) + payload
+
+    def exactly(s, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = s.recv(n - len(data))
+            assert chunk, "closed"
+            data += chunk
+        return data
+
+    def answer(s) -> bytes:
+        (n,) = struct.unpack(">i", exactly(s, 4))
+        return exactly(s, n)
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as s:
+        s.sendall(frame(17, 0, 1, struct.pack(">h", 5) + b"PLAIN"))
+        corr, err = struct.unpack_from(">ih", answer(s))
+        assert (corr, err) == (1, 0)
+        token = b"\x00user\x00" + TOKEN.encode()
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert answer(s) == b""  # an empty challenge: authenticated
+        s.sendall(frame(3, 1, 2, struct.pack(">i", -1)))  # Metadata v1, all topics
+        assert struct.unpack_from(">i", answer(s))[0] == 2

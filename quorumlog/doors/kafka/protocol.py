@@ -136,8 +136,8 @@ class FrameReader:
         if len(self._buf) < 4:
             return None
         (size,) = _I32.unpack_from(self._buf, 0)
-        if size < _HEAD.size + 2 or size > self.max_frame_bytes:
-            raise ProtocolError(f"frame size {size} outside {_HEAD.size + 2}..{self.max_frame_bytes}")
+        if size < 0 or size > self.max_frame_bytes:  # (a short frame may be a bare SASL token: parse_header checks)
+            raise ProtocolError(f"frame size {size} outside 0..{self.max_frame_bytes}")
         if len(self._buf) < 4 + size:
             return None
         frame = bytes(self._buf[4:4 + size])
