@@ -128,6 +128,49 @@ def test_kcat_metadata_and_round_trip(cluster) -> None:
     assert got.splitlines() == ["0 k1 one", "1 k2 two"]
 
 
+def test_admin_configs_and_delete(cluster) -> None:
+    from confluent_kafka.admin import ConfigResource
+    a = AdminClient({"bootstrap.servers": bootstrap(cluster), **QUIET})
+    for f in a.create_topics([NewTopic("cfg", num_partitions=3, replication_factor=1,
+                                      config={"retention.ms": "3600000"})]).values():
+        f.result(60)
+    with pytest.raises(confluent_kafka.KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        for f in a.create_topics([NewTopic("cfg", num_partitions=3, replication_factor=1)]).values():
+            f.result(60)
+    with pytest.raises(confluent_kafka.KafkaException, match="TOPIC_EXCEPTION"):
+        for f in a.create_topics([NewTopic("no.dots", num_partitions=1, replication_factor=1)]).values():
+            f.result(60)
+    (res,) = a.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "cfg")]).values()
+    configs = res.result(10)
+    assert configs["retention.ms"].value == "3600000" and configs["cleanup.policy"].value == "delete"
+    for f in a.delete_topics(["cfg"], operation_timeout=30).values():
+        f.result(30)
+    assert "cfg" not in a.list_topics(timeout=10).topics
+
+
+def test_a_topic_is_one_thing_for_both_clients(cluster) -> None:
+    """Kafka records read by the own client, the own producer's messages read by a Kafka consumer."""
+    import asyncio
+
+    from quorumlog.client.topics import TopicClient
+    create_topic(cluster, "both", 1)
+    p = Producer({"bootstrap.servers": bootstrap(cluster), **QUIET})
+    p.produce("both", value=b"from kafka", key=b"k", partition=0, headers=[("h", b"v")], timestamp=1_600_000_000_000)
+    assert p.flush(30) == 0
+
+    async def own() -> list:
+        async with TopicClient(cluster.peers) as tc:
+            await tc.send_batch("both", 0, [(b"from quorumlog", "ok", "tagA", {"color": "red"})])
+            return (await tc.pull("both", 0, 0, max_messages=10)).messages
+
+    msgs = asyncio.run(own())
+    assert [(m.body, m.key, m.born_timestamp_ms) for m in msgs][0] == (b"from kafka", "k", 1_600_000_000_000)
+    got = consume_all(cluster, "both", 1)[0]
+    assert [(m.key(), m.value()) for m in got] == [(b"k", b"from kafka"), (b"ok", b"from quorumlog")]
+    assert got[0].headers() == [("h", b"v")]
+    assert sorted(got[1].headers()) == [("color", b"red"), ("quorumlog.tags", b"tagA")]
+
+
 # -- every compression ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_produce_and_consume_each_compression(cluster, codec: str) -> None:
@@ -173,6 +216,17 @@ def test_offsets_for_times_and_seek(cluster) -> None:
     lo, hi = cons.get_watermark_offsets(TopicPartition("ts", 0), timeout=10)
     assert (lo, hi) == (0, 20)
     cons.close()
+    # an offset beyond the end: OFFSET_OUT_OF_RANGE, and the consumer resets (earliest here)
+    cons = Consumer({"bootstrap.servers": bootstrap(cluster), "group.id": "ts-reset", "auto.offset.reset": "earliest",
+                     **QUIET})
+    cons.assign([TopicPartition("ts", 0, 1000)])
+    m = None
+    for _ in range(40):
+        m = cons.poll(0.5)
+        if m is not None and not m.error():
+            break
+    cons.close()
+    assert m.offset() == 0 and m.value() == b"0"
 
 
 # -- kafka-python ----------------------------------------------------------------------------------------------
