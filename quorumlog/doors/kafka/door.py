@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 CLUSTER_ID = "quorumlog"
 REGISTER_RETRY_S = 1.0
 TICK_S = 0.2
+ANSWER_GRACE_S = 5.0  # answers still due when a connection's reading side ends
 MAX_IN_FLIGHT_PER_CONNECTION = 64  # requests read ahead of their answers on one connection
 MAX_PRODUCER_STATES = 100_000  # (producer, partition) sequence entries kept (least recently used go)
 MAX_FETCH_MESSAGES = 2_000
@@ -222,11 +223,19 @@ class KafkaDoor:
         except Exception:  # noqa: BLE001 - a bug in one request closes its connection, never the door
             log.exception("kafka door: closing %s after an unexpected error", peer)
         finally:
-            await answers.put(None)
-            try:
-                await asyncio.wait_for(sender, 30)
-            except BaseException:  # noqa: BLE001
-                sender.cancel()
+            # Answers still due go out (a client may close its side after its last request), for a while; a
+            # closing door or a silent client ends them (a join can wait for a whole rebalance timeout).
+            if not self._closed:
+                try:
+                    answers.put_nowait(None)
+                    await asyncio.wait_for(asyncio.shield(sender), ANSWER_GRACE_S)
+                except BaseException:  # noqa: BLE001 - full queue, timeout or cancelled: stop below
+                    pass
+            sender.cancel()
+            while not answers.empty():
+                fut = answers.get_nowait()
+                if fut is not None:
+                    fut.cancel()
             writer.close()
             self._connections -= 1
             self._tasks.discard(task)
