@@ -342,3 +342,11 @@ def test_idempotent_sequences_are_checked_in_order_and_retries_reach_the_group_a
         assert await door._append("t", 0, "g", RecordBatch(0, [Record(0, 0, None, b"v", [])]), (b"x",)) == (P.NONE, 99)
 
     asyncio.run(main())
+
+
+def test_consumer_protocol_assignments_are_read() -> None:
+    from quorumlog.doors.kafka.door import consumer_assignment
+    data = struct.pack(">hi", 0, 2) + struct.pack(">h", 1) + b"a" + struct.pack(">iii", 2, 0, 3) + \
+        struct.pack(">h", 2) + b"bb" + struct.pack(">i", 0) + struct.pack(">i", -1)
+    assert consumer_assignment(data) == {"a": [0, 3], "bb": []}
+    assert consumer_assignment(b"") is None and consumer_assignment(b"\x00\x00\x00\x00\x00\x05") is None

@@ -374,6 +374,21 @@ def test_admin_lists_and_describes_groups(cluster) -> None:
     assert d.members[0].client_id == "me"
     assert sorted(tp.partition for tp in d.members[0].assignment.topic_partitions) == [0, 1]
     assert "described" in {g.group_id for g in a.list_consumer_groups().result(10).valid}
+    # the coordinator records the group in `_meta` for `consumer-group describe`
+    import asyncio
+
+    from quorumlog.client.client import Client
+
+    async def recorded() -> dict | None:
+        async with Client(cluster.peers, group="_meta") as meta:
+            got = await meta.kv_get("kafka-groups/described")
+            return json.loads(got[0]) if got else None
+
+    deadline = time.monotonic() + 10
+    while (doc := asyncio.run(recorded())) is None or doc["state"] != "Stable":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert [(m["client_id"], m["assignment"]) for m in doc["members"]] == [("me", {"dg": [0, 1]})]
     c.close()
 
 

@@ -39,6 +39,7 @@ from .view import META_GROUP, Broker, ViewKeeper, broker_id_of
 log = logging.getLogger(__name__)
 
 CLUSTER_ID = "quorumlog"
+KAFKA_GROUPS_PREFIX = "kafka-groups/"  # `_meta`: a Kafka consumer group's membership, written by its coordinator
 REGISTER_RETRY_S = 1.0
 TICK_S = 0.2
 ANSWER_GRACE_S = 5.0  # answers still due when a connection's reading side ends
@@ -84,6 +85,7 @@ class KafkaDoor:
         self._connections = 0
         self._requests = 0
         self._was_coordinator = False
+        self._published: dict[str, tuple[int, str]] = {}  # group -> (generation, state) last written to `_meta`
 
     # -- life ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -165,8 +167,33 @@ class KafkaDoor:
             if self._was_coordinator and not coordinating:
                 log.info("kafka door: no longer the group coordinator node=%s", self.node_id)
                 self.coordinator.clear()
+                self._published.clear()
             self._was_coordinator = coordinating
             self.coordinator.tick(now)
+            if coordinating:
+                self._publish_groups()
+
+    def _publish_groups(self) -> None:
+        """Each group's membership, once it is stable or empty, in `_meta` (`kafka-groups/<group>`), for
+        `consumer-group describe` and the status page: members, client ids and assigned partitions."""
+        for gid, g in self.coordinator.groups.items():
+            if g.state not in ("Stable", "Empty"):
+                continue
+            mark = (g.generation, g.state)
+            if self._published.get(gid) == mark:
+                continue
+            self._published[gid] = mark
+            doc = {"group": gid, "state": g.state, "generation": g.generation, "protocol": g.protocol_name,
+                   "leader": g.leader, "coordinator": self.node_id,
+                   "members": [{"member_id": m.member_id, "client_id": m.client_id,
+                                "assignment": consumer_assignment(m.assignment)} for m in g.members.values()]}
+            self._spawn(self._put_quietly(KAFKA_GROUPS_PREFIX + gid, json.dumps(doc, sort_keys=True).encode()))
+
+    async def _put_quietly(self, key: str, value: bytes) -> None:
+        try:
+            await self.meta.kv_put(key, value)
+        except QuorumLogError as e:
+            log.debug("kafka door: cannot record %s: %s", key, e)
 
     # -- connections -----------------------------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -824,6 +851,28 @@ class KafkaDoor:
             log.info("kafka door: offset fetch %s failed: %s", req.group_id, e)
             return {"throttle_time_ms": 0, "topics": [], "error_code": P.COORDINATOR_NOT_AVAILABLE}
         return {"throttle_time_ms": 0, "topics": topics, "error_code": P.NONE}
+
+
+def consumer_assignment(data: bytes) -> dict[str, list[int]] | None:
+    """The partitions in a member's assignment when it is the "consumer" protocol's (version i16 | topics:
+    [name string, partitions [i32]] | user data bytes); None when it is not that layout."""
+    try:
+        pos = 2
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out: dict[str, list[int]] = {}
+        for _ in range(max(n, 0)):
+            (ln,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos:pos + ln].decode("utf-8")
+            pos += ln
+            (k,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            out[topic] = list(struct.unpack_from(f">{max(k, 0)}i", data, pos))
+            pos += 4 * max(k, 0)
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 def _committed(q: int, offset: int) -> dict:
