@@ -329,8 +329,18 @@ class KafkaDoor:
     def _leader_of(self, group: str) -> str | None:
         return self.views.view.leaders.get(group)
 
+    def _coordinator_node(self) -> str | None:
+        """The node whose door coordinates every group: the `_meta` leader's; when that node runs no Kafka door,
+        the live door with the lowest broker id (every door computes the same from the same view)."""
+        view = self.views.view
+        leader = view.leaders.get(META_GROUP)
+        if leader is None or leader in view.brokers:
+            return leader
+        live = [b for nid, b in view.brokers.items() if nid in view.live]
+        return min(live, key=lambda b: b.broker_id).node_id if live else None
+
     def _is_coordinator(self) -> bool:
-        return self._leader_of(META_GROUP) == self.node_id
+        return self._coordinator_node() == self.node_id
 
     async def _placement(self, topic: str, refresh: bool = False) -> list[str] | None:
         try:
@@ -712,7 +722,7 @@ class KafkaDoor:
     # -- consumer groups -------------------------------------------------------------------------------------
     async def _findcoordinator(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         view = await self.views.refresh()
-        leader = view.leaders.get(META_GROUP)
+        leader = self._coordinator_node()
         b = view.brokers.get(leader) if leader else None
         if getattr(req, "key_type", 0) not in (0, None):
             return {"throttle_time_ms": 0, "error_code": P.COORDINATOR_NOT_AVAILABLE,
