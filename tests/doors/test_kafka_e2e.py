@@ -256,6 +256,33 @@ def test_kafka_python_producer_and_consumer(cluster) -> None:
     assert seen == {b"v%d" % i for i in range(100)} and committed == 100
 
 
+@pytest.mark.parametrize("api_version", [(0, 11), (1, 0), (2, 0)])
+def test_kafka_python_pinned_to_older_brokers(cluster, api_version) -> None:
+    """kafka-python told the broker is Kafka 0.11 / 1.0 / 2.0 uses the lowest versions served (Produce v3, Fetch
+    v4+, Metadata v4+, JoinGroup v2+, OffsetCommit v3+, ...)."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic as KNewTopic
+    topic = "old-%d-%d" % api_version
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap(cluster), api_version=api_version)
+    admin.create_topics([KNewTopic(topic, 2, 1)])
+    admin.close()
+    p = KafkaProducer(bootstrap_servers=bootstrap(cluster), api_version=api_version, acks="all")
+    for f in [p.send(topic, key=b"k%d" % i, value=b"v%d" % i) for i in range(20)]:
+        f.get(10)
+    p.close()
+    c = KafkaConsumer(topic, bootstrap_servers=bootstrap(cluster), api_version=api_version, group_id="g-" + topic,
+                      auto_offset_reset="earliest", consumer_timeout_ms=10_000, enable_auto_commit=False)
+    seen = set()
+    for m in c:
+        seen.add(m.value)
+        if len(seen) == 20:
+            break
+    c.commit()
+    committed = sum(c.committed(tp) or 0 for tp in c.assignment())
+    c.close()
+    assert len(seen) == 20 and committed == 20
+
+
 # -- raw frames -------------------------------------------------------------------------------------------------
 def _frame(api_key: int, version: int, corr: int, body: bytes = b"") -> bytes:
     payload = struct.pack(">hhih", api_key, version, corr, 1) + b"t" + body
