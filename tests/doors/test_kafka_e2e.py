@@ -372,6 +372,7 @@ def test_consumer_group_members_come_and_go(cluster) -> None:
     deadline = time.monotonic() + 40
     while len(set(seen)) < total and time.monotonic() < deadline:
         time.sleep(0.2)
+    time.sleep(1.0)  # auto commits (every 200 ms) land while the group is stable, before members leave at once
     for s in stops:
         s.set()
     for t in threads:
