@@ -343,23 +343,32 @@ class KafkaDoor:
         return self._coordinator_node() == self.node_id
 
     async def _placement(self, topic: str, refresh: bool = False) -> list[str] | None:
+        """The group of each of the topic's queues; None when there is no such topic. A `_meta` that cannot
+        answer now raises (QuorumLogError): callers answer LEADER_NOT_AVAILABLE, which every client retries."""
         try:
             return await self.topics.routes.route(topic, refresh=refresh)
-        except TopicNotExist:
-            return None
-        except BadRequest:
+        except (TopicNotExist, BadRequest):
             return None
 
     async def _metadata(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
         view = await self.views.refresh()
         if req.topics is None:
-            names = sorted(await self.admin.list())
+            try:
+                names = sorted(await self.admin.list())
+            except QuorumLogError as e:
+                log.info("kafka door: cannot list topics now: %s", e)
+                names = []
         else:
             names = [t.name for t in req.topics]
         topics = []
         missing_leader = False
         for name in names:
-            placement = await self._placement(name, refresh=True)
+            try:
+                placement = await self._placement(name, refresh=True)
+            except QuorumLogError:
+                topics.append({"error_code": P.LEADER_NOT_AVAILABLE, "name": name, "is_internal": False,
+                               "partitions": []})
+                continue
             if placement is None:
                 topics.append({"error_code": P.UNKNOWN_TOPIC_OR_PARTITION if TOPIC_RE.match(name or "")
                                else P.INVALID_TOPIC_EXCEPTION, "name": name, "is_internal": False,
@@ -411,7 +420,11 @@ class KafkaDoor:
         return {"responses": responses, "throttle_time_ms": 0}
 
     async def _produce_partition(self, topic: str, partition: int, records: bytes | None, out: dict) -> None:
-        placement = await self._placement(topic)
+        try:
+            placement = await self._placement(topic)
+        except QuorumLogError:
+            out["error_code"] = P.LEADER_NOT_AVAILABLE
+            return
         if placement is None or not 0 <= partition < len(placement):
             out["error_code"] = P.UNKNOWN_TOPIC_OR_PARTITION
             return
@@ -541,7 +554,11 @@ class KafkaDoor:
         out = {"partition_index": partition, "error_code": P.NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
                "records": b""}
-        placement = await self._placement(topic)
+        try:
+            placement = await self._placement(topic)
+        except QuorumLogError:
+            out["error_code"] = P.LEADER_NOT_AVAILABLE
+            return out
         if placement is None or not 0 <= partition < len(placement):
             out["error_code"] = P.UNKNOWN_TOPIC_OR_PARTITION
             return out
@@ -583,7 +600,11 @@ class KafkaDoor:
         async def one(topic: str, p: Any) -> dict:
             out = {"partition_index": p.partition_index, "error_code": P.NONE, "timestamp": -1, "offset": -1,
                    "leader_epoch": -1}
-            placement = await self._placement(topic)
+            try:
+                placement = await self._placement(topic)
+            except QuorumLogError:
+                out["error_code"] = P.LEADER_NOT_AVAILABLE
+                return out
             if placement is None or not 0 <= p.partition_index < len(placement):
                 out["error_code"] = P.UNKNOWN_TOPIC_OR_PARTITION
                 return out
@@ -661,8 +682,12 @@ class KafkaDoor:
                     code, message = P.INVALID_PARTITIONS if "queues" in str(e) else P.INVALID_REQUEST, str(e)
                 except QuorumLogError as e:
                     code, message = P.REQUEST_TIMED_OUT, str(e)
-            elif code == P.NONE and await self._placement(t.name) is not None:
-                code, message = P.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} exists"
+            elif code == P.NONE:  # validate_only
+                try:
+                    if await self._placement(t.name, refresh=True) is not None:
+                        code, message = P.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} exists"
+                except QuorumLogError as e:
+                    code, message = P.REQUEST_TIMED_OUT, str(e)
             results.append({"name": t.name, "error_code": code, "error_message": message})
         if any(r["error_code"] == P.NONE for r in results):
             self._spawn(self.views.refresh(force=True))
