@@ -350,3 +350,82 @@ def test_consumer_protocol_assignments_are_read() -> None:
         struct.pack(">h", 2) + b"bb" + struct.pack(">i", 0) + struct.pack(">i", -1)
     assert consumer_assignment(data) == {"a": [0, 3], "bb": []}
     assert consumer_assignment(b"") is None and consumer_assignment(b"\x00\x00\x00\x00\x00\x05") is None
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_group_protocol_invariants_under_random_members(seed: int) -> None:
+    """Members join, sync, heartbeat, commit, leave and go silent in a random order, time jumps around the
+    session timeout: the generation never goes back, a stable group's leader is a member and every member of
+    it was answered at that generation, a commit is accepted only from the current generation, and every
+    waiting member is answered once it is removed."""
+    import random
+
+    from quorumlog.doors.kafka.groups import EMPTY, PREPARING
+
+    rng = random.Random(seed)
+
+    async def main() -> None:
+        gc = GroupCoordinator()
+        now = 0.0
+        known: dict[str, int] = {}  # member id -> the generation it was last answered
+        history: list[tuple[str, int]] = []  # every (member, generation) ever answered
+        joins: list[asyncio.Future] = []
+        syncs: list[tuple[str, asyncio.Future]] = []
+        last_gen = 0
+        for _ in range(120):
+            now += rng.choice((0.05, 0.2, 0.5, 1.2))
+            op = rng.random()
+            g = gc.groups.get("g")
+            if op < 0.25 or not known:
+                mid = rng.choice(list(known) + [""]) if known and rng.random() < 0.5 else ""
+                got = gc.join("g", mid, "c", 1000, 1500, "consumer", [("range", b"")], now)
+                if isinstance(got, asyncio.Future):
+                    joins.append(got)
+            elif op < 0.45 and g is not None:
+                mid = rng.choice(list(known))
+                got = gc.sync("g", mid, known[mid], [(m, b"A" + m.encode()) for m in known], now)
+                if isinstance(got, asyncio.Future):
+                    syncs.append((mid, got))
+            elif op < 0.8:
+                # a zombie: a member (maybe gone) with a generation it once had
+                mid, gen = rng.choice(history) if history and rng.random() < 0.4 else \
+                    (lambda m: (m, known[m]))(rng.choice(list(known)))
+                if op < 0.7:
+                    if gc.heartbeat("g", mid, gen, now) == P.NONE:
+                        assert gen == gc.groups["g"].generation and mid in gc.groups["g"].members
+                elif gc.check_commit("g", mid, gen) == P.NONE:
+                    assert gen == gc.groups["g"].generation and mid in gc.groups["g"].members
+            elif op < 0.88:
+                mid = rng.choice(list(known))
+                gc.leave("g", mid, now)
+                known.pop(mid)
+            else:
+                gc.tick(now)
+            await asyncio.sleep(0)
+            for f in [f for f in joins if f.done()]:
+                joins.remove(f)
+                r = f.result()
+                if r["error_code"] == P.NONE:
+                    known[r["member_id"]] = r["generation_id"]
+                    history.append((r["member_id"], r["generation_id"]))
+            for mid, f in [x for x in syncs if x[1].done()]:
+                syncs.remove((mid, f))
+            g = gc.groups.get("g")
+            if g is None:
+                continue
+            assert g.generation >= last_gen
+            last_gen = g.generation
+            if g.state in (COMPLETING, STABLE):
+                assert g.leader in g.members
+                assert all(known.get(m) == g.generation for m in g.members), (known, g.generation)
+            if g.state == EMPTY:
+                assert not g.members
+            for mid in list(known):
+                if mid not in g.members:
+                    known.pop(mid)
+            assert g.state in (EMPTY, PREPARING, COMPLETING, STABLE)
+        gc.clear()
+        await asyncio.sleep(0)
+        assert all(f.done() for f in joins) and all(f.done() for _, f in syncs)
+
+    asyncio.run(main())

@@ -159,19 +159,27 @@ class KafkaDoor:
         last = 0.0
         while not self._closed:
             await asyncio.sleep(TICK_S)
-            now = time.monotonic()
-            if now - last >= 2.0:
-                last = now
-                await self.views.refresh()
-            coordinating = self._is_coordinator()
-            if self._was_coordinator and not coordinating:
-                log.info("kafka door: no longer the group coordinator node=%s", self.node_id)
-                self.coordinator.clear()
-                self._published.clear()
-            self._was_coordinator = coordinating
-            self.coordinator.tick(now)
-            if coordinating:
-                self._publish_groups()
+            try:
+                last = await self._tick(last)
+            except Exception:  # noqa: BLE001 - a bug in one tick must not stop the clock of every group
+                log.exception("kafka door: background tick failed")
+
+    async def _tick(self, last: float) -> float:
+        """One tick: the view's periodic refresh (every 2 s), coordinator hand-over, sessions, records."""
+        now = time.monotonic()
+        if now - last >= 2.0:
+            last = now
+            await self.views.refresh()
+        coordinating = self._is_coordinator()
+        if self._was_coordinator and not coordinating:
+            log.info("kafka door: no longer the group coordinator node=%s", self.node_id)
+            self.coordinator.clear()
+            self._published.clear()
+        self._was_coordinator = coordinating
+        self.coordinator.tick(now)
+        if coordinating:
+            self._publish_groups()
+        return last
 
     def _publish_groups(self) -> None:
         """Each group's membership, once it is stable or empty, in `_meta` (`kafka-groups/<group>`), for

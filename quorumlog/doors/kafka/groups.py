@@ -236,6 +236,8 @@ class GroupCoordinator:
         """Expire members whose session ran out (not while they wait in a join), end rebalances."""
         for g in list(self.groups.values()):
             for mid, m in list(g.members.items()):
+                if mid not in g.members:
+                    continue  # (removed meanwhile: a rebalance the last removal completed dropped it)
                 waiting = m.join is not None and not m.join.done()
                 if not waiting and now_s - m.last_heartbeat_s > m.session_timeout_s:
                     self._remove(g, mid, now_s)
