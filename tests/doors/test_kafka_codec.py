@@ -5,6 +5,7 @@ classic group protocol's state machine."""
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 
 import pytest
@@ -429,3 +430,35 @@ def test_group_protocol_invariants_under_random_members(seed: int) -> None:
         assert all(f.done() for f in joins) and all(f.done() for _, f in syncs)
 
     asyncio.run(main())
+
+
+def test_the_view_takes_leaders_brokers_and_a_leader_it_cannot_ask() -> None:
+    from types import SimpleNamespace
+
+    from quorumlog.doors.kafka.view import Broker, ViewKeeper
+
+    statuses = {
+        "n0": {"groups": [{"group": "_meta", "id": "n0", "role": "leader", "term": 3, "voters": ["n0", "n1"]},
+                          {"group": "t", "id": "n0", "role": "follower", "term": 7, "leader_id": "n3",
+                           "voters": ["n0", "n1", "n3"]}]},
+        "n1": {"groups": [{"group": "_meta", "id": "n1", "role": "follower", "term": 3, "leader_id": "n0"},
+                          {"group": "u", "id": "n1", "role": "leader", "term": 2}]},
+        "n2": RuntimeError("down"),
+    }
+
+    class Admin:
+        async def cluster_status(self):
+            return statuses
+
+    class Meta:
+        async def kv_list(self, prefix):
+            assert prefix == "doors/kafka/"
+            return [SimpleNamespace(key=f"doors/kafka/n{i}", value=json.dumps({"host": "h", "port": 9000 + i,
+                                                                                "broker_id": i}).encode())
+                    for i in (0, 1, 2, 3)]
+
+    keeper = ViewKeeper(Admin(), Meta(), Broker("n0", 0, "h", 9000))
+    view = asyncio.run(keeper.refresh(force=True))
+    assert view.leaders == {"_meta": "n0", "u": "n1", "t": "n3"}  # n3: not asked (added later), named by n0
+    assert view.live == {"n0", "n1", "n3"} and set(view.brokers) == {"n0", "n1", "n2", "n3"}
+    assert view.members["t"] == ["n0", "n1", "n3"]

@@ -86,6 +86,7 @@ class ViewKeeper:
     async def _refresh(self) -> None:
         statuses = await self._admin.cluster_status()
         leaders, terms, members, live = {}, {}, {}, set()
+        named: dict[str, tuple[int, str]] = {}  # group -> (term, leader) as its followers name it
         for node_id, s in statuses.items():
             if not isinstance(s, dict):
                 continue
@@ -96,6 +97,14 @@ class ViewKeeper:
                 members[name].update(g.get("voters") or ())
                 if g.get("role") in ("leader", "master") and g.get("term", -1) >= terms.get(name, -1):
                     leaders[name], terms[name] = g["id"], g.get("term", 0)
+                elif g.get("leader_id") and g.get("term", -1) > named.get(name, (-2, ""))[0]:
+                    named[name] = (g.get("term", -1), g["leader_id"])
+        for name, (term, leader) in named.items():
+            # A leader this door cannot ask (a node added after it started: not among its configured peers)
+            # is still named by the followers it can ask.
+            if name not in leaders and leader not in statuses:
+                leaders[name], terms[name] = leader, term
+                live.add(leader)
         brokers = dict(self.view.brokers)
         try:
             for kv in await asyncio.wait_for(self._meta.kv_list(f"{DOORS_PREFIX}{KIND}/"), 5):
