@@ -455,10 +455,11 @@ def test_the_view_takes_leaders_brokers_and_a_leader_it_cannot_ask() -> None:
             assert prefix == "doors/kafka/"
             return [SimpleNamespace(key=f"doors/kafka/n{i}", value=json.dumps({"host": "h", "port": 9000 + i,
                                                                                 "broker_id": i}).encode())
-                    for i in (0, 1, 2, 3)]
+                    for i in (0, 1, 2, 3, 4)]
 
     keeper = ViewKeeper(Admin(), Meta(), Broker("n0", 0, "h", 9000))
     view = asyncio.run(keeper.refresh(force=True))
     assert view.leaders == {"_meta": "n0", "u": "n1", "t": "n3"}  # n3: not asked (added later), named by n0
-    assert view.live == {"n0", "n1", "n3"} and set(view.brokers) == {"n0", "n1", "n2", "n3"}
+    # n2 did not answer; n4 (added later, leading nothing) cannot be asked: listed
+    assert view.live == {"n0", "n1", "n3", "n4"} and set(view.brokers) == {"n0", "n1", "n2", "n3", "n4"}
     assert view.members["t"] == ["n0", "n1", "n3"]

@@ -114,5 +114,6 @@ class ViewKeeper:
         except Exception as e:  # noqa: BLE001 - `_meta` may not answer (no leader yet): keep the brokers we know
             log.debug("kafka door: cannot list the doors in _meta: %s", e)
         brokers[self.self_broker.node_id] = self.self_broker
+        live |= {nid for nid in brokers if nid not in statuses}  # doors of nodes we cannot ask: assumed up
         self.view = ClusterView(brokers, leaders, terms, {k: sorted(v) for k, v in members.items()}, live,
                                 time.monotonic())
