@@ -370,10 +370,16 @@ class KafkaDoor:
             names = [t.name for t in req.topics]
         topics = []
         missing_leader = False
-        for name in names:
+
+        async def placement_of(name: str) -> list[str] | None | QuorumLogError:
             try:
-                placement = await self._placement(name, refresh=True)
-            except QuorumLogError:
+                return await self._placement(name, refresh=True)
+            except QuorumLogError as e:
+                return e
+
+        placements = await asyncio.gather(*(placement_of(n) for n in names))
+        for name, placement in zip(names, placements):
+            if isinstance(placement, QuorumLogError):
                 topics.append({"error_code": P.LEADER_NOT_AVAILABLE, "name": name, "is_internal": False,
                                "partitions": []})
                 continue
