@@ -637,13 +637,20 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     from ..peers import parse_peers
     peers = parse_peers(doc["peers"])
     host = next(iter(peers.values()))[0]
-    port = max(p for _h, p in peers.values()) + 1
-    while not _port_free(host, port):
-        port += 1
+    chosen: set[int] = set()  # the new node's ports so far: each of its listeners needs one of its own
+
+    def next_port(after: int) -> int:
+        port = after + 1
+        while port in chosen or not _port_free(host, port):
+            port += 1
+        chosen.add(port)
+        return port
+
+    port = next_port(max(p for _h, p in peers.values()))
     peers[node_id] = (host, port)
     peers_text = format_peers(peers)
     http_ports = [n.get("http_port", 0) for n in nodes if n.get("http_port")]
-    http_port = max(http_ports) + 1 if http_ports else 0
+    http_port = next_port(max(http_ports)) if http_ports else 0
     node_dir = os.path.join(data_dir, node_id)
     os.makedirs(node_dir, exist_ok=True)
     log_file = os.path.join(data_dir, f"{node_id}.log")
@@ -652,9 +659,7 @@ def add_node(data_dir: str = typer.Option(..., "--data-dir", help="The directory
     for key in ("rocketmq_port", "kafka_port"):  # the next port of each door the cluster runs
         taken = [n[key] for n in nodes if n.get(key)]
         if taken:
-            doors[key] = max(taken) + 1
-            while not _port_free(host, doors[key]):
-                doors[key] += 1
+            doors[key] = next_port(max(taken))
             settings.append((key, str(doors[key])))
     if doc.get("tls_ca"):  # a certificate for the new node from the cluster's CA
         from ..transport.certs import make_node_cert
