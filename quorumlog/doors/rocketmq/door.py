@@ -94,8 +94,9 @@ class RocketMqDoor:
 
     async def endpoints(self) -> pb.Endpoints:
         """Every door of the cluster (from `_meta`), as one Endpoints: the client makes one channel over all of
-        them and moves to the next at once when one dies. With host names only this door (a client takes one
-        address per DNS name)."""
+        them and moves to the next at once when one dies. With host names, or with TLS, only this door: a client
+        takes one address per DNS name, and over TLS grpc checks the certificate against a multi-address
+        target's whole address list as one host name, which no certificate names."""
         now = time.monotonic()
         if self._endpoints is not None and now - self._endpoints[1] < ENDPOINTS_CACHE_S:
             return self._endpoints[0]
@@ -108,7 +109,7 @@ class RocketMqDoor:
             log.info("rocketmq door: listing the doors failed: %s", e)
         hosts = [a.rsplit(":", 1) for a in sorted(addresses)]
         out = pb.Endpoints()
-        if all(_is_ipv4(h) for h, _ in hosts):
+        if not self.config.tls and all(_is_ipv4(h) for h, _ in hosts):
             out.scheme = pb.IPv4
             for h, p in hosts:
                 out.addresses.add(host=h, port=int(p))
