@@ -19,6 +19,7 @@ from rich.table import Table
 from ..client.client import Client
 from ..client.consumer import Consumer, describe_group
 from ..client.kv import META_GROUP
+from ..errors import NoSuchKey
 from ..client.topics import DEFAULT_QUEUES, TopicAdmin, TopicClient, TopicMessage
 from ..doors.rocketmq import metadata as rocketmq_meta
 from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
@@ -154,8 +155,14 @@ def delete(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, clu
            timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
     """Delete a topic's route (its messages stay in the groups' logs until retention deletes them)."""
     async def go():
-        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+        target = _peers(peers, cluster)
+        async with TopicAdmin(target, timeout_ms=timeout_ms) as admin:
             await admin.delete(name)
+        async with _meta(target, timeout_ms) as meta:  # and its RocketMQ type, if it had one
+            try:
+                await meta.kv_delete(rocketmq_meta.topic_type_key(name))
+            except NoSuchKey:
+                pass
 
     run(go())
     if json_out:
