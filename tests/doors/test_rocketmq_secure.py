@@ -49,7 +49,13 @@ def cluster(tmp_path_factory):
                 os.environ[k] = v
 
 
-def test_tls_and_a_signed_client_produce_and_consume(cluster):
+def test_tls_and_a_signed_client_produce_and_consume_and_a_bad_signature_is_unauthorized(cluster):
+    """(One test: a second would start a second cluster on another xdist worker.)"""
+    _signed_client_over_tls(cluster)
+    _wrong_or_missing_signatures(cluster)
+
+
+def _signed_client_over_tls(cluster):
     # one address: over TLS the client's channel to several would check the certificate against all of them
     # joined as one host name (docs/rocketmq.md)
     cfg = ClientConfiguration(cluster.door_endpoints("rocketmq").split(",")[0], Credentials("any-ak", TOKEN))
@@ -72,7 +78,7 @@ def test_tls_and_a_signed_client_produce_and_consume(cluster):
         producer.shutdown()
 
 
-def test_a_wrong_or_missing_signature_is_unauthorized(cluster):
+def _wrong_or_missing_signatures(cluster):
     address = cluster.door_endpoints("rocketmq").split(",")[0]
     with open(cluster.doc["tls_ca"], "rb") as f:
         creds = grpc.ssl_channel_credentials(f.read())

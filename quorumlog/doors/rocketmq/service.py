@@ -27,6 +27,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from ...client.topics import TopicClient, TopicMessage, queue_for
 from ...errors import (BadRequest, EntryTooLarge, MetadataVersionConflict, QuorumLogError, Timeout,
                        TopicNotExist)
+from ...topic.message import encode_fields
 from ...topic.pop import Decision
 from . import metadata
 from .consuming import Consuming
@@ -47,6 +48,10 @@ DEFAULT_RECEIVE_BATCH = 32
 ROUTE_CACHE_S = 5.0
 DEDUPE_WINDOW = 100_000  # recent message ids answered from the first send's result (a retry is stored once)
 REQUEST_TIMEOUT_S = 3
+MAX_IN_FLIGHT_PER_GROUP = 2
+MAX_SEND_BATCH = 256  # sends in one request, and their bodies' bytes (one body may be larger: alone)
+MAX_SEND_BATCH_BYTES = 1024 * 1024
+MAX_GROUP_LOCKS = 100_000
 BROKER_NAME = "quorumlog"
 AUTH_RE = re.compile(r"MQv2-HMAC-SHA1\s+Credential=([^,]+),\s*SignedHeaders=([^,]+),\s*Signature=([0-9a-fA-F]+)")
 
@@ -75,6 +80,13 @@ def code_of(e: QuorumLogError) -> int:
 
 
 @dataclass(eq=False)
+class _Outbox:
+    """Sends to one group's queues waiting for a request, and how many requests to it are in flight."""
+    pending: list = field(default_factory=list)
+    in_flight: int = 0
+
+
+@dataclass(eq=False)
 class ClientSession:
     """What a client's Telemetry said about it (RocketMQ's ClientSettings), and its stream to push commands."""
     client_id: str
@@ -100,6 +112,7 @@ class MessagingService:
         self._routes: dict[str, tuple[int, float]] = {}
         self._sent: OrderedDict[str, asyncio.Future] = OrderedDict()
         self._group_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._outbox: dict[str, _Outbox] = {}  # per topic group
         self.requests = 0
 
     # -- plumbing ----------------------------------------------------------------------------------
@@ -264,18 +277,64 @@ class MessagingService:
         return entry
 
     async def _store(self, out, queues: int) -> tuple[int, int]:
-        record = [(out.body, out.key, out.tags, out.properties)]
         if out.message_group:  # FIFO: the group's queue, and one send of the group in flight (order kept)
             q = queue_for(out.message_group, queues)
             lock = self._group_locks.setdefault((out.topic, out.message_group), asyncio.Lock())
             async with lock:
-                r = await self.tc.send_batch(out.topic, q, record)
-            if not lock.locked() and len(self._group_locks) > 100_000:
-                self._group_locks.clear()
+                offset = await self._append(out, q)
+            if not lock.locked() and len(self._group_locks) > MAX_GROUP_LOCKS:
+                self._group_locks = {k: v for k, v in self._group_locks.items() if v.locked()}
         else:
             q = next(self._round_robin) % queues
-            r = await self.tc.send_batch(out.topic, q, record)
-        return q, r[0].queue_offset
+            offset = await self._append(out, q)
+        return q, offset
+
+    async def _append(self, out, q: int) -> int:
+        """The message's queue offset, once stored. Sends to the queues of one group share requests (one log
+        batch, one fsync for many clients' sends, as the own producer batches): up to MAX_IN_FLIGHT_PER_GROUP
+        requests at a time, each with the sends that arrived meanwhile (at most MAX_SEND_BATCH, about
+        MAX_SEND_BATCH_BYTES). A bad message fails its own send only (encoded here)."""
+        placement = self.tc.routes.cached(out.topic) or await self.tc.routes.route(out.topic)
+        group = placement[q]
+        encoded = encode_fields(out.topic, out.body, q, out.key, out.tags, out.properties, int(time.time() * 1000))
+        box = self._outbox.get(group)
+        if box is None:
+            box = self._outbox[group] = _Outbox()
+        fut = asyncio.get_running_loop().create_future()
+        box.pending.append((encoded, out.topic, q, fut))
+        if box.in_flight < MAX_IN_FLIGHT_PER_GROUP and len(box.pending) == 1:
+            asyncio.get_running_loop().call_soon(self._flush, group)  # (sends of this loop turn join it)
+        return await fut
+
+    def _flush(self, group: str) -> None:
+        box = self._outbox.get(group)
+        if box is None or not box.pending or box.in_flight >= MAX_IN_FLIGHT_PER_GROUP:
+            return
+        n, size = 0, 0
+        while n < len(box.pending) and n < MAX_SEND_BATCH and (n == 0 or size < MAX_SEND_BATCH_BYTES):
+            size += len(box.pending[n][0])
+            n += 1
+        batch, box.pending = box.pending[:n], box.pending[n:]
+        box.in_flight += 1
+        asyncio.ensure_future(self._send_batch(group, box, batch))
+
+    async def _send_batch(self, group: str, box: "_Outbox", batch: list) -> None:
+        try:
+            resp = await self.tc.routes.send(group, batch[0][1], batch[0][2], tuple(e for e, _, _, _ in batch))
+        except BaseException as e:  # noqa: BLE001 - every send of the batch gets the error
+            for *_, fut in batch:
+                if not fut.done():
+                    fut.set_exception(e)
+            if not isinstance(e, Exception):
+                raise
+        else:
+            for (*_, fut), offset in zip(batch, resp.offsets):
+                if not fut.done():
+                    fut.set_result(offset)
+        finally:
+            box.in_flight -= 1
+            if box.pending:
+                self._flush(group)
 
     async def end_transaction(self, req: spb.EndTransactionRequest, context) -> spb.EndTransactionResponse:
         q, _, offset = req.transaction_id.partition(":")
