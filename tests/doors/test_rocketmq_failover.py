@@ -88,11 +88,11 @@ def test_kill_9_of_the_clients_door_loses_no_acknowledged_message_and_keeps_fifo
     for th in threads:
         th.start()
     try:
-        time.sleep(4)
+        time.sleep(3)
         with lock:
             before = sum(map(len, acked.values()))
         cluster.kill("n0")
-        time.sleep(8)
+        time.sleep(6)
         stop_producing.set()
         for th in threads[:4]:
             th.join(30)

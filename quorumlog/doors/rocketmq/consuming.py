@@ -38,6 +38,7 @@ HOUSEKEEPING_INTERVAL_MS = 200
 TRANSACTION_POLL_MS = 500
 TRANSACTION_CHECK_AFTER_MS = 6_000  # RocketMQ's transactionTimeout
 POLICY_CACHE_MS = 5_000
+STATE_IDLE_MS = 300_000  # a queue no consumer of the group asked for this long, with nothing in flight: dropped
 FETCH_BATCH = 256
 FETCH_WAIT_MS = 1_000
 FETCH_FULL_SLEEP_MS = 50
@@ -65,6 +66,7 @@ class QueueState:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     fetcher: asyncio.Task | None = None
     next_transaction_poll_ms: int = 0
+    last_receive_ms: int = 0
     forwarding: set[int] = field(default_factory=set)  # offsets on their way to the DLQ
 
 
@@ -147,7 +149,7 @@ class Consuming:
             committed = hi if policy.start_from == "latest" else lo
         pop = PopQueue(committed, fifo=policy.fifo, max_attempts=policy.max_attempts,
                        nonce=f"{self.nonce}/{next(self._serial)}")
-        st = QueueState(group, topic, queue_id, pop, persisted=committed)
+        st = QueueState(group, topic, queue_id, pop, persisted=committed, last_receive_ms=wall_ms())
         st.wake = self.wake_event(group, topic)
         self.states[(group, topic, queue_id)] = st
         st.fetcher = asyncio.ensure_future(self._fetch(st))
@@ -209,6 +211,9 @@ class Consuming:
         wait_ms for the first."""
         order = [(first_queue + i) % queues for i in range(queues)]
         states = [await self.state(group, topic, q) for q in order]
+        now = wall_ms()
+        for st in states:
+            st.last_receive_ms = now
         ev = self.wake_event(group, topic)
         deadline = time.monotonic() + wait_ms / 1000
         while True:
@@ -369,7 +374,10 @@ class Consuming:
         while not self._closed:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
             now = wall_ms()
+            self._checked = {k: t for k, t in self._checked.items() if now - t < 2 * TRANSACTION_CHECK_AFTER_MS}
             for st in list(self.states.values()):
+                if now - st.last_receive_ms > STATE_IDLE_MS and await self._drop_if_idle(st, now):
+                    continue
                 try:
                     if st.pop.dead_letters():
                         self._forward_dead_letters(st)
@@ -379,6 +387,25 @@ class Consuming:
                 except (QuorumLogError, OSError) as e:
                     log.info("rocketmq door: housekeeping of %s/%s/%d failed: %s", st.group, st.topic,
                              st.queue_id, e)
+
+    async def _drop_if_idle(self, st: QueueState, now: int) -> bool:
+        """Stop serving a queue no consumer asked for lately, once nothing of it is in flight and its progress
+        is stored (a later receive loads it again from there)."""
+        stats = st.pop.stats(now)
+        if stats["in_flight"] or stats["dead_letters"] or st.forwarding:
+            return False
+        try:
+            await self._persist()
+        except (QuorumLogError, OSError):
+            return False
+        if st.pop.committed > st.persisted:
+            return False
+        self.states.pop((st.group, st.topic, st.queue_id), None)
+        if st.fetcher is not None:
+            st.fetcher.cancel()
+        log.info("rocketmq door: idle, no longer serving group=%s topic=%s queue=%d (offset %d stored)", st.group,
+                 st.topic, st.queue_id, st.persisted)
+        return True
 
     async def _poll_transactions(self, st: QueueState, now: int) -> None:
         prefix = metadata.transaction_prefix(st.topic, st.queue_id)
