@@ -236,3 +236,26 @@ def test_fifo_groups_one_in_flight(fifo):
             await c.close()
 
     _run(main())
+
+
+def test_a_push_consumers_delivery_stays_invisible_while_its_client_lives_and_its_handle_stays_valid():
+    async def main():
+        topics = FakeTopics(2)
+        topics.add(0, b"slow")
+        topics.add(0, b"orphan")
+        c = await _door(topics)
+        try:
+            got = await _receive(c, invisible_ms=300)
+            assert [d.message.ref.body for _, d in got] == [b"slow", b"orphan"]
+            for st, d in got:
+                c.auto_renew(st, d, 300, "alive" if d.message.ref.body == b"slow" else "dead")
+            c.client_seen_ms["dead"] = 0  # (its heartbeats stopped)
+            again = await _receive(c, wait_ms=1_200, invisible_ms=10_000)
+            assert [(d.message.ref.body, d.attempt) for _, d in again] == [(b"orphan", 2)]  # renewed: slow not
+            c.client_seen_ms["alive"] = 2 ** 62
+            assert c.ack("cg", "t", c.handle_of(*got[0]))  # the handle the client was given, renewed since
+            assert not c.ack("cg", "t", c.handle_of(*got[1]))  # (delivered again: stale)
+        finally:
+            await c.close()
+
+    _run(main())

@@ -38,6 +38,9 @@ HOUSEKEEPING_INTERVAL_MS = 200
 TRANSACTION_POLL_MS = 500
 TRANSACTION_CHECK_AFTER_MS = 6_000  # RocketMQ's transactionTimeout
 POLICY_CACHE_MS = 5_000
+RENEW_AHEAD_MS = 5_000  # renew an auto_renew delivery this long before its invisible time ends
+RENEW_MAX_MS = 3 * 3600 * 1000  # and for at most this long (RocketMQ's proxy: renewMaxTimeMills 3 h)
+CLIENT_ALIVE_MS = 30_000  # a client heard from within this is alive (clients heartbeat every 10 s)
 STATE_IDLE_MS = 300_000  # a queue no consumer of the group asked for this long, with nothing in flight: dropped
 FETCH_BATCH = 256
 FETCH_WAIT_MS = 1_000
@@ -53,6 +56,18 @@ def wall_ms() -> int:
 
 class InvalidHandle(Exception):
     pass
+
+
+@dataclass(eq=False)
+class Renewal:
+    """A push consumer's delivery (auto_renew) the door keeps invisible while its client heartbeats: the client
+    keeps the handle it was given; the door renews under a new one and translates."""
+    state: "QueueState"
+    current: str  # the PopQueue handle of the live delivery
+    invisible_ms: int
+    invisible_until_ms: int
+    client_id: str
+    started_ms: int
 
 
 @dataclass(eq=False)
@@ -87,6 +102,8 @@ class Consuming:
         self._checked: dict[tuple[str, int, int], int] = {}  # (topic, queue, offset) -> when checked back
         self._dlq_topics: set[str] = set()
         self._tasks: list[asyncio.Task] = []
+        self._renewals: dict[str, Renewal] = {}  # the handle the client holds -> its renewal
+        self.client_seen_ms: dict[str, int] = {}  # client id -> when last heard from (the service updates it)
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -254,7 +271,35 @@ class Consuming:
                 break
         return out
 
+    def auto_renew(self, st: QueueState, d: Delivery, invisible_ms: int, client_id: str) -> None:
+        now = wall_ms()
+        self._renewals[self.handle_of(st, d)] = Renewal(st, d.handle, invisible_ms, d.invisible_until_ms, client_id,
+                                                        now)
+        self.client_seen_ms[client_id] = now
+
+    def _renew_all(self, now: int) -> None:
+        for handle, r in list(self._renewals.items()):
+            if r.invisible_until_ms - now > RENEW_AHEAD_MS:
+                continue
+            alive = now - self.client_seen_ms.get(r.client_id, 0) < CLIENT_ALIVE_MS
+            if not alive or now - r.started_ms > RENEW_MAX_MS:
+                del self._renewals[handle]  # (its invisible time runs out: delivered again)
+                continue
+            d = r.state.pop.change_invisible(r.current, r.invisible_ms, now)
+            if d is None:  # acked, expired, or delivered again meanwhile
+                del self._renewals[handle]
+            else:
+                r.current, r.invisible_until_ms = d.handle, d.invisible_until_ms
+
     def _parse(self, group: str, topic: str, handle: str) -> tuple[QueueState, str]:
+        """The state and PopQueue handle a client's handle names (through its renewal, if renewed)."""
+        r = self._renewals.get(handle)
+        if r is not None:
+            if (r.state.group, r.state.topic) != (group, topic) or self.states.get(
+                    (group, topic, r.state.queue_id)) is not r.state:
+                raise InvalidHandle(handle)
+            del self._renewals[handle]  # (the client acts on it now: renewing ends)
+            return r.state, r.current
         parts = handle.rsplit("/", 3)
         if len(parts) != 4 or parts[0] != self.node_id or parts[1] != self.nonce or not parts[2].isdigit():
             raise InvalidHandle(handle)
@@ -375,6 +420,9 @@ class Consuming:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_MS / 1000)
             now = wall_ms()
             self._checked = {k: t for k, t in self._checked.items() if now - t < 2 * TRANSACTION_CHECK_AFTER_MS}
+            self._renew_all(now)
+            if len(self.client_seen_ms) > 1000:
+                self.client_seen_ms = {c: t for c, t in self.client_seen_ms.items() if now - t < 10 * CLIENT_ALIVE_MS}
             for st in list(self.states.values()):
                 if now - st.last_receive_ms > STATE_IDLE_MS and await self._drop_if_idle(st, now):
                     continue

@@ -230,10 +230,13 @@ class MessagingService:
         return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq) for mq in queues])
 
     async def heartbeat(self, req: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
+        self.consuming.client_seen_ms[self._client_id(context)] = int(time.time() * 1000)
         return spb.HeartbeatResponse(status=OK)
 
     async def notify_client_termination(self, req, context) -> spb.NotifyClientTerminationResponse:
-        self.clients.pop(self._client_id(context), None)
+        client_id = self._client_id(context)
+        self.clients.pop(client_id, None)
+        self.consuming.client_seen_ms.pop(client_id, None)  # (its renewed messages come again when due)
         return spb.NotifyClientTerminationResponse(status=OK)
 
     # -- producing -------------------------------------------------------------------------------
@@ -389,6 +392,10 @@ class MessagingService:
         if not deliveries:
             yield spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
             return
+        if req.auto_renew:  # a push consumer: invisible while its client lives (RocketMQ's proxy renews too)
+            client_id = self._client_id(context)
+            for st, d in deliveries:
+                self.consuming.auto_renew(st, d, invisible_ms, client_id)
         yield spb.ReceiveMessageResponse(status=OK)
         for st, d in deliveries:
             yield spb.ReceiveMessageResponse(message=to_proto(
