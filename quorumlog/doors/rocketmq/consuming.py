@@ -470,8 +470,14 @@ class Consuming:
         for offset in st.pop.undecided(now, TRANSACTION_CHECK_AFTER_MS):
             st.pop.checked(offset, now)
             key = (st.topic, st.queue_id, offset)
-            if now - self._checked.get(key, 0) < TRANSACTION_CHECK_AFTER_MS:
-                continue  # (another group of this door asked just now)
+            if self.recently_checked(key, now):
+                continue  # (another group of this door, or the door that took the send, asked just now)
             m = st.held.get(offset)
             if m is not None and await self.check_back(st.topic, m):
-                self._checked[key] = now
+                self.mark_checked(key, now)
+
+    def recently_checked(self, key: tuple[str, int, int], now: int) -> bool:
+        return now - self._checked.get(key, 0) < TRANSACTION_CHECK_AFTER_MS
+
+    def mark_checked(self, key: tuple[str, int, int], now: int) -> None:
+        self._checked[key] = now

@@ -77,6 +77,7 @@ class RocketMqDoor:
         await server.start()
         self._server = server
         self._consuming.start()
+        self._service.start()
         self._register = asyncio.ensure_future(self._register_address())
         log.info("rocketmq door listening node=%s address=%s tls=%s", self.node_id, where, self.config.tls)
 
@@ -131,6 +132,8 @@ class RocketMqDoor:
             self._register.cancel()
         if self._server is not None:
             await self._server.stop(CLOSE_GRACE_S)
+        if self._service is not None:
+            await self._service.close()
         if self._consuming is not None:
             await self._consuming.close()
         await self._close_clients()

@@ -30,7 +30,7 @@ from ...errors import (BadRequest, EntryTooLarge, MetadataVersionConflict, Quoru
 from ...topic.message import encode_fields
 from ...topic.pop import Decision
 from . import metadata
-from .consuming import Consuming
+from .consuming import TRANSACTION_CHECK_AFTER_MS, Consuming
 from .convert import ConvertError, parse_filter, to_proto, to_stored
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ MAX_IN_FLIGHT_PER_GROUP = 2
 MAX_SEND_BATCH = 256  # sends in one request, and their bodies' bytes (one body may be larger: alone)
 MAX_SEND_BATCH_BYTES = 1024 * 1024
 MAX_GROUP_LOCKS = 100_000
+MAX_HALF_MESSAGES = 100_000  # half messages a door checks back itself (more: the consuming side still does)
+MAX_TRANSACTION_CHECKS = 15  # RocketMQ's transactionCheckMax: then the half message is left undecided
+HALF_SCAN_INTERVAL_S = 1.0
 BROKER_NAME = "quorumlog"
 AUTH_RE = re.compile(r"MQv2-HMAC-SHA1\s+Credential=([^,]+),\s*SignedHeaders=([^,]+),\s*Signature=([0-9a-fA-F]+)")
 
@@ -77,6 +80,15 @@ def code_of(e: QuorumLogError) -> int:
     if isinstance(e, Timeout):
         return pb.PROXY_TIMEOUT
     return pb.INTERNAL_SERVER_ERROR  # (the client retries these)
+
+
+@dataclass(eq=False)
+class _HalfMessage:
+    """A half message this door stored, checked back with its producer until an outcome is in `_meta`."""
+    message: TopicMessage
+    client_id: str
+    sent_ms: int
+    checks: int = 0
 
 
 @dataclass(eq=False)
@@ -113,7 +125,16 @@ class MessagingService:
         self._sent: OrderedDict[str, asyncio.Future] = OrderedDict()
         self._group_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._outbox: dict[str, _Outbox] = {}  # per topic group
+        self._half: OrderedDict[tuple[str, int, int], _HalfMessage] = OrderedDict()
+        self._tasks: list[asyncio.Task] = []
         self.requests = 0
+
+    def start(self) -> None:
+        self._tasks.append(asyncio.ensure_future(self._check_half_messages()))
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
 
     # -- plumbing ----------------------------------------------------------------------------------
     def handler(self) -> grpc.GenericRpcHandler:
@@ -243,12 +264,13 @@ class MessagingService:
     async def send_message(self, req: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
         if not req.messages:
             return spb.SendMessageResponse(status=status(pb.BAD_REQUEST, "no message"))
-        entries = [await self._send_one(m) for m in req.messages]
+        client_id = self._client_id(context)
+        entries = [await self._send_one(m, client_id) for m in req.messages]
         codes = {e.status.code for e in entries}
         overall = entries[0].status if len(codes) == 1 else status(pb.MULTIPLE_RESULTS, "per entry")
         return spb.SendMessageResponse(status=overall, entries=entries)
 
-    async def _send_one(self, message: pb.Message) -> spb.SendResultEntry:
+    async def _send_one(self, message: pb.Message, client_id: str) -> spb.SendResultEntry:
         mid = message.system_properties.message_id
         try:
             out = to_stored(message)
@@ -277,7 +299,34 @@ class MessagingService:
         entry = spb.SendResultEntry(status=OK, message_id=mid, offset=offset)
         if out.message_type == "TRANSACTION":
             entry.transaction_id = f"{q}:{offset}"
+            now = int(time.time() * 1000)
+            self._half[(out.topic, q, offset)] = _HalfMessage(
+                TopicMessage(out.topic, q, offset, out.body, out.key, out.tags, dict(out.properties), now), client_id,
+                now)
+            while len(self._half) > MAX_HALF_MESSAGES:
+                self._half.popitem(last=False)
         return entry
+
+    async def _check_half_messages(self) -> None:
+        """RocketMQ's transaction check: a half message this door stored that has no outcome after the
+        transaction timeout is checked back with its producer (or another of its topic at this door)."""
+        while True:
+            await asyncio.sleep(HALF_SCAN_INTERVAL_S)
+            now = int(time.time() * 1000)
+            for key, h in list(self._half.items()):
+                if now - h.sent_ms < TRANSACTION_CHECK_AFTER_MS or self.consuming.recently_checked(key, now):
+                    continue
+                try:
+                    decided = await self.meta.kv_get(metadata.transaction_key(*key))
+                except (QuorumLogError, OSError) as e:
+                    log.info("rocketmq door: transaction check of %s failed: %s", key, e)
+                    break
+                if decided is not None or h.checks >= MAX_TRANSACTION_CHECKS:
+                    self._half.pop(key, None)
+                    continue
+                if await self.check_back(key[0], h.message, prefer=h.client_id):
+                    h.checks += 1
+                    self.consuming.mark_checked(key, now)
 
     async def _store(self, out, queues: int) -> tuple[int, int]:
         if out.message_group:  # FIFO: the group's queue, and one send of the group in flight (order kept)
@@ -359,11 +408,14 @@ class MessagingService:
         except MetadataVersionConflict:
             pass  # decided already: the first decision stands
         self.consuming.decide(topic, int(q), int(offset), decision)
+        self._half.pop((topic, int(q), int(offset)), None)
         return spb.EndTransactionResponse(status=OK)
 
-    async def check_back(self, topic: str, m: TopicMessage) -> bool:
-        """Ask a connected producer of `topic` for a half message's outcome (RecoverOrphanedTransactionCommand)."""
-        for c in list(self.clients.values()):
+    async def check_back(self, topic: str, m: TopicMessage, prefer: str = "") -> bool:
+        """Ask a connected producer of `topic` (`prefer`, the one that sent it, first) for a half message's
+        outcome (RecoverOrphanedTransactionCommand)."""
+        first = self.clients.get(prefer)
+        for c in ([first] if first is not None else []) + list(self.clients.values()):
             if c.client_type == pb.PRODUCER and topic in c.topics and c.outbox is not None:
                 cmd = spb.TelemetryCommand()
                 cmd.recover_orphaned_transaction_command.message.CopyFrom(to_proto(m, store_host=self.store_host))
