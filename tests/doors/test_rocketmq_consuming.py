@@ -259,3 +259,25 @@ def test_a_push_consumers_delivery_stays_invisible_while_its_client_lives_and_it
             await c.close()
 
     _run(main())
+
+
+def test_an_idle_queue_is_dropped_after_its_progress_is_stored(monkeypatch):
+    from quorumlog.doors.rocketmq import consuming
+    monkeypatch.setattr(consuming, "STATE_IDLE_MS", 100)
+
+    async def main():
+        topics = FakeTopics(2)
+        topics.add(0, b"a")
+        c = await _door(topics)
+        try:
+            got = await _receive(c)
+            await asyncio.sleep(0.5)
+            assert list(c.states) == [("cg", "t", 0)]  # in flight: kept; the other queue, idle: dropped
+            assert c.ack("cg", "t", c.handle_of(*got[0]))
+            await asyncio.sleep(0.5)
+            assert c.states == {} and topics.routes.meta.kv[offset_key("cg", "t", 0)] == b"1"
+            assert [d.message.ref.body for _, d in await _receive(c, wait_ms=100)] == []  # loaded again from 1
+        finally:
+            await c.close()
+
+    _run(main())

@@ -163,6 +163,7 @@ def test_send_receive_ack_with_tags_keys_and_filters(cluster, clients):
     assert {m.key for m in raw} == {f"k{i}" for i in range(10)} and {m.tags for m in raw} == {"a", "b"}
     groups = _cli(cluster, "consumer-group", "describe", "cg-all")
     assert sum(r["lag"] for r in groups["queues"] if r["topic"] == "normal") == 0  # progress is in `_meta`
+    assert groups["retry_policy"]["default"] and groups["retry_policy"]["max_attempts"] == 16
 
 
 def test_invisible_time_redelivers_with_the_attempt_counted_then_the_dead_letter_queue(cluster, clients):
@@ -302,6 +303,11 @@ def test_bad_input_gets_a_status_and_the_door_keeps_serving(cluster, clients):
         assert unknown.status.code == pb.TOPIC_NOT_FOUND
         send = spb.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name="no-such-topic"), body=b"x")])
         assert stub.SendMessage(send, timeout=5).status.code == pb.TOPIC_NOT_FOUND
+        fifo = pb.Message(topic=pb.Resource(name="bad"), body=b"x")  # a FIFO message to a NORMAL topic
+        fifo.system_properties.message_group = "g"
+        fifo.system_properties.message_type = pb.FIFO
+        conflict = stub.SendMessage(spb.SendMessageRequest(messages=[fifo]), timeout=5)
+        assert conflict.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
         sql = spb.ReceiveMessageRequest(group=pb.Resource(name="cg-bad"), batch_size=1,
                                         message_queue=pb.MessageQueue(topic=pb.Resource(name="bad")),
                                         filter_expression=pb.FilterExpression(type=pb.SQL, expression="a > 1"))
