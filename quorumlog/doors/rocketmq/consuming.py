@@ -177,26 +177,36 @@ class Consuming:
     async def _fetch(self, st: QueueState) -> None:
         """Keep the PopQueue offered with what its queue holds, long-polling at its end."""
         while not self._closed:
-            if not st.pop.wants_more():
-                await asyncio.sleep(FETCH_FULL_SLEEP_MS / 1000)
-                continue
-            start = st.pop.next_fetch
             try:
-                pulled = await self.tc.pull(st.topic, st.queue_id, start, max_messages=FETCH_BATCH,
-                                            wait_ms=FETCH_WAIT_MS)
+                await self._fetch_once(st)
             except asyncio.CancelledError:
                 raise
-            except OffsetTooSmall as e:
-                log.warning("rocketmq door: %s/%d offset %d removed by retention (%s): skipping to the queue's "
-                            "start", st.topic, st.queue_id, start, e)
-                lo, _ = await self.tc.offsets(st.topic, st.queue_id)
-                self._offer(st, [], max(lo, start))
-                continue
             except (QuorumLogError, OSError) as e:
-                log.info("rocketmq door: pull %s/%d@%d failed: %s", st.topic, st.queue_id, start, e)
+                log.info("rocketmq door: reading %s/%d for %s failed: %s", st.topic, st.queue_id, st.group, e)
                 await asyncio.sleep(ERROR_BACKOFF_MS / 1000)
-                continue
-            self._offer(st, pulled.messages, pulled.next_offset)
+            except Exception:  # noqa: BLE001 - a bug must not stop the queue for good: logged, and again
+                log.exception("rocketmq door: reading %s/%d for %s", st.topic, st.queue_id, st.group)
+                await asyncio.sleep(ERROR_BACKOFF_MS / 1000)
+
+    async def _fetch_once(self, st: QueueState) -> None:
+        if not st.pop.wants_more():
+            await asyncio.sleep(FETCH_FULL_SLEEP_MS / 1000)
+            return
+        start = st.pop.next_fetch
+        try:
+            pulled = await self.tc.pull(st.topic, st.queue_id, start, max_messages=FETCH_BATCH, wait_ms=FETCH_WAIT_MS)
+        except OffsetTooSmall as e:
+            # retention removed messages this group had not consumed: go on from the queue's start (a new
+            # PopQueue: what was in flight is gone with the messages; its handles die)
+            lo, _ = await self.tc.offsets(st.topic, st.queue_id)
+            policy = await self.policy(st.group)
+            log.warning("rocketmq door: %s/%d offset %d removed by retention (%s): group %s goes on from %d",
+                        st.topic, st.queue_id, start, e, st.group, lo)
+            st.pop = PopQueue(max(lo, start), fifo=policy.fifo, max_attempts=policy.max_attempts,
+                              nonce=f"{self.nonce}/{next(self._serial)}")
+            st.held.clear()
+            return
+        self._offer(st, pulled.messages, pulled.next_offset)
 
     def _offer(self, st: QueueState, messages: list[TopicMessage], next_offset: int) -> None:
         """Offer `messages` (from st.pop.next_fetch on, maybe with gaps) and mark every offset up to next_offset
