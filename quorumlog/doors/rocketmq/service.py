@@ -532,7 +532,12 @@ class MessagingService:
 
         async def read() -> None:
             while True:
-                raw = await context.read()
+                try:
+                    raw = await context.read()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - the stream broke: end the call
+                    raw = grpc.aio.EOF
                 if raw is grpc.aio.EOF:
                     outbox.put_nowait(None)
                     return
@@ -577,7 +582,11 @@ class MessagingService:
             sub = s.subscription
             session.group = sub.group.name
             session.topics = {e.topic.name for e in sub.subscriptions}
-            policy = await self.consuming.policy(sub.group.name) if sub.group.name else metadata.GroupPolicy()
+            try:
+                policy = await self.consuming.policy(sub.group.name) if sub.group.name else metadata.GroupPolicy()
+            except (QuorumLogError, OSError) as e:  # (`_meta` unreachable now: the defaults, synced again later)
+                log.info("rocketmq door: the policy of group %s: %s", sub.group.name, e)
+                policy = metadata.GroupPolicy()
             out.subscription.group.CopyFrom(sub.group)
             out.subscription.subscriptions.extend(sub.subscriptions)
             out.subscription.fifo = policy.fifo
