@@ -27,7 +27,7 @@ from quorumlog.spark.local import LocalCluster
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 TOPICS = [("normal", 4, "NORMAL"), ("retry", 2, "NORMAL"), ("delay", 2, "DELAY"), ("tx", 2, "TRANSACTION"),
-          ("fifo", 4, "FIFO"), ("push", 2, "NORMAL"), ("bad", 1, "NORMAL")]
+          ("fifo", 4, "FIFO"), ("push", 2, "NORMAL"), ("bad", 1, "NORMAL"), ("fifo-push", 2, "FIFO")]
 
 
 def _cli(cluster: LocalCluster, *args: str) -> dict:
@@ -52,7 +52,9 @@ def cluster(tmp_path_factory):
                     await admin.create(name, queues)
                     await meta.kv_put(metadata.topic_type_key(name), metadata.encode_topic_type(mtype))
                 for name, policy in [("cg-fifo", metadata.GroupPolicy(fifo=True)),
-                                     ("cg-push", metadata.GroupPolicy(backoff_s=(1,)))]:
+                                     ("cg-push", metadata.GroupPolicy(backoff_s=(1,))),
+                                     ("cg-fifo-push", metadata.GroupPolicy(fifo=True, max_attempts=2,
+                                                                           backoff_s=(1,)))]:
                     await meta.kv_put(metadata.group_key(name), policy.encode())
                 while len(await meta.kv_list("doors/rocketmq/")) < 3:  # every door recorded its address
                     await asyncio.sleep(0.1)
@@ -281,6 +283,34 @@ def test_push_consumer_consumes_and_retries_with_backoff(cluster, clients):
     clients(PushConsumer(cfg, "cg-push", Listener(), {"push": FilterExpression()}))
     assert done.wait(40), dict(consumed)
     assert consumed["p7"] == [1, 2]  # failed once: back after the group's 1 s backoff, attempt 2
+
+
+def test_fifo_push_consumer_keeps_group_order_and_forwards_a_failing_message_to_the_dlq(cluster, clients):
+    """A FIFO push consumer retries a failing message in place (the group's 2 attempts, 1 s apart), then
+    forwards it to %DLQ%<group> (ForwardMessageToDeadLetterQueue) and goes on with its group, in order."""
+    cfg = _config(cluster)
+    producer = clients(Producer(cfg, ("fifo-push",)))
+    for i in range(5):
+        for g in ("a", "b"):
+            producer.send(_message("fifo-push", f"{g}:{i}", group=g))
+    seen = defaultdict(list)
+    lock = threading.Lock()
+    done = threading.Event()
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            g, i = message.body.decode().split(":")
+            with lock:
+                seen[g].append(int(i))
+                if len(seen["a"]) == 6 and len(seen["b"]) == 5:
+                    done.set()
+            return ConsumeResult.FAILURE if (g, i) == ("a", "2") else ConsumeResult.SUCCESS
+
+    clients(PushConsumer(cfg, "cg-fifo-push", Listener(), {"fifo-push": FilterExpression()}))
+    assert done.wait(40), dict(seen)
+    assert seen["a"] == [0, 1, 2, 2, 3, 4] and seen["b"] == [0, 1, 2, 3, 4]
+    dlq = clients(SimpleConsumer(cfg, "cg-fifo-dlq", {"%DLQ%cg-fifo-push": FilterExpression()}, await_duration=3))
+    assert [m.body for m in _receive(dlq, 1, 20)] == [b"a:2"]
 
 
 def _stub(cluster: LocalCluster, node: int = 0):
