@@ -25,10 +25,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple
 
-from crc32c import crc32c
-
 from ..codes import ResponseCode
 from ..errors import BadRequest, GroupExists, MetadataVersionConflict, QuorumLogError, TopicNotExist
+from ..format.log_entry import crc32c
 from ..peers import Address, parse_peers
 from ..topic.message import (DEFAULT_MAX_MESSAGE_BYTES, FLAG_CONFIG, TOPIC_RE, Message, decode_pulled, encode,
                              encode_fields)

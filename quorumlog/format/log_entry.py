@@ -27,8 +27,6 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-import crc32c as _crc32c
-
 log = logging.getLogger(__name__)
 
 ENTRY_MAGIC = 0x514C4531  # "QLE1"
@@ -56,8 +54,6 @@ CHANNEL_BATCH_CONTINUES = 4  # more entries of the same atomic batch follow this
 MEMBERSHIP_PRODUCER_ID = (1 << 64) - 1
 PRODUCER_TAG = struct.Struct(">QQI")  # client_id, seq, batch_count
 PRODUCER_TAG_SIZE = PRODUCER_TAG.size
-
-crc32c = _crc32c.crc32c
 
 # The compiled fast path (quorumlog/format/_fastcodec.c): the same records and the same accept/reject
 # decisions as the Python below, which stays the reference. Optional at build time; QUORUMLOG_PURE_PYTHON=1
@@ -91,6 +87,19 @@ def _load_fast():
 
 
 compiled = _load_fast()
+
+
+def _crc32c_function():
+    """CRC32C (Castagnoli): the compiled codec's, which is the `crc32c` package's function (parity-tested), or
+    that package's in the pure Python path. (The package's own import reads its installed metadata: 80 ms that
+    every command would pay before it did anything.)"""
+    if compiled is not None:
+        return compiled.crc32c
+    from crc32c import crc32c as package_crc32c
+    return package_crc32c
+
+
+crc32c = _crc32c_function()
 
 
 def compiled_codec() -> str | None:

@@ -24,10 +24,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from crc32c import crc32c
 
 from ..errors import BadRequest, EntryTooLarge
-from ..format.log_entry import load_compiled
+from ..format.log_entry import crc32c, load_compiled
 
 MAGIC = b"QLM"
 VERSION = 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import array
 import struct
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..codes import ResponseCode
 from ..errors import CorruptEntry, LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -30,16 +30,18 @@ from ..wire.client import (
     GroupResponse, KvItem, KvRequest, KvResponse, PackedMessages, TopicRequest, TopicResponse, ConsumerGroupRequest,
     ConsumerGroupResponse, HaControllerRequest, HaControllerResponse,
 )
-from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
-from ..wire.messages import (
-    HaEpochs, HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse, PushType,
-    TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult,
-)
 from .frames import FRAME_HEADER
 from .kinds import Kind
 
+if TYPE_CHECKING:
+    from ..wire.ledger import BookieOp, BookieOpRequest, BookieOpResponse
+    from ..wire.messages import (
+        HaEpochs, HaReport, HaTransfer, HeartbeatRequest, HeartbeatResponse, Message, PushRequest, PushResponse,
+        PushType, TakeLeadershipRequest, VoteRequest, VoteResponse, VoteResult,
+    )
+
 Buffer = bytes | bytearray | memoryview
-AnyMessage = Message | ClientRequest | ClientResponse
+AnyMessage = Any  # a peer Message, a ClientRequest or a ClientResponse
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -374,16 +376,6 @@ def _enc_json_resp(kind: Kind) -> Callable[[Any], list[Buffer]]:
 
 
 _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
-    VoteRequest: _enc_vote_req,
-    VoteResponse: _enc_vote_resp,
-    HeartbeatRequest: _enc_hb_req,
-    HeartbeatResponse: _enc_hb_resp,
-    PushRequest: _enc_push_req,
-    PushResponse: _enc_push_resp,
-    TakeLeadershipRequest: _enc_take,
-    HaReport: _enc_ha_report,
-    HaTransfer: _enc_ha_transfer,
-    HaEpochs: _enc_ha_epochs,
     AppendRequest: _enc_append_req,
     AppendResponse: _enc_append_resp,
     ReadRequest: _enc_read_req,
@@ -398,8 +390,6 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
     GroupResponse: _enc_group_resp,
     KvRequest: _enc_kv_req,
     KvResponse: _enc_kv_resp,
-    BookieOpRequest: _enc_bookie_req,
-    BookieOpResponse: _enc_bookie_resp,
     TopicRequest: _enc_topic_req,
     TopicResponse: _enc_topic_resp,
     ConsumerGroupRequest: _enc_json_req(Kind.CONSUMER_GROUP_REQUEST),
@@ -409,11 +399,6 @@ _ENCODERS: dict[type, Callable[..., list[Buffer]]] = {
 }
 
 KIND_OF: dict[type, Kind] = {
-    VoteRequest: Kind.VOTE_REQUEST, VoteResponse: Kind.VOTE_RESPONSE,
-    HeartbeatRequest: Kind.HEARTBEAT_REQUEST, HeartbeatResponse: Kind.HEARTBEAT_RESPONSE,
-    PushRequest: Kind.PUSH_REQUEST, PushResponse: Kind.PUSH_RESPONSE,
-    TakeLeadershipRequest: Kind.TAKE_LEADERSHIP_REQUEST,
-    HaReport: Kind.HA_REPORT, HaTransfer: Kind.HA_TRANSFER, HaEpochs: Kind.HA_EPOCHS,
     AppendRequest: Kind.APPEND_REQUEST, AppendResponse: Kind.APPEND_RESPONSE,
     ReadRequest: Kind.READ_REQUEST, ReadResponse: Kind.READ_RESPONSE,
     StatusRequest: Kind.STATUS_REQUEST, StatusResponse: Kind.STATUS_RESPONSE,
@@ -421,7 +406,6 @@ KIND_OF: dict[type, Kind] = {
     MemberChangeRequest: Kind.MEMBER_CHANGE_REQUEST, MemberChangeResponse: Kind.MEMBER_CHANGE_RESPONSE,
     GroupRequest: Kind.GROUP_REQUEST, GroupResponse: Kind.GROUP_RESPONSE,
     KvRequest: Kind.KV_REQUEST, KvResponse: Kind.KV_RESPONSE,
-    BookieOpRequest: Kind.BOOKIE_REQUEST, BookieOpResponse: Kind.BOOKIE_RESPONSE,
     TopicRequest: Kind.TOPIC_REQUEST, TopicResponse: Kind.TOPIC_RESPONSE,
     ConsumerGroupRequest: Kind.CONSUMER_GROUP_REQUEST, ConsumerGroupResponse: Kind.CONSUMER_GROUP_RESPONSE,
     HaControllerRequest: Kind.HA_CONTROLLER_REQUEST, HaControllerResponse: Kind.HA_CONTROLLER_RESPONSE,
@@ -432,6 +416,9 @@ def encode(msg: AnyMessage) -> list[Buffer]:
     """Whole frame(s) for msg as buffers for writelines. Raises LocalProtocolError (a ValueError) for a message we cannot
     encode (a field out of its wire range) — that is our bug, not the peer's."""
     enc = _ENCODERS.get(type(msg))
+    if enc is None and not _node_kinds_loaded:
+        _load_node_kinds()
+        enc = _ENCODERS.get(type(msg))
     if enc is None:
         raise TypeError(f"not a wire message: {type(msg).__name__}")
     try:
@@ -806,16 +793,6 @@ def _dec_json_resp(cls) -> Callable[[memoryview], Any]:
 
 
 _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
-    Kind.VOTE_REQUEST: _dec_vote_req,
-    Kind.VOTE_RESPONSE: _dec_vote_resp,
-    Kind.HEARTBEAT_REQUEST: _dec_hb_req,
-    Kind.HEARTBEAT_RESPONSE: _dec_hb_resp,
-    Kind.PUSH_REQUEST: _dec_push_req,
-    Kind.PUSH_RESPONSE: _dec_push_resp,
-    Kind.TAKE_LEADERSHIP_REQUEST: _dec_take,
-    Kind.HA_REPORT: _dec_ha_report,
-    Kind.HA_TRANSFER: _dec_ha_transfer,
-    Kind.HA_EPOCHS: _dec_ha_epochs,
     Kind.APPEND_REQUEST: _dec_append_req,
     Kind.APPEND_RESPONSE: _dec_append_resp,
     Kind.READ_REQUEST: _dec_read_req,
@@ -830,8 +807,6 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
     Kind.GROUP_RESPONSE: _dec_group_resp,
     Kind.KV_REQUEST: _dec_kv_req,
     Kind.KV_RESPONSE: _dec_kv_resp,
-    Kind.BOOKIE_REQUEST: _dec_bookie_req,
-    Kind.BOOKIE_RESPONSE: _dec_bookie_resp,
     Kind.TOPIC_REQUEST: _dec_topic_req,
     Kind.TOPIC_RESPONSE: _dec_topic_resp,
     Kind.CONSUMER_GROUP_REQUEST: _dec_json_req(ConsumerGroupRequest),
@@ -841,9 +816,68 @@ _DECODERS: dict[int, Callable[[memoryview], AnyMessage]] = {
 }
 
 
+# Peer messages (Raft, HA) and bookie ops: only nodes and the ledger client exchange them, so their classes are
+# imported at the first such frame, and a command that only asks a node something does not build them (a
+# quarter of its start-up). The functions above name them as module globals, bound here.
+_node_kinds_loaded = False
+
+
+def _load_node_kinds() -> None:
+    global _node_kinds_loaded
+    if _node_kinds_loaded:
+        return
+    from ..wire import ledger, messages
+    globals().update({name: getattr(messages, name) for name in _PEER_NAMES})
+    globals().update({name: getattr(ledger, name) for name in ("BookieOp", "BookieOpRequest", "BookieOpResponse")})
+    _ENCODERS.update({
+        VoteRequest: _enc_vote_req,
+        VoteResponse: _enc_vote_resp,
+        HeartbeatRequest: _enc_hb_req,
+        HeartbeatResponse: _enc_hb_resp,
+        PushRequest: _enc_push_req,
+        PushResponse: _enc_push_resp,
+        TakeLeadershipRequest: _enc_take,
+        HaReport: _enc_ha_report,
+        HaTransfer: _enc_ha_transfer,
+        HaEpochs: _enc_ha_epochs,
+        BookieOpRequest: _enc_bookie_req,
+        BookieOpResponse: _enc_bookie_resp,
+    })
+    KIND_OF.update({
+        VoteRequest: Kind.VOTE_REQUEST, VoteResponse: Kind.VOTE_RESPONSE,
+        HeartbeatRequest: Kind.HEARTBEAT_REQUEST, HeartbeatResponse: Kind.HEARTBEAT_RESPONSE,
+        PushRequest: Kind.PUSH_REQUEST, PushResponse: Kind.PUSH_RESPONSE,
+        TakeLeadershipRequest: Kind.TAKE_LEADERSHIP_REQUEST,
+        HaReport: Kind.HA_REPORT, HaTransfer: Kind.HA_TRANSFER, HaEpochs: Kind.HA_EPOCHS,
+        BookieOpRequest: Kind.BOOKIE_REQUEST, BookieOpResponse: Kind.BOOKIE_RESPONSE,
+    })
+    _DECODERS.update({
+        Kind.VOTE_REQUEST: _dec_vote_req,
+        Kind.VOTE_RESPONSE: _dec_vote_resp,
+        Kind.HEARTBEAT_REQUEST: _dec_hb_req,
+        Kind.HEARTBEAT_RESPONSE: _dec_hb_resp,
+        Kind.PUSH_REQUEST: _dec_push_req,
+        Kind.PUSH_RESPONSE: _dec_push_resp,
+        Kind.TAKE_LEADERSHIP_REQUEST: _dec_take,
+        Kind.HA_REPORT: _dec_ha_report,
+        Kind.HA_TRANSFER: _dec_ha_transfer,
+        Kind.HA_EPOCHS: _dec_ha_epochs,
+        Kind.BOOKIE_REQUEST: _dec_bookie_req,
+        Kind.BOOKIE_RESPONSE: _dec_bookie_resp,
+    })
+    _node_kinds_loaded = True
+
+
+_PEER_NAMES = ("HaEpochs", "HaReport", "HaTransfer", "HeartbeatRequest", "HeartbeatResponse", "PushRequest",
+               "PushResponse", "PushType", "TakeLeadershipRequest", "VoteRequest", "VoteResponse", "VoteResult")
+
+
 def decode(kind: int, payload: Buffer) -> AnyMessage:
     """The message in one frame's payload. Raises ProtocolError (only) when it is not a valid message."""
     dec = _DECODERS.get(kind)
+    if dec is None and not _node_kinds_loaded:
+        _load_node_kinds()
+        dec = _DECODERS.get(kind)
     if dec is None:
         raise RemoteProtocolError(f"unknown frame kind {kind}")
     view = payload if isinstance(payload, memoryview) else memoryview(payload)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from quorumlog.codes import ResponseCode
 from quorumlog.errors import BadRequest, CorruptEntry, WatchCompacted
-from quorumlog.meta import KVStore, encode_delete, encode_put
+from quorumlog.meta.kv import KVStore, encode_delete, encode_put
 from quorumlog.meta.kv import MAX_KEY_BYTES, decode_command
 
 OK, CONFLICT = ResponseCode.SUCCESS, ResponseCode.METADATA_VERSION_CONFLICT

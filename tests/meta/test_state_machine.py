@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quorumlog.errors import IndexOutOfRange
-from quorumlog.meta import KVStore, encode_delete, encode_put
+from quorumlog.meta.kv import KVStore, encode_delete, encode_put
 from quorumlog.meta.state_machine import StateMachineRunner
 from quorumlog.store.memory import MemoryStore
 

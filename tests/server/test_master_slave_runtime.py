@@ -12,7 +12,7 @@ from quorumlog.server.flush_thread import FsyncWorker
 from quorumlog.server.master_slave.member import MasterSlaveReplica
 from quorumlog.server.metrics import NodeMetrics
 from quorumlog.clock import monotonic_ms as now_ms
-from quorumlog.wire.client import AppendRequest
+from quorumlog.wire.client import AppendRequest, ReadRequest
 from quorumlog.wire.messages import HaEpochs, HaReport, HaTransfer
 
 PEERS = {"n0": ("127.0.0.1", 1), "n1": ("127.0.0.1", 2), "n2": ("127.0.0.1", 3)}
@@ -345,5 +345,28 @@ def test_a_master_without_a_lease_opens_no_session(tmp_path):
         r.term.lease_until_ms = now_ms() + 60_000
         r.on_peer_message(HaReport("n1", "n0", 1, 0, hello=True))
         assert _frames(host, HaEpochs) and "n1" in r._connections
+        await r.close()
+    asyncio.run(main())
+
+
+def test_a_linearizable_read_is_served_by_the_master_only_under_the_controllers_lease(tmp_path):
+    """The lease is what makes a master the only one: with it a linearizable read is answered with everything
+    acknowledged; once it lapsed (another master may be elected meanwhile) the read is refused with NOT_LEADER,
+    while a plain read still is served."""
+    async def main() -> None:
+        r, host = await _master(tmp_path, min_in_sync_replicas=1, sync_state_set=("n0",))
+        assert (await _append(r, b"acked")).responses[0].code == ResponseCode.SUCCESS
+
+        async def read(linearizable: bool):
+            s = _Session()
+            await r.on_client_request(s, ReadRequest(2, 0, linearizable=linearizable))
+            return s.responses[0]
+
+        answered = await read(True)
+        assert answered.code == ResponseCode.SUCCESS and answered.records is not None
+        r.term.drop_lease()
+        refused = await read(True)
+        assert refused.code == ResponseCode.NOT_LEADER and "lease" in refused.message
+        assert (await read(False)).code == ResponseCode.SUCCESS
         await r.close()
     asyncio.run(main())

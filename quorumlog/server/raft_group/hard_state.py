@@ -14,8 +14,7 @@ import json
 import os
 import struct
 
-from crc32c import crc32c
-
+from ...format.log_entry import crc32c
 from ...raft.types import HardState
 from ...store.files import atomic_write_file, fsync_dir
 
