@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from crc32c import crc32c
+from ...format.log_entry import crc32c
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 P_MESSAGE_ID = "UNIQ_KEY"
