@@ -375,5 +375,8 @@ def test_bad_input_gets_a_status_and_the_door_keeps_serving(cluster, clients):
                 group=pb.Resource(name="cg-bad"), topic=pb.Resource(name="bad"),
                 entries=[spb.AckMessageEntry(receipt_handle=old)]), timeout=5).status.code == pb.INVALID_RECEIPT_HANDLE
         # still serving
-        ok = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="bad")), timeout=5)
-        assert ok.status.code == pb.OK and len(ok.message_queues[0].broker.endpoints.addresses) == 3
+        route = spb.QueryRouteRequest(topic=pb.Resource(name="bad"))
+        for language, doors in (("PYTHON", 3), ("JAVA", 1), ("GOLANG", 1), (None, 1)):
+            md = [("x-mq-language", language)] if language else []
+            ok = stub.QueryRoute(route, metadata=md, timeout=5)  # (every door only to a pick-first client)
+            assert ok.status.code == pb.OK and len(ok.message_queues[0].broker.endpoints.addresses) == doors

@@ -42,7 +42,7 @@ class RocketMqDoor:
         self._consuming: Consuming | None = None
         self._service: MessagingService | None = None
         self._register: asyncio.Task | None = None
-        self._endpoints: tuple[pb.Endpoints, float] | None = None
+        self._endpoints: tuple[list[str], float] | None = None
         self._registered = False
         self._closed = False
 
@@ -93,24 +93,26 @@ class RocketMqDoor:
                 log.debug("rocketmq door: recording the address failed (%s): again", e)
                 await asyncio.sleep(REGISTER_RETRY_MS / 1000)
 
-    async def endpoints(self) -> pb.Endpoints:
-        """Every door of the cluster (from `_meta`), as one Endpoints: the client makes one channel over all of
-        them and moves to the next at once when one dies. With host names, or with TLS, only this door: a client
-        takes one address per DNS name, and over TLS grpc checks the certificate against a multi-address
-        target's whole address list as one host name, which no certificate names."""
+    async def endpoints(self, every_door: bool = True) -> pb.Endpoints:
+        """Every door of the cluster (from `_meta`), as one Endpoints: a client that keeps one connection (the
+        Python client's pick-first channel) makes one channel over all of them and moves to the next at once
+        when one dies. Only this door when `every_door` is false (a client that spreads its calls over the
+        addresses: the Java client's round robin would take a receive to one door and its ack to another), with
+        host names (a client takes one address per DNS name), or with TLS (grpc checks the certificate of a
+        multi-address target against its whole address list as one host name, which no certificate names)."""
         now = time.monotonic()
-        if self._endpoints is not None and now - self._endpoints[1] < ENDPOINTS_CACHE_S:
-            return self._endpoints[0]
-        addresses = {self.advertised}
-        try:
-            assert self._tc is not None
-            for kv in await self._tc.routes.meta.kv_list(f"{DOORS_PREFIX}{self.kind}/"):
-                addresses.add(kv.value.decode())
-        except (QuorumLogError, OSError, UnicodeDecodeError) as e:
-            log.info("rocketmq door: listing the doors failed: %s", e)
-        hosts = [a.rsplit(":", 1) for a in sorted(addresses)]
+        if self._endpoints is None or now - self._endpoints[1] >= ENDPOINTS_CACHE_S:
+            addresses = {self.advertised}
+            try:
+                assert self._tc is not None
+                for kv in await self._tc.routes.meta.kv_list(f"{DOORS_PREFIX}{self.kind}/"):
+                    addresses.add(kv.value.decode())
+            except (QuorumLogError, OSError, UnicodeDecodeError) as e:
+                log.info("rocketmq door: listing the doors failed: %s", e)
+            self._endpoints = (sorted(addresses), now)
+        hosts = [a.rsplit(":", 1) for a in self._endpoints[0]]
         out = pb.Endpoints()
-        if not self.config.tls and all(_is_ipv4(h) for h, _ in hosts):
+        if every_door and not self.config.tls and all(_is_ipv4(h) for h, _ in hosts):
             out.scheme = pb.IPv4
             for h, p in hosts:
                 out.addresses.add(host=h, port=int(p))
@@ -118,7 +120,6 @@ class RocketMqDoor:
             h, p = self.advertised.rsplit(":", 1)
             out.scheme = pb.IPv4 if _is_ipv4(h) else pb.DOMAIN_NAME
             out.addresses.add(host=h, port=int(p))
-        self._endpoints = (out, now)
         return out
 
     async def _check_back(self, topic: str, m: Any) -> bool:

@@ -56,6 +56,10 @@ MAX_HALF_MESSAGES = 100_000  # half messages a door checks back itself (more: th
 MAX_TRANSACTION_CHECKS = 15  # RocketMQ's transactionCheckMax: then the half message is left undecided
 HALF_SCAN_INTERVAL_S = 1.0
 BROKER_NAME = "quorumlog"
+# Clients that keep one connection over a multi-address route (grpc's default pick-first): they get every door in
+# each route and fail over at once. Others get the answering door only: the Java client balances its calls round
+# robin over a route's addresses, which would take a receive to one door and its ack to another.
+PICK_FIRST_LANGUAGES = frozenset({"PYTHON"})
 AUTH_RE = re.compile(r"MQv2-HMAC-SHA1\s+Credential=([^,]+),\s*SignedHeaders=([^,]+),\s*Signature=([0-9a-fA-F]+)")
 
 
@@ -110,7 +114,7 @@ class ClientSession:
 
 class MessagingService:
     def __init__(self, tc: TopicClient, consuming: Consuming, *, node_id: str, token: str | None,
-                 endpoints: Callable[[], Awaitable[pb.Endpoints]], store_host: str) -> None:
+                 endpoints: Callable[[bool], Awaitable[pb.Endpoints]], store_host: str) -> None:
         self.tc = tc
         self.meta = tc.routes.meta
         self.consuming = consuming
@@ -226,11 +230,15 @@ class MessagingService:
             got = self._types[topic] = (metadata.decode_topic_type(raw[0] if raw else None), time.monotonic())
         return got[0]
 
-    async def _message_queues(self, topic: str) -> list[pb.MessageQueue]:
+    async def _message_queues(self, topic: str, context) -> list[pb.MessageQueue]:
         n = await self.queues_of(topic, refresh=True)
         ttype = await self.topic_type(topic)
         accept = [pb.MessageType.Value(ttype)] if ttype else [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
-        endpoints = await self.endpoints()
+        language = ""
+        for k, v in context.invocation_metadata() or ():
+            if k == "x-mq-language":
+                language = str(v).upper()
+        endpoints = await self.endpoints(language in PICK_FIRST_LANGUAGES)
         out = []
         for q in range(n):
             mq = pb.MessageQueue(id=q, permission=pb.READ_WRITE, accept_message_types=accept)
@@ -242,12 +250,12 @@ class MessagingService:
         return out
 
     async def query_route(self, req: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
-        return spb.QueryRouteResponse(status=OK, message_queues=await self._message_queues(req.topic.name))
+        return spb.QueryRouteResponse(status=OK, message_queues=await self._message_queues(req.topic.name, context))
 
     async def query_assignment(self, req: spb.QueryAssignmentRequest, context) -> spb.QueryAssignmentResponse:
         if not req.group.name:
             return spb.QueryAssignmentResponse(status=status(pb.ILLEGAL_CONSUMER_GROUP, "no consumer group"))
-        queues = await self._message_queues(req.topic.name)
+        queues = await self._message_queues(req.topic.name, context)
         return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq) for mq in queues])
 
     async def heartbeat(self, req: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
