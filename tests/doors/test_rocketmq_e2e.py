@@ -327,6 +327,12 @@ def test_bad_input_gets_a_status_and_the_door_keeps_serving(cluster, clients):
             raw(b"\xff\xff\xff\xff garbage", timeout=5)
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.RpcError) as e:
+            list(channel.unary_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage")(b"\x0a\xff", timeout=5))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        telemetry = channel.stream_stream("/apache.rocketmq.v2.MessagingService/Telemetry")
+        answers = list(telemetry(iter([b"\xff\xff"]), timeout=5))
+        assert [spb.TelemetryCommand.FromString(a).status.code for a in answers] == [pb.BAD_REQUEST]
+        with pytest.raises(grpc.RpcError) as e:
             channel.unary_unary("/apache.rocketmq.v2.MessagingService/NoSuchThing")(b"", timeout=5)
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
         unknown = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="no-such-topic")), timeout=5)
