@@ -118,3 +118,31 @@ def test_metadata_records():
         metadata.GroupPolicy(max_attempts=0)
     assert metadata.transaction_key("t", 1, 5) == "rocketmq/transactions/t/1/5"
     assert metadata.dead_letter_topic("g") == "%DLQ%g"
+
+
+def test_the_signature_check_takes_rocketmqs_header_with_the_token_as_secret():
+    import hmac
+    from hashlib import sha1
+    from types import SimpleNamespace
+
+    from quorumlog.doors.rocketmq.service import MessagingService
+
+    def context(md):
+        return SimpleNamespace(invocation_metadata=lambda: md)
+
+    svc = MessagingService(SimpleNamespace(routes=SimpleNamespace(meta=None)), None, node_id="n0", token="tok",
+                           endpoints=None, store_host="")
+    when = "20261201T223344Z"
+    sig = hmac.new(b"tok", when.encode(), sha1).hexdigest()
+    header = f"MQv2-HMAC-SHA1 Credential=ak, SignedHeaders=x-mq-date-time, Signature={sig}"
+    assert svc.authorized(context([("x-mq-date-time", when), ("authorization", header)]))
+    assert svc.authorized(context([("x-mq-date-time", when), ("authorization", header.upper().replace(
+        "CREDENTIAL=AK", "Credential=ak").replace("SIGNEDHEADERS=X-MQ-DATE-TIME", "SignedHeaders=x-mq-date-time")
+        .replace("MQV2-HMAC-SHA1", "MQv2-HMAC-SHA1").replace("SIGNATURE=", "Signature="))]))  # hex in capitals
+    assert not svc.authorized(context([("x-mq-date-time", "20261201T223345Z"), ("authorization", header)]))
+    assert not svc.authorized(context([("authorization", header)]))
+    assert not svc.authorized(context([("x-mq-date-time", when), ("authorization", header.replace("ak", " "))]))
+    assert not svc.authorized(context([]))
+    open_door = MessagingService(SimpleNamespace(routes=SimpleNamespace(meta=None)), None, node_id="n0", token=None,
+                                 endpoints=None, store_host="")
+    assert open_door.authorized(context([]))
