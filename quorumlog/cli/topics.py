@@ -16,17 +16,27 @@ from typing import Any, List, Optional
 import typer
 from rich.table import Table
 
+from ..client.client import Client
 from ..client.consumer import Consumer, describe_group
+from ..client.kv import META_GROUP
+from ..errors import NoSuchKey
 from ..client.topics import DEFAULT_QUEUES, TopicAdmin, TopicClient, TopicMessage
+from ..doors.rocketmq import metadata as rocketmq_meta
 from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
 
 topic_app = typer.Typer(help="Create, list, describe or delete topics", no_args_is_help=True)
-consumer_group_app = typer.Typer(help="Consumer groups: describe", no_args_is_help=True)
+consumer_group_app = typer.Typer(help="Consumer groups: create (a RocketMQ retry policy), describe",
+                                 no_args_is_help=True)
 FOLLOW_POLL_MS = 1_000
 
 
 def _peers(peers: Optional[str], cluster: Optional[str]) -> dict:
     return resolve_target(peers, cluster, None).peers
+
+
+def _meta(peers: dict, timeout_ms: int) -> Client:
+    """A client of the `_meta` group (the RocketMQ door's records: docs/rocketmq.md)."""
+    return Client(peers, group=META_GROUP, timeout_ms=timeout_ms)
 
 
 @topic_app.command("create")
@@ -41,24 +51,35 @@ def create(name: str = typer.Argument(..., help="Topic name: 1..127 of letters, 
                                             "(on the log's clock; 0: keep)"),
            retention_bytes: int = typer.Option(0, "--retention-bytes", min=0, help="Keep at most this many bytes "
                                                "of messages per queue (0: no limit)"),
+           message_type: str = typer.Option("NORMAL", "--message-type", "--type",
+                                            help="The RocketMQ message type it takes: NORMAL, FIFO, DELAY or "
+                                                 "TRANSACTION (docs/rocketmq.md)"),
            peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
            json_out: bool = JsonOpt) -> None:
     """Create a topic; prints the group of each queue."""
     if spread and groups:
         usage("--spread and --groups: one or the other (--spread is every topic group)")
+    try:
+        message_type = rocketmq_meta.check_message_type(message_type)
+    except ValueError as e:
+        usage(f"--message-type: {e}")
     named = [g.strip() for g in groups.split(",") if g.strip()] if groups else None
 
     async def go():
-        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
-            return await admin.create(name, queues, named, retention_ms=retention_ms,
-                                      retention_bytes=retention_bytes)
+        target = _peers(peers, cluster)
+        async with TopicAdmin(target, timeout_ms=timeout_ms) as admin:
+            placement = await admin.create(name, queues, named, retention_ms=retention_ms,
+                                           retention_bytes=retention_bytes)
+        async with _meta(target, timeout_ms) as meta:  # (created: this is the topic's first type record)
+            await meta.kv_put(rocketmq_meta.topic_type_key(name), rocketmq_meta.encode_topic_type(message_type))
+        return placement
 
     placement = run(go())
     if json_out:
-        print_json({"topic": name, "queues": placement})
+        print_json({"topic": name, "queues": placement, "message_type": message_type})
     else:
-        out_console.print(f"topic {name}: {len(placement)} queues on {', '.join(sorted(set(placement)))}",
-                          highlight=False)
+        out_console.print(f"topic {name}: {len(placement)} queues on {', '.join(sorted(set(placement)))}, "
+                          f"{message_type} messages", highlight=False)
 
 
 @topic_app.command("alter")
@@ -107,16 +128,21 @@ def list_topics(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Cluste
 @topic_app.command("describe")
 def describe(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
              timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
-    """Per queue: its group and its min / max queue offsets."""
+    """Per queue: its group and its min / max queue offsets; and the RocketMQ message type it takes."""
     async def go():
-        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
-            return await admin.describe(name)
+        target = _peers(peers, cluster)
+        async with TopicAdmin(target, timeout_ms=timeout_ms) as admin:
+            rows = await admin.describe(name)
+        async with _meta(target, timeout_ms) as meta:
+            raw = await meta.kv_get(rocketmq_meta.topic_type_key(name))
+        return rows, rocketmq_meta.decode_topic_type(raw[0] if raw else None)
 
-    rows = run(go())
+    rows, message_type = run(go())
+    shown_type = message_type or "any"  # (no record: made by the own client or Kafka; takes every type)
     if json_out:
-        print_json({"topic": name, "queues": rows})
+        print_json({"topic": name, "queues": rows, "message_type": shown_type})
         return
-    table = Table(title=f"topic {name}")
+    table = Table(title=f"topic {name} ({shown_type} messages)")
     for col in ("queue_id", "group", "min_offset", "max_offset"):
         table.add_column(col, justify="left" if col == "group" else "right")
     for r in rows:
@@ -129,8 +155,14 @@ def delete(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, clu
            timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
     """Delete a topic's route (its messages stay in the groups' logs until retention deletes them)."""
     async def go():
-        async with TopicAdmin(_peers(peers, cluster), timeout_ms=timeout_ms) as admin:
+        target = _peers(peers, cluster)
+        async with TopicAdmin(target, timeout_ms=timeout_ms) as admin:
             await admin.delete(name)
+        async with _meta(target, timeout_ms) as meta:  # and its RocketMQ type, if it had one
+            try:
+                await meta.kv_delete(rocketmq_meta.topic_type_key(name))
+            except NoSuchKey:
+                pass
 
     run(go())
     if json_out:
@@ -270,17 +302,66 @@ def generation_text(generation: int) -> str:
     return f"{generation >> 32}.{generation & 0xFFFF_FFFF}" if generation >= 1 << 32 else str(generation)
 
 
+@consumer_group_app.command("create")
+def create_consumer_group(group: str = typer.Argument(..., help="Consumer group name"),
+                          max_attempts: int = typer.Option(rocketmq_meta.DEFAULT_MAX_ATTEMPTS, "--max-attempts",
+                                                           min=1, max=rocketmq_meta.MAX_ATTEMPTS_LIMIT,
+                                                           help="Deliveries of a message before it goes to "
+                                                                "%DLQ%<group> (RocketMQ clients)"),
+                          fifo: bool = typer.Option(False, "--fifo", help="Deliver each message group's messages "
+                                                    "one at a time, in order (RocketMQ FIFO consumption)"),
+                          backoff: Optional[str] = typer.Option(None, "--backoff-s", help="Retry delays in seconds "
+                                                                "a push consumer waits after failed attempt 1, 2, "
+                                                                "... e.g. 1,5,10 (default RocketMQ's 10,30,60,...)"),
+                          start_from: str = typer.Option("earliest", "--from", help="earliest | latest: where the "
+                                                         "group starts on a queue it has no offset for"),
+                          peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
+                          timeout_ms: int = TimeoutOpt, json_out: bool = JsonOpt) -> None:
+    """Create (or change) a consumer group's retry policy, as RocketMQ clients consume through it. A group used
+    without one gets the defaults (RocketMQ's autoCreateSubscriptionGroup)."""
+    try:
+        delays = tuple(int(x) for x in backoff.split(",") if x.strip()) if backoff else rocketmq_meta.DEFAULT_BACKOFF_S
+        policy = rocketmq_meta.GroupPolicy(max_attempts=max_attempts, fifo=fifo, backoff_s=delays,
+                                           start_from=start_from)
+    except ValueError as e:
+        usage(str(e))
+
+    async def go():
+        async with _meta(_peers(peers, cluster), timeout_ms) as meta:
+            await meta.kv_put(rocketmq_meta.group_key(group), policy.encode())
+
+    run(go())
+    doc = {"group": group, **json.loads(policy.encode())}
+    if json_out:
+        print_json(doc)
+    else:
+        out_console.print(f"consumer group {group}: max attempts {policy.max_attempts}, "
+                          f"{'FIFO' if policy.fifo else 'concurrent'}, from {policy.start_from}", highlight=False)
+
+
 @consumer_group_app.command("describe")
 def describe_consumer_group(group: str = typer.Argument(...), peers: Optional[str] = PeersOpt,
                             cluster: Optional[str] = ClusterOpt, timeout_ms: int = TimeoutOpt,
                             json_out: bool = JsonOpt) -> None:
-    """Members, generation, and per queue: owner, committed offset, lag."""
-    doc = run(describe_group(_peers(peers, cluster), group, timeout_ms=timeout_ms))
+    """Members, generation, and per queue: owner, committed offset, lag; and its RocketMQ retry policy."""
+    async def go():
+        target = _peers(peers, cluster)
+        doc = await describe_group(target, group, timeout_ms=timeout_ms)
+        async with _meta(target, timeout_ms) as meta:
+            raw = await meta.kv_get(rocketmq_meta.group_key(group))
+        policy = rocketmq_meta.GroupPolicy.decode(raw[0] if raw else None)
+        doc["retry_policy"] = {**json.loads(policy.encode()), "default": raw is None}
+        return doc
+
+    doc = run(go())
     if json_out:
         print_json(doc)
         return
+    rp = doc["retry_policy"]
     out_console.print(f"consumer group {group}: generation {generation_text(doc['generation'])}, members "
-                      f"{', '.join(doc['members']) or '-'}", highlight=False)
+                      f"{', '.join(doc['members']) or '-'}; retry policy{' (default)' if rp['default'] else ''}: "
+                      f"max attempts {rp['max_attempts']}, {'FIFO' if rp['fifo'] else 'concurrent'}",
+                      highlight=False)
     table = Table()
     for col in ("topic", "queue_id", "owner", "committed_offset", "max_offset", "lag"):
         table.add_column(col, justify="left" if col in ("topic", "owner") else "right")

@@ -390,13 +390,13 @@ def test_topic_commands_create_produce_consume_describe(cluster):
     d, _ = cluster
     # the first topic of a cluster without a topic group makes one, as a Kafka or RocketMQ user expects
     assert cli_json("topic", "create", "first", "--cluster", d, "--queues", "2") == \
-        {"topic": "first", "queues": ["topics", "topics"]}
+        {"topic": "first", "queues": ["topics", "topics"], "message_type": "NORMAL"}
     assert cli_json("group", "describe", "topics", "--cluster", d)["members"] == ["n0", "n1", "n2"]
     assert cli_json("topic", "delete", "first", "--cluster", d) == {"topic": "first", "deleted": True}
     cli_json("group", "delete", "topics", "--cluster", d)
     cli_json("group", "create", "t1", "--cluster", d, "--state-machine", "topics")
     assert cli_json("topic", "create", "orders", "--cluster", d, "--queues", "4", "--spread") == \
-        {"topic": "orders", "queues": ["t1"] * 4}
+        {"topic": "orders", "queues": ["t1"] * 4, "message_type": "NORMAL"}
     r = cli("topic", "create", "x", "--cluster", d, "--groups", "t1", "--spread", check=False)
     assert r.returncode == 2 and "--spread" in r.stderr
     r = cli("produce", "--cluster", d, "--topic", "orders", "--key", "k", "a", "b", "c", "--json")
@@ -409,6 +409,7 @@ def test_topic_commands_create_produce_consume_describe(cluster):
     assert [(m["body"], m["key"], m["queue_offset"]) for m in got] == [("a", "k", 0), ("b", "k", 1), ("c", "k", 2)]
     rows = cli_json("topic", "describe", "orders", "--cluster", d)["queues"]
     assert sorted((q["max_offset"] for q in rows), reverse=True) == [3, 0, 0, 0]
+    assert cli_json("topic", "describe", "orders", "--cluster", d)["message_type"] == "NORMAL"
     q = sent[0]["queue_id"]
     doc = cli_json("consumer-group", "describe", "cg", "--cluster", d)
     assert doc["members"] == []  # (the consumer left when the command ended, committing what it printed)
