@@ -57,7 +57,7 @@ def main() -> int:
         os.environ.setdefault("QUORUMLOG_TOKEN", secrets.token_urlsafe(24))
     with working("starting a 3-node cluster on loopback (quorumlog cluster up"
                         + (" --tls, with a token) ..." if secure else ") ...")):
-        cluster = LocalCluster.up(data_dir, tls=secure, http=True)
+        cluster = LocalCluster.up(data_dir, tls=secure, http=True, doors=("rocketmq", "kafka"))
     console.print(f"[green]✓[/green] cluster up: {cluster.peers}  (data and logs in {data_dir})"
                   + ("; TLS on every port, a token required" if secure else ""))
     page = cluster.doc["nodes"][0]
@@ -65,6 +65,14 @@ def main() -> int:
     token = os.environ.get("QUORUMLOG_TOKEN") if secure else None
     console.print(f"  status page: {scheme}://127.0.0.1:{page['http_port']}/" + (f"?token={token}" if token else "")
                   + ("  (certificate from out/cluster/tls/ca.pem)" if secure else ""), highlight=False)
+    rocketmq, kafka = cluster.door_endpoints("rocketmq"), cluster.door_endpoints("kafka")
+    if secure:  # (over TLS a RocketMQ client is given one door: grpc checks a many-address target as one name)
+        console.print(f"  RocketMQ 5 clients: {rocketmq.split(',')[0]} (TLS: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH="
+                      "out/cluster/tls/ca.pem; any access key, the token as secret key)", highlight=False)
+        console.print(f"  Kafka clients: {kafka} (SASL_SSL, PLAIN, the token as password, "
+                      "ssl.ca.location=out/cluster/tls/ca.pem)", highlight=False)
+    else:
+        console.print(f"  RocketMQ 5 clients: {rocketmq.replace(',', ';')}   Kafka clients: {kafka}", highlight=False)
     spark_box: dict = {}
     spark_thread = threading.Thread(target=_start_spark, args=(spark_box,), daemon=True)
     spark_thread.start()  # the JVM starts while the data loads
