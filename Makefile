@@ -43,6 +43,8 @@ bench: system-deps install
 	$(BIN)/python bench/groups.py
 	$(BIN)/python bench/bookie.py
 	$(BIN)/python bench/ledgers.py
+	$(BIN)/python bench/doors.py
+	$(BIN)/python bench/startup.py
 
 # The long soaks (minutes each): the Raft group's every fault kind, a master/slave group's, and the ledgers'
 # (figures in bench/results/).

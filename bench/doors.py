@@ -1,12 +1,12 @@
 """The front doors against quorumlog's own client, one run, one 3-node cluster on 127.0.0.1 (flush sync).
 
-    python bench/doors.py [--seconds 8] [--messages 20000]
+    python bench/doors.py [--seconds 8]
 
 Every figure is 1 KiB messages on one 8-queue topic, each door's figure next to the own client's from the same
 run, with the ratio the issues ask for:
 - RocketMQ (rocketmq-python-client): sends/s with 64 sends in flight (`send_async`), against the own
   `Producer` with 64 sending tasks; receive+ack/s of one SimpleConsumer (batches of 32, each message acked),
-  against one own `Consumer`; send → receive p50/p99 (one message at a time, a consumer waiting).
+  against one own `Consumer` (each consumer reads what its producing phase stored); send → receive p50/p99 (one message at a time, a consumer waiting).
 - Kafka (confluent-kafka, librdkafka): produce MB/s with acks=all, linger.ms=5, against the own `Producer`'s
   MB/s; consume MB/s of one consumer in a group, against the own `Consumer`'s; produce → consume p50/p99.
 - The CPU-seconds of this process (the clients) and of the nodes in each phase: where a client library is the
@@ -91,17 +91,20 @@ async def own_produce(peers: str, topic: str, seconds: float, pids: dict) -> dic
 
 
 async def own_consume(peers: str, topic: str, messages: int, pids: dict) -> dict:
-    got = 0
+    """One consumer of a new group reads `messages` (what the producing phase stored) from the earliest; timed
+    from its first messages on (joining the group is not consuming)."""
     async with quorumlog.Consumer(peers, consumer_group=f"own-{uuid.uuid4().hex[:6]}", topics=[topic],
                                   timeout_ms=20_000) as c:
+        first = len(await c.poll())
+        got = 0
         with Phase(pids) as ph:
-            while got < messages:
+            while first + got < messages:
                 got += len(await c.poll())
     return ph.figures(got)
 
 
 # -- RocketMQ ----------------------------------------------------------------------------------------------
-def rocketmq_phases(endpoints: str, topic: str, seconds: float, messages: int, pids: dict) -> dict:
+def rocketmq_phases(endpoints: str, topic: str, seconds: float, pids: dict) -> dict:
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
     config = ClientConfiguration(endpoints.replace(",", ";"), Credentials())
@@ -138,8 +141,12 @@ def rocketmq_phases(endpoints: str, topic: str, seconds: float, messages: int, p
         consumer.startup()
         try:
             acked = 0
+            for m in consumer.receive(32, 30):  # (timed from the first messages on, as the others)
+                consumer.ack(m)
+                acked += 1
+            first, acked = acked, 0
             with Phase(pids) as ph:
-                while acked < messages:
+                while first + acked < sent:
                     for m in consumer.receive(32, 30):
                         consumer.ack(m)
                         acked += 1
@@ -165,35 +172,37 @@ def rocketmq_phases(endpoints: str, topic: str, seconds: float, messages: int, p
 
 
 # -- Kafka -------------------------------------------------------------------------------------------------
-def kafka_phases(bootstrap: str, topic: str, messages: int, pids: dict) -> dict:
+def kafka_phases(bootstrap: str, topic: str, seconds: float, pids: dict) -> dict:
     from confluent_kafka import Consumer, Producer
 
     out: dict = {}
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "enable.idempotence": True})
-    failed = []
+    failed, i = [], 0
     with Phase(pids) as ph:
-        for i in range(messages):
-            while True:
-                try:
-                    producer.produce(topic, BODY, key=str(i % 64).encode(),
-                                     on_delivery=lambda err, _m: err is not None and failed.append(err))
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                producer.produce(topic, BODY, key=str(i % 64).encode(),
+                                 on_delivery=lambda err, _m: err is not None and failed.append(err))
+                i += 1
+            except BufferError:
+                producer.poll(0.01)
             producer.poll(0)
         assert producer.flush(60) == 0
+    messages = i - len(failed)
     out["produce"] = {**ph.figures(messages), "failed": len(failed), "acks": "all", "linger_ms": 5}
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kafka-{uuid.uuid4().hex[:6]}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": True})
     consumer.subscribe([topic])
+    first = 0
+    while not first:  # (timed from the first messages on: joining the group is not consuming)
+        first = sum(m.error() is None for m in consumer.consume(1000, 1.0))
     got = 0
     with Phase(pids) as ph:
-        while got < messages:
-            for m in consumer.consume(1000, 1.0):
-                if m.error() is None:
-                    got += 1
+        while first + got < messages:
+            got += sum(m.error() is None for m in consumer.consume(1000, 1.0))
     out["consume"] = ph.figures(got)
 
     latencies = []
@@ -214,7 +223,6 @@ def kafka_phases(bootstrap: str, topic: str, messages: int, pids: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each sending phase")
-    ap.add_argument("--messages", type=int, default=20_000, help="messages each consuming phase reads")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -232,16 +240,16 @@ def main() -> int:
 
         asyncio.run(setup())
         own = {"produce": asyncio.run(own_produce(cluster.peers, "own", args.seconds, pids))}
-        own["consume"] = asyncio.run(own_consume(cluster.peers, "own", args.messages, pids))
-        rmq = rocketmq_phases(cluster.door_endpoints("rocketmq"), "rmq", args.seconds, args.messages, pids)
-        kafka = kafka_phases(cluster.door_endpoints("kafka"), "kafka", args.messages, pids)
+        own["consume"] = asyncio.run(own_consume(cluster.peers, "own", own["produce"]["messages"], pids))
+        rmq = rocketmq_phases(cluster.door_endpoints("rocketmq"), "rmq", args.seconds, pids)
+        kafka = kafka_phases(cluster.door_endpoints("kafka"), "kafka", args.seconds, pids)
     finally:
         cluster.down()
     ratios = {
-        "rocketmq_send_vs_own_producer": round(rmq["send"]["per_s"] / own["produce"]["per_s"], 2),
-        "rocketmq_receive_ack_vs_own_consumer": round(rmq["receive_ack"]["per_s"] / own["consume"]["per_s"], 2),
-        "kafka_produce_vs_own_producer": round(kafka["produce"]["mb_per_s"] / own["produce"]["mb_per_s"], 2),
-        "kafka_consume_vs_own_consumer": round(kafka["consume"]["mb_per_s"] / own["consume"]["mb_per_s"], 2),
+        "rocketmq_send_vs_own_producer": round(rmq["send"]["per_s"] / own["produce"]["per_s"], 3),
+        "rocketmq_receive_ack_vs_own_consumer": round(rmq["receive_ack"]["per_s"] / own["consume"]["per_s"], 3),
+        "kafka_produce_vs_own_producer": round(kafka["produce"]["mb_per_s"] / own["produce"]["mb_per_s"], 3),
+        "kafka_consume_vs_own_consumer": round(kafka["consume"]["mb_per_s"] / own["consume"]["mb_per_s"], 3),
     }
     doc = {"flush": "sync", "body_bytes": len(BODY), "queues": QUEUES, "own": own, "rocketmq": rmq, "kafka": kafka,
            "ratios": ratios, "machine": {"cpus": os.cpu_count()}}
