@@ -180,9 +180,13 @@ def _reap() -> None:
 def _spawn_node(argv: list[str], log_file: str, cwd: str) -> subprocess.Popen:
     """A node process, its output appended to log_file. A new session: the nodes outlive this command and
     ignore the terminal's Ctrl-C."""
+    # QUORUMLOG_TLS_CA is this command's CA as a client, and also the spelling of a node's `tls_ca` key: a node
+    # of a plain cluster inheriting it would refuse to start (tls_ca without a certificate). A TLS cluster's
+    # nodes get their CA by flag.
+    env = {k: v for k, v in os.environ.items() if k != TLS_CA_ENV}
     with open(log_file, "ab") as log:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=cwd)
+                                start_new_session=True, cwd=cwd, env=env)
 
 
 async def wait_for_leader(peers: dict, group: str, procs: dict[str, subprocess.Popen], timeout_s: float) -> dict:

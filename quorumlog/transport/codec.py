@@ -595,10 +595,12 @@ def _dec_append_resp(p: memoryview) -> AppendResponse:
 def _dec_read_req(p: memoryview) -> ReadRequest:
     request_id, start, end, max_bytes, wait_ms = _READ_REQ.unpack_from(p)
     r = _Reader(p, _READ_REQ.size)
-    flags = r.take(1)[0] if len(p) > _READ_REQ.size else 0
+    flags = r.take(1)[0] if len(p) > _READ_REQ.size else None
     r.end()
-    if flags & ~_READ_LINEARIZABLE:
-        raise RemoteProtocolError(f"read request: unknown flags {flags:#x}")
+    if flags is not None and (flags == 0 or flags & ~_READ_LINEARIZABLE):
+        # (the byte travels only when a flag is set: a zero byte is no encoding of ours)
+        raise RemoteProtocolError(f"read request: flags byte {flags:#x}")
+    flags = flags or 0
     return ReadRequest(request_id, start, end, max_bytes, wait_ms, bool(flags & _READ_LINEARIZABLE))
 
 

@@ -245,15 +245,22 @@ def test_kafka_python_producer_and_consumer(cluster) -> None:
     p.close()
     c = KafkaConsumer("kp", bootstrap_servers=bootstrap(cluster), group_id="kp-group", auto_offset_reset="earliest",
                       consumer_timeout_ms=15_000, enable_auto_commit=False)
+    seen, committed = _read_and_commit(c, 100)
+    assert seen == {b"v%d" % i for i in range(100)} and committed == 100
+
+
+def _read_and_commit(c, n: int) -> tuple[set[bytes], int]:
+    """The values a kafka-python consumer reads until it saw n different ones, then commits and closes: (the
+    values, the sum of its committed offsets)."""
     seen = set()
     for m in c:
         seen.add(m.value)
-        if len(seen) == 100:
+        if len(seen) == n:
             break
     c.commit()
     committed = sum(c.committed(tp) or 0 for tp in c.assignment())
     c.close()
-    assert seen == {b"v%d" % i for i in range(100)} and committed == 100
+    return seen, committed
 
 
 @pytest.mark.parametrize("api_version", [(0, 11), (1, 0), (2, 0)])
@@ -272,14 +279,7 @@ def test_kafka_python_pinned_to_older_brokers(cluster, api_version) -> None:
     p.close()
     c = KafkaConsumer(topic, bootstrap_servers=bootstrap(cluster), api_version=api_version, group_id="g-" + topic,
                       auto_offset_reset="earliest", consumer_timeout_ms=10_000, enable_auto_commit=False)
-    seen = set()
-    for m in c:
-        seen.add(m.value)
-        if len(seen) == 20:
-            break
-    c.commit()
-    committed = sum(c.committed(tp) or 0 for tp in c.assignment())
-    c.close()
+    seen, committed = _read_and_commit(c, 20)
     assert len(seen) == 20 and committed == 20
 
 

@@ -22,7 +22,9 @@ TOKEN = "kafka-door-secret"
 def secure(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("QUORUMLOG_TOKEN", TOKEN)
-        mp.delenv(TLS_CA_ENV, raising=False)
+        # (set, not deleted: a delenv of an unset variable records nothing to undo, and LocalCluster.up sets it
+        # for this process; left behind, every later test of this worker would dial its plain nodes with TLS)
+        mp.setenv(TLS_CA_ENV, "")
         c = LocalCluster.up(tmp_path_factory.mktemp("kafka-sec"), nodes=1, tls=True, doors=("kafka",))
         try:
             yield c
