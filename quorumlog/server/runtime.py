@@ -29,8 +29,14 @@ def setup_logging(config: NodeConfig) -> None:
 
 async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
     """Run one node until SIGTERM/SIGINT, then shut down cleanly (stop accepting, flush, checkpoint)."""
+    from ..doors import doors_for  # (the composition root: the server layer itself never imports doors/)
     from .node import Node
 
+    try:
+        doors = doors_for(config)
+    except ImportError as e:  # (a door's libraries come with the `doors` extra)
+        log.error("cannot start node=%s: a front door needs `pip install 'quorumlog[doors]'`: %s", config.node_id, e)
+        return EXIT_BAD_CONFIG
     node = Node(config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -39,15 +45,18 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
     # A SIGSTOPped process (the soaks' pause faults) oversleeps without a stall of its own: loop_lag.py.
     loop.add_signal_handler(signal.SIGCONT, node.loop_lag.resumed)
     loop.add_signal_handler(signal.SIGUSR1, lambda: _dump_tasks(node))  # `kill -USR1 PID`: where is every task waiting?
-    from ..doors import doors_for  # (the composition root: the server layer itself never imports doors/)
-
-    doors = doors_for(config)
     try:
         await node.start()
-        for door in doors:
-            await door.start()
     except OSError as e:
         log.error("cannot start node=%s: %s", config.node_id, e)
+        await node.stop()
+        return EXIT_FAILED
+    try:
+        for door in doors:
+            await door.start()
+    except Exception as e:  # noqa: BLE001 - a port taken, a door that cannot start: stop what started, say why
+        log.error("cannot start node=%s: its %s door: %s", config.node_id, door.kind, e,
+                  exc_info=not isinstance(e, OSError))
         await _close_doors(doors)
         await node.stop()
         return EXIT_FAILED
