@@ -209,6 +209,28 @@ def test_every_served_request_round_trips(api: int, version: int) -> None:
     assert plain(back, a.request._struct) == plain(req, a.request._struct)
 
 
+fetch_partitions = st.fixed_dictionaries({
+    "partition_index": st.integers(0, 2 ** 31 - 1), "error_code": st.sampled_from([0, 1, 6, 35]),
+    "high_watermark": st.integers(-1, 2 ** 63 - 1), "last_stable_offset": st.integers(-1, 2 ** 40),
+    "log_start_offset": st.integers(-1, 2 ** 40), "preferred_read_replica": st.just(-1),
+    "aborted_transactions": st.one_of(st.none(), st.lists(st.fixed_dictionaries(
+        {"producer_id": st.integers(0, 2 ** 40), "first_offset": st.integers(0, 2 ** 40)}), max_size=2)),
+    "records": st.one_of(st.none(), st.binary(max_size=300))})
+
+
+@given(st.integers(4, 11), st.integers(-(2 ** 31), 2 ** 31 - 1),
+       st.lists(st.tuples(st.text(min_size=1, max_size=10), st.lists(fetch_partitions, max_size=3)), max_size=3),
+       st.integers(0, 10))
+@settings(max_examples=300, deadline=None)
+def test_the_written_out_fetch_answer_is_kafka_pythons(version, correlation_id, topics, throttle) -> None:
+    fields = {"throttle_time_ms": throttle, "error_code": 0, "session_id": 0,
+              "responses": [{"topic": t, "partitions": ps} for t, ps in topics]}
+    msg = P.build(P.SERVED[P.FETCH].response[version], fields)
+    body = bytes(msg.encode(version=version))
+    assert P.encode_response(P.SERVED[P.FETCH], version, correlation_id, fields) == (
+        struct.pack(">ii", len(body) + 4, correlation_id) + body)
+
+
 def test_api_versions_answers_and_unsupported_ones() -> None:
     from kafka.protocol.metadata import ApiVersionsResponse
     frame = P.encode_response(P.SERVED[18], 2, 7, P.api_versions_body(P.NONE))

@@ -55,11 +55,20 @@ def encode_record(topic: str, queue_id: int, r: Record, max_message_bytes: int) 
     return encode_fields(topic, body, queue_id, key, "", props or None, r.timestamp_ms, 0, max_message_bytes)
 
 
+def _base64_or_text(value: str) -> bytes:
+    """A `kafka.key` property's bytes: the door writes base64; anything else (a property some other producer
+    named so) is served as its text."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:  # (binascii.Error)
+        return value.encode("utf-8")
+
+
 def record_of(m: Any, offset_delta: int) -> Record:
     """The Kafka record of a pulled TopicMessage."""
     props = m.properties or {}
     if KEY_PROPERTY in props:
-        key: bytes | None = base64.b64decode(props[KEY_PROPERTY])
+        key: bytes | None = _base64_or_text(props[KEY_PROPERTY])
     else:
         key = m.key.encode("utf-8") if m.key else None
     value = None if props.get(NULL_PROPERTY) == "1" and not m.body else bytes(m.body)
