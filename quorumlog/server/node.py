@@ -117,6 +117,8 @@ class Node:
         self.heard_addresses: dict[str, Address] = {}  # where peers that linked to us said they listen
         self._http = None
         self.started_at = time.time()
+        # More of node_status, from parts the composition root adds (its front doors): name -> fields.
+        self.status_sources: dict[str, Callable[[], Any]] = {}
         self._client_tls: ssl.SSLContext | None = None
         self.calls = ClusterCalls(config, self.known_addresses, self.client_tls)
         self.bookie = BookieService(config, self.calls, self._stopping)
@@ -596,6 +598,8 @@ class Node:
         doc["metrics"] = self.metrics.summary()
         if self.bookie.storage is not None:
             doc["bookie"] = {**self.bookie.info(), "fragments_replicated": self.auto_recovery.replicated}
+        for name, source in self.status_sources.items():
+            doc[name] = source()
         return doc
 
     def _http_status(self) -> tuple[str, bytes]:

@@ -60,6 +60,8 @@ async def serve(config: NodeConfig, *, ready_file: str | None = None) -> int:
         await _close_doors(doors)
         await node.stop()
         return EXIT_FAILED
+    if doors:
+        node.status_sources["doors"] = lambda: [door.status() for door in doors]
     freeze_long_lived()  # (what the node made to start lives until it stops: long_lived.py)
     log.info("node running node=%s address=%s:%d http_port=%d flush=%s", config.node_id, *config.address,
              config.http_port, config.flush)

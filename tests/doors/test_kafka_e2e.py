@@ -4,6 +4,7 @@ of its partitions' leader, committed offsets through a kill of the coordinator, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -19,6 +20,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from quorumlog.client.groups import GroupAdmin  # noqa: E402
+from quorumlog.config import parse_peers  # noqa: E402
 from quorumlog.spark.local import LocalCluster  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -87,11 +90,21 @@ def wait_dead(pid: int) -> None:
         time.sleep(0.05)
 
 
+def read_ahead_taken(c: LocalCluster) -> int:
+    """Fetch answers the Kafka doors of all nodes gave from a pull read ahead (each node's status says)."""
+    async def main() -> int:
+        async with GroupAdmin(parse_peers(c.peers), timeout_ms=10_000) as admin:
+            docs = await asyncio.gather(*(admin.node_status(n["id"]) for n in c.doc["nodes"]))
+        return sum(d["read_ahead"]["taken"] for doc in docs for d in doc["doors"] if d["kind"] == "kafka")
+
+    return asyncio.run(main())
+
+
 def consume_all(c: LocalCluster, topic: str, partitions: int, dead: str | None = None,
-                timeout_s: float = 30) -> dict[int, list]:
+                timeout_s: float = 30, **config) -> dict[int, list]:
     """Every record of `topic`, per partition, from the start to the high watermark (no group)."""
     cons = Consumer({"bootstrap.servers": live_bootstrap(c, dead), "group.id": "reader-" + topic,
-                     "enable.auto.commit": False, **QUIET})
+                     "enable.auto.commit": False, **QUIET, **config})
     ends = {}
     deadline = time.monotonic() + timeout_s
     for p in range(partitions):
@@ -192,6 +205,27 @@ def test_produce_and_consume_each_compression(cluster, codec: str) -> None:
             assert i % 2 == part and m.value() == (b"value-%d-" % i) * 8
             assert m.key() == (None if i % 3 == 0 else b"\xffkey%d" % i)
             assert m.headers() == [("n", str(i).encode()), ("bin", b"\x00\x01")]
+
+
+def test_many_small_fetches_read_ahead_in_order(cluster) -> None:
+    """A consumer whose fetches take a few records each goes through hundreds of Fetch rounds, each answered
+    from the pull read ahead at the previous round; records with headers (served by the Python path) among
+    them change nothing."""
+    create_topic(cluster, "small-fetches", 2)
+    taken = read_ahead_taken(cluster)
+    p = Producer({"bootstrap.servers": bootstrap(cluster), "linger.ms": 5, "acks": "all", **QUIET})
+    for i in range(800):
+        p.produce("small-fetches", value=b"%05d" % i + b"." * 1000, key=b"k%d" % i, partition=i % 2,
+                  headers=[("n", b"%d" % i)] if i % 50 == 0 else None)
+    assert p.flush(30) == 0
+    got = consume_all(cluster, "small-fetches", 2, **{"max.partition.fetch.bytes": 3000})
+    for part, msgs in got.items():
+        assert [m.offset() for m in msgs] == list(range(400))
+        assert [int(m.value()[:5]) for m in msgs] == list(range(part, 800, 2))
+        assert all(m.key() == b"k%d" % int(m.value()[:5]) for m in msgs)
+        assert [m.headers() for m in msgs if m.headers()] == [[("n", b"%d" % i)] for i in range(part, 800, 2)
+                                                                if i % 50 == 0]
+    assert read_ahead_taken(cluster) - taken > 100  # (about 3 records a round: over 250 rounds)
 
 
 # -- timestamps -----------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ...topic.message import DEFAULT_MAX_MESSAGE_BYTES, TOPIC_RE, decode_pulled
 from .. import client_options, door_key
 from . import protocol as P
 from .groups import GroupCoordinator
+from .read_ahead import ReadAhead
 from .mapping import encode_record, record_of
 from .records import (ATTR_CONTROL, ATTR_TRANSACTIONAL, CorruptBatch, RecordBatch, decode_batches, encode_batch)
 from .view import META_GROUP, Broker, ViewKeeper, broker_id_of
@@ -91,6 +92,7 @@ class KafkaDoor:
         self._was_coordinator = False
         self._published: dict[str, tuple[int, str]] = {}  # group -> (generation, state) last written to `_meta`
         self._message_bytes: dict[tuple[str, int], int] = {}  # (topic, partition) -> stored bytes per message
+        self._read_ahead = ReadAhead(self._spawn)
 
     # -- life ------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -124,6 +126,7 @@ class KafkaDoor:
             except BaseException:  # noqa: BLE001 - cancelled or failed: closing anyway
                 pass
         self.coordinator.clear()
+        self._read_ahead.clear()
         for c in (self.topics, self.admin, self.meta, self.group_admin):
             if c is None:
                 continue
@@ -138,7 +141,8 @@ class KafkaDoor:
     def status(self) -> dict[str, Any]:
         return {"kind": self.kind, "port": self.port, "broker_id": self.broker.broker_id,
                 "registered": self._registered, "connections": self._connections, "requests": self._requests,
-                "groups": self.coordinator.describe()}
+                "groups": self.coordinator.describe(),
+                "read_ahead": {"started": self._read_ahead.started, "taken": self._read_ahead.taken}}
 
     def _spawn(self, coro) -> asyncio.Task:
         t = asyncio.ensure_future(coro)
@@ -590,7 +594,9 @@ class KafkaDoor:
         estimate = self._message_bytes.get((topic, partition), FETCH_MESSAGE_ESTIMATE_BYTES)
         n = max(1, min(MAX_FETCH_MESSAGES, max_bytes // estimate + 1))
         try:
-            pulled = await self.topics.pull_raw(topic, partition, offset, max_messages=n, wait_ms=wait_ms)
+            pulled = await self._read_ahead.take((topic, partition, offset))
+            if pulled is None:
+                pulled = await self.topics.pull_raw(topic, partition, offset, max_messages=n, wait_ms=wait_ms)
         except (OffsetTooSmall, OffsetTooBig):
             out["error_code"] = P.OFFSET_OUT_OF_RANGE
             try:
@@ -617,7 +623,12 @@ class KafkaDoor:
             if len(self._message_bytes) >= MAX_SIZE_ESTIMATES:
                 self._message_bytes.clear()
             self._message_bytes[(topic, partition)] = max(1, size // count)
-            out["records"] = _records(pulled.messages, max_bytes)
+            out["records"] = records = _records(pulled.messages, max_bytes)
+            if records:
+                after = _next_offset(records)
+                if after < pulled.max_offset:  # more is there: the consumer asks for it next
+                    self._read_ahead.start((topic, partition, after), self.topics.pull_raw(
+                        topic, partition, after, max_messages=n, wait_ms=0))
         return out
 
     # -- ListOffsets -----------------------------------------------------------------------------------------
@@ -952,6 +963,13 @@ def _pulled_size(messages: Any) -> tuple[int, int]:
     if hasattr(messages, "blob"):
         return len(messages.head) // 40, len(messages.blob)
     return len(messages), sum(len(m.body) for m in messages)
+
+
+def _next_offset(batch: bytes) -> int:
+    """The offset after a RecordBatch's last record: its base offset and last offset delta."""
+    base, = struct.unpack_from(">q", batch, 0)
+    last_delta, = struct.unpack_from(">i", batch, 23)
+    return base + last_delta + 1
 
 
 def _records(pulled: Any, max_bytes: int) -> bytes:
