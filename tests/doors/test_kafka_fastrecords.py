@@ -49,7 +49,7 @@ def reference(p: PackedMessages, max_bytes: int) -> bytes:
 
 @given(st.lists(entries, max_size=10), st.integers(0, 2 ** 40), st.integers(1, 2 ** 44),
        st.integers(0, 2_000))
-@settings(max_examples=1_500, deadline=None)
+@settings(max_examples=600, deadline=None)
 def test_the_compiled_encoder_agrees_with_the_reference(bodies, first, stored_ms, max_bytes) -> None:
     p = pulled(bodies, first, stored_ms)
     got = fast.record_batch(p.head, p.blob, max_bytes)
