@@ -19,7 +19,7 @@ import random
 import struct
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from ...client.client import Client
 from ...client.groups import GroupAdmin
@@ -50,6 +50,7 @@ MAX_PRODUCER_STATES = 100_000  # (producer, partition) sequence entries kept (le
 MAX_FETCH_MESSAGES = 4_000
 FETCH_MESSAGE_ESTIMATE_BYTES = 256  # a partition's stored message size until its first fetch says
 MAX_SIZE_ESTIMATES = 100_000
+AFTER_SENT = "_after_sent"  # a handler's answer: what to start once it is written
 
 fast = load_compiled("quorumlog.doors.kafka._fastrecords")  # a Fetch answer's records in one C call, or None
 
@@ -295,19 +296,28 @@ class KafkaDoor:
                 log.exception("kafka door: a request failed; closing the connection")
                 writer.close()
                 return
+            after_sent = None
+            if isinstance(data, tuple):
+                data, after_sent = data
             if data:
                 writer.write(data)
+                for start in after_sent or ():
+                    start()
                 try:
                     await writer.drain()
                 except (ConnectionError, OSError):
                     return
 
-    async def _handle(self, api: P.Api, header: P.RequestHeader, request: Any) -> bytes:
+    async def _handle(self, api: P.Api, header: P.RequestHeader, request: Any) -> bytes | tuple[bytes, list]:
+        """The answer's frame; with what to start once it is written (a Fetch's read-ahead), if anything: work
+        begun before would delay the answer it prepares for."""
         handler = getattr(self, "_" + api.name.lower())
         body = await handler(request, header.api_version, header)
         if body is None:
             return b""
-        return P.encode_response(api, header.api_version, header.correlation_id, body)
+        after_sent = body.pop(AFTER_SENT, None)
+        data = P.encode_response(api, header.api_version, header.correlation_id, body)
+        return data if not after_sent else (data, after_sent)
 
     # -- SASL ------------------------------------------------------------------------------------------------
     def _plain_ok(self, token: bytes) -> bool:
@@ -538,7 +548,9 @@ class KafkaDoor:
         wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in req.topics for p in t.partitions]
         results: dict[tuple[str, int], dict] = {}
-        first = await asyncio.gather(*(self._fetch_partition(t, p, off, mb, 0) for t, p, off, mb in wanted))
+        after_sent: list[Callable[[], None]] = []
+        first = await asyncio.gather(*(self._fetch_partition(t, p, off, mb, 0, after_sent)
+                                       for t, p, off, mb in wanted))
         size = 0
         for (t, p, _, _), r in zip(wanted, first):
             results[(t, p)] = r
@@ -546,7 +558,7 @@ class KafkaDoor:
         waitable = [(t, p, off, mb) for (t, p, off, mb), r in zip(wanted, first)
                     if r["error_code"] == P.NONE and not r["records"]]
         if size < max(req.min_bytes, 1) and req.max_wait_ms > 0 and waitable and size == 0:
-            tasks = {asyncio.ensure_future(self._fetch_partition(t, p, off, mb, req.max_wait_ms)): (t, p)
+            tasks = {asyncio.ensure_future(self._fetch_partition(t, p, off, mb, req.max_wait_ms, after_sent)): (t, p)
                      for t, p, off, mb in waitable}
             done, pending = await asyncio.wait(tasks, timeout=req.max_wait_ms / 1000 + 0.05,
                                                return_when=asyncio.FIRST_COMPLETED)
@@ -570,10 +582,10 @@ class KafkaDoor:
             budget -= len(r["records"] or b"")
             responses.setdefault(t, []).append(r)
         return {"throttle_time_ms": 0, "error_code": P.NONE, "session_id": 0,
-                "responses": [{"topic": t, "partitions": ps} for t, ps in responses.items()]}
+                "responses": [{"topic": t, "partitions": ps} for t, ps in responses.items()], AFTER_SENT: after_sent}
 
     async def _fetch_partition(self, topic: str, partition: int, offset: int, max_bytes: int,
-                               wait_ms: int) -> dict:
+                               wait_ms: int, after_sent: list[Callable[[], None]]) -> dict:
         out = {"partition_index": partition, "error_code": P.NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
                "records": b""}
@@ -627,8 +639,8 @@ class KafkaDoor:
             if records:
                 after = _next_offset(records)
                 if after < pulled.max_offset:  # more is there: the consumer asks for it next
-                    self._read_ahead.start((topic, partition, after), self.topics.pull_raw(
-                        topic, partition, after, max_messages=n, wait_ms=0))
+                    after_sent.append(lambda: self._read_ahead.start((topic, partition, after), self.topics.pull_raw(
+                        topic, partition, after, max_messages=n, wait_ms=0)))
         return out
 
     # -- ListOffsets -----------------------------------------------------------------------------------------
