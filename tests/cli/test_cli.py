@@ -318,3 +318,23 @@ def test_a_command_imports_only_what_it_runs():
                   "quorumlog.wire.ledger", "quorumlog.meta.state_machine", "crc32c", "importlib.metadata",
                   "hashlib"):
         assert heavy not in loaded, heavy
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """The modules a `quorumlog` run (in a process of its own) had loaded when it exited."""
+    code = ("import atexit, sys; "
+            "atexit.register(lambda: sys.__stderr__.write('\\nMODULES ' + ' '.join(sorted(sys.modules)))); "
+            f"from quorumlog.cli.main import main; main({argv!r})")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return set(p.stderr.rsplit("\nMODULES ", 1)[1].split())
+
+
+def test_a_short_command_runs_without_uvloop_and_its_json_without_rich():
+    """Start-up again: a command of a few round trips runs on asyncio's own loop (importing uvloop cost more
+    than it gains there), and rich is imported for a table, never for --json output or an error line."""
+    unreachable = ["status", "--peers", "n0=127.0.0.1:1", "--timeout-ms", "300"]  # (nothing listens on port 1)
+    as_json = _modules_after(unreachable + ["--json"])
+    assert "quorumlog.client.client" in as_json
+    assert not {m for m in as_json if m.split(".")[0] in ("uvloop", "rich")}
+    as_table = _modules_after(unreachable)
+    assert "rich.table" in as_table and "uvloop" not in as_table
