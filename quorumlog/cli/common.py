@@ -14,13 +14,13 @@ import logging
 import os
 import select
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Coroutine, NoReturn
 
 import typer
 
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
+from ..frozen import frozen
 from ..peers import Address, format_peers, parse_peers
 from ..transport.tls import TLS_CA_ENV
 
@@ -123,7 +123,7 @@ def write_stdout(text: str) -> None:
             select.select([], [fd], [])
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Target:
     """The cluster a command talks to."""
 
