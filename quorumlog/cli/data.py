@@ -9,7 +9,6 @@ from typing import List, Optional
 import typer
 
 from ..client import Client
-from ..client.groups import GroupAdmin
 from ..codes import ResponseCode
 from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, TimeoutOpt, body_fields, die, new_table,
                      out_console, print_json, resolve_target, run, usage)
@@ -71,6 +70,8 @@ def _why_none_answered(nodes, what: str) -> tuple[ResponseCode, str]:
 
 
 def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:
+    from ..client.groups import GroupAdmin  # (only --all-groups needs it)
+
     async def go():
         async with GroupAdmin(t.peers, timeout_ms=timeout_ms) as admin:
             return await admin.cluster_status()

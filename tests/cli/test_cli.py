@@ -306,7 +306,8 @@ def test_a_consumer_generation_reads_as_term_and_number():
 def test_a_command_imports_only_what_it_runs():
     """Start-up is import time: `status` must not load the other commands, the store, the node, the
     certificate library (together they were two thirds of its start-up), nor the peer and bookie frame classes,
-    the `crc32c` package (its import reads its installed metadata) or hashlib (the rest of it but a third)."""
+    the `crc32c` package (its import reads its installed metadata) or hashlib (the rest of it but a third), nor
+    what only --all-groups, a table or a long-running command uses."""
     code = ("import sys; from quorumlog.cli.main import register; register({'status'}); "
             "print(' '.join(sorted(sys.modules)))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -316,7 +317,7 @@ def test_a_command_imports_only_what_it_runs():
                   "quorumlog.store.file_store", "quorumlog.server.node", "quorumlog.transport.server",
                   "quorumlog.client.ledgers", "cryptography", "pyspark", "quorumlog.wire.messages",
                   "quorumlog.wire.ledger", "quorumlog.meta.state_machine", "crc32c", "importlib.metadata",
-                  "hashlib"):
+                  "hashlib", "quorumlog.client.groups", "rich", "uvloop"):
         assert heavy not in loaded, heavy
 
 
