@@ -1,11 +1,8 @@
 """cli layer. `entry` is the console script's entry point: it imports the command inside its own guard, so a
 Ctrl-C while Python is still importing ends quietly (exit 130) instead of printing a traceback."""
 
-from . import collector
-
 
 def entry() -> None:
-    collector.pause()  # (main() resumes it once the command's modules are loaded)
     try:
         from .main import main as run_command
     except KeyboardInterrupt:

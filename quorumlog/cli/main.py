@@ -17,7 +17,6 @@ except ImportError:  # pragma: no cover
 from ..codes import ResponseCode
 from ..transport.client_connection import TOKEN_ENV
 from ..transport.tls import TLS_CA_ENV
-from . import collector
 from .common import EXIT_USAGE, error_line, usage
 
 app = typer.Typer(name="quorumlog", help="A replicated, durable, ordered log (DLedger-style Raft).",
@@ -149,7 +148,6 @@ def main(argv: list[str] | None = None) -> None:
         args = hoist_global_options(sys.argv[1:] if argv is None else list(argv))
         command = _command_of(args)
         register({command} if any(command == c[0] for c in COMMANDS) else None)
-        collector.resume()
         code = app(args=args, prog_name="quorumlog", standalone_mode=False)
     except getattr(click_exceptions, "NoArgsIsHelpError", ()) as e:  # `quorumlog ledger`: its help
         e.show()

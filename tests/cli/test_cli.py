@@ -330,20 +330,6 @@ def _modules_after(argv: list[str]) -> set[str]:
     return set(p.stderr.rsplit("\nMODULES ", 1)[1].split())
 
 
-@pytest.mark.parametrize("start", ["import runpy; runpy.run_module('quorumlog.cli', run_name='__main__')",
-                                   "from quorumlog.cli import entry; entry()"])
-def test_a_command_runs_with_the_cycle_collector_on_and_its_modules_frozen(start):
-    """Both entry points (`python -m quorumlog.cli`, the console script) pause the collector while the
-    command's modules load; the command itself (a node's life) runs with it on again."""
-    argv = ["quorumlog", "status", "--peers", "n0=127.0.0.1:1", "--timeout-ms", "300", "--json"]
-    code = ("import atexit, gc, sys; atexit.register(lambda: sys.__stderr__.write("
-            "f'\\nGC {gc.isenabled()} {gc.get_freeze_count()}')); "
-            f"sys.argv = {argv!r}; {start}")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    enabled, frozen = p.stderr.rsplit("\nGC ", 1)[1].split()
-    assert enabled == "True" and int(frozen) > 10_000, p.stderr
-
-
 def test_a_short_command_runs_without_uvloop_and_its_json_without_rich():
     """Start-up again: a command of a few round trips runs on asyncio's own loop (importing uvloop cost more
     than it gains there), and rich is imported for a table, never for --json output or an error line."""
