@@ -13,14 +13,13 @@ import time
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ..client import Client
 from ..client.types import WRITABLE_ROLES
 from ..errors import QuorumLogError
 from ..heap import keep_freed_buffers
-from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, err_console, out_console, print_json, resolve_target,
-                     run, usage)
+from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, err_console, new_table, out_console, print_json,
+                     resolve_target, run, usage)
 
 MAX_LATENCY_US = 60_000_000  # the histogram's range: 1 µs .. 60 s, 3 significant digits
 
@@ -117,7 +116,7 @@ def bench(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, 
             usage("--failover-kills needs --cluster DIR (it kills and restarts the nodes listed there)")
         from .failover import failover
 
-        r = run(failover(t, cluster, failover_kills, writers, value_bytes, timeout_ms))
+        r = run(failover(t, cluster, failover_kills, writers, value_bytes, timeout_ms), long_running=True)
         if json_out:
             print_json(r)
         else:
@@ -127,11 +126,12 @@ def bench(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt, 
     err_console.print(f"bench: {writers} writers × batch {batch} × {value_bytes} B, "
                       f"{warmup_s:g} s warmup + {duration_s:g} s", highlight=False)
     keep_freed_buffers()  # (a generator of 1 MiB batches moves bulk data as a node does: quorumlog/heap.py)
-    r = run(_bench(t, writers, duration_s, warmup_s, value_bytes, batch, linger_ms, max_in_flight, timeout_ms))
+    r = run(_bench(t, writers, duration_s, warmup_s, value_bytes, batch, linger_ms, max_in_flight, timeout_ms),
+            long_running=True)
     if json_out:
         print_json(r)
         return
-    table = Table(title=f"quorumlog bench — flush {r['flush']}, {r['nodes']} nodes, leader {r['leader']}")
+    table = new_table(title=f"quorumlog bench — flush {r['flush']}, {r['nodes']} nodes, leader {r['leader']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     lat = r["latency_ms"]

@@ -21,7 +21,6 @@ import time
 from typing import List, Optional
 
 import typer
-from rich.table import Table
 
 from ..client import Client
 from ..client.groups import GroupAdmin
@@ -32,8 +31,8 @@ from ..config import ConfigError, Flush, load_config
 from ..ha.master import Ack
 from ..peers import format_address, format_peers
 from ..transport.tls import TLS_CA_ENV
-from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, out_console, print_json, resolve_target, run,
-                     setup_logging, usage)
+from .common import (CLUSTER_FILE, JsonOpt, Target, die, err_console, new_table, out_console, print_json,
+                     resolve_target, run, setup_logging, usage)
 
 cluster_app = typer.Typer(help="Start and stop a local group of nodes", no_args_is_help=True)
 
@@ -401,7 +400,7 @@ def _print_up(doc: dict, elected: dict, json_out: bool) -> None:
         return
     mode = doc.get("mode", "raft")
     who = "master" if mode == "master-slave" else "leader"
-    table = Table(title=f"group {doc['group']} ({mode}): {who} {elected['leader_id']} (term {elected['term']}), "
+    table = new_table(title=f"group {doc['group']} ({mode}): {who} {elected['leader_id']} (term {elected['term']}), "
                         f"flush {doc.get('flush', 'sync')}")
     for col in ("id", "address", "pid", "http", "log"):
         table.add_column(col)

@@ -14,24 +14,26 @@ import logging
 import os
 import select
 import sys
-from dataclasses import dataclass
-from typing import Any, Coroutine, NoReturn
+from typing import TYPE_CHECKING, Any, Coroutine, NoReturn
 
 import typer
-from rich.console import Console
 
 from ..codes import ResponseCode
 from ..errors import QuorumLogError
+from ..frozen import frozen
 from ..peers import Address, format_peers, parse_peers
 from ..transport.tls import TLS_CA_ENV
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 CLUSTER_FILE = "cluster.json"
 
-err_console = Console(stderr=True)
-
-
+# rich is imported at the first table or styled line, never before: it is a sixth of a command's start-up, and
+# --json output and error lines do without it.
 class _Out:
     """stdout's rich Console, made at first use: a pipe or file gets 160 columns instead of rich's 80, so
     tables stay one line per row in logs and `| less`."""
@@ -40,11 +42,31 @@ class _Out:
 
     def print(self, *args, **kwargs) -> None:
         if self._console is None or self._console.file is not sys.stdout:
+            from rich.console import Console
             self._console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
         self._console.print(*args, **kwargs)
 
 
+class _Err:
+    """stderr's rich Console, made at first use."""
+
+    _console: Console | None = None
+
+    def print(self, *args, **kwargs) -> None:
+        if self._console is None:
+            from rich.console import Console
+            self._console = Console(stderr=True)
+        self._console.print(*args, **kwargs)
+
+
 out_console = _Out()
+err_console = _Err()
+
+
+def new_table(*headers: str, **kwargs: Any) -> Table:
+    """A rich Table (for out_console.print)."""
+    from rich.table import Table
+    return Table(*headers, **kwargs)
 
 
 def error_line(code: ResponseCode, message: str) -> None:
@@ -71,9 +93,7 @@ def setup_logging(level: str = "warning") -> None:
 
 def print_table(columns: list[str], rows: list[list[Any]], numeric: tuple[str, ...] = ()) -> None:
     """Rows as the other commands print them: a rich table, `numeric` columns right-aligned, None as "-"."""
-    from rich.table import Table  # (at first use: start-up cost)
-
-    table = Table()
+    table = new_table()
     for col in columns:
         table.add_column(col, justify="right" if col in numeric else "left")
     for row in rows:
@@ -103,7 +123,7 @@ def write_stdout(text: str) -> None:
             select.select([], [fd], [])
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Target:
     """The cluster a command talks to."""
 
@@ -149,12 +169,14 @@ def resolve_target(peers: str | None, cluster: str | None, group: str | None) ->
     return Target(parsed, group or "default", doc)
 
 
-def run(coro: Coroutine) -> Any:
-    """Run a command's coroutine on uvloop when installed; QuorumLogError → message and exit 1."""
-    try:
-        import uvloop
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
+def run(coro: Coroutine, *, long_running: bool = False) -> Any:
+    """Run a command's coroutine; QuorumLogError → message and exit 1. A long-running one (a stream, a bulk
+    load, a benchmark, a node) runs on uvloop when installed (transport/loop.py); a short one on asyncio's own
+    loop: importing uvloop costs it more than a few round trips gain."""
+    if long_running:
+        from ..transport.loop import loop_factory
+        runner = asyncio.Runner(loop_factory=loop_factory())
+    else:
         runner = asyncio.Runner()
     try:
         with runner:

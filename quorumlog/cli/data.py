@@ -7,13 +7,11 @@ import sys
 from typing import List, Optional
 
 import typer
-from rich.table import Table
 
 from ..client import Client
-from ..client.groups import GroupAdmin
 from ..codes import ResponseCode
-from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, TimeoutOpt, body_fields, die, out_console,
-                     print_json, resolve_target, run, usage)
+from .common import (ClusterOpt, GroupOpt, JsonOpt, PeersOpt, Target, TimeoutOpt, body_fields, die, new_table,
+                     out_console, print_json, resolve_target, run, usage)
 
 APPEND_CHUNK_BYTES = 1024 * 1024  # a --file is sent as batches of about this size, several in flight
 
@@ -42,7 +40,7 @@ def status(peers: Optional[str] = PeersOpt, cluster: Optional[str] = ClusterOpt,
     if json_out:
         print_json([n.to_dict() for n in nodes])
     else:
-        table = Table(title=f"group {t.group}")
+        table = new_table(title=f"group {t.group}")
         for col in ("id", "address", "role", "term", "leader", "begin", "end", "committed", "watermarks"):
             table.add_column(col, justify="right" if col in ("term", "begin", "end", "committed") else "left")
         for n in nodes:
@@ -72,6 +70,8 @@ def _why_none_answered(nodes, what: str) -> tuple[ResponseCode, str]:
 
 
 def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:
+    from ..client.groups import GroupAdmin  # (only --all-groups needs it)
+
     async def go():
         async with GroupAdmin(t.peers, timeout_ms=timeout_ms) as admin:
             return await admin.cluster_status()
@@ -86,7 +86,7 @@ def _status_all_groups(t, json_out: bool, timeout_ms: int) -> None:
     if json_out:
         print_json(rows)
     else:
-        table = Table(title="all groups")
+        table = new_table(title="all groups")
         for col in ("id", "group", "role", "term", "leader", "end", "committed"):
             table.add_column(col, justify="right" if col in ("term", "end", "committed") else "left")
         for r in rows:
@@ -141,12 +141,12 @@ def append(values: Optional[List[str]] = typer.Argument(None, help="Entries to a
                 results.extend(rs)
             return results
 
-    results = run(go())
+    results = run(go(), long_running=file is not None)
     docs = [{"index": r.index, "term": r.term, **({"offset": r.offset} if r.offset >= 0 else {})} for r in results]
     if json_out:
         print_json(docs)
     else:
-        table = Table()
+        table = new_table()
         table.add_column("index", justify="right")
         table.add_column("term", justify="right")
         for d in docs:
@@ -188,7 +188,7 @@ def read(start: int = typer.Option(..., "--from", min=0, help="First index"),
                 return [], c.suggested_slave
             return [doc(e) async for e in c.read(start, end, False, node)], c.suggested_slave
 
-    docs, suggested = run(go())
+    docs, suggested = run(go(), long_running=follow)
     if suggested:  # (the reads went there: a master/slave group's master found this reader far behind)
         print(f"suggest_slave: {suggested}", file=sys.stderr)
     if follow:
@@ -196,7 +196,7 @@ def read(start: int = typer.Option(..., "--from", min=0, help="First index"),
     if json_out:
         print_json(docs)
     else:
-        table = Table()
+        table = new_table()
         for col in ("index", "term", "timestamp", "body"):
             table.add_column(col, justify="right" if col in ("index", "term") else "left")
         for d in docs:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ..client.groups import RESERVED_PREFIX, GroupAdmin, GroupPlacement
 from ..ha.master import Ack
-from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
+from .common import (ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, new_table, out_console, print_json, resolve_target,
+                     run, usage)
 
 group_app = typer.Typer(help="Create, list, describe or delete groups", no_args_is_help=True)
 
@@ -94,7 +94,7 @@ def list_groups(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Cluste
     if json_out:
         print_json([p.to_dict() for p in groups])
         return
-    table = Table(title="groups")
+    table = new_table(title="groups")
     for col in ("group", "members", "leader", "term", "committed"):
         table.add_column(col, justify="right" if col in ("term", "committed") else "left")
     for p in groups:
@@ -115,7 +115,7 @@ def describe(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, c
         print_json({**p.to_dict(), "nodes": p.rows})
         return
     _show(p)
-    table = Table(title=f"group {p.group}")
+    table = new_table(title=f"group {p.group}")
     for col in ("id", "role", "term", "leader", "end", "committed", "voters", "learners"):
         table.add_column(col)
     for r in sorted(p.rows, key=lambda r: r["id"]):

@@ -139,4 +139,4 @@ def watch(prefix: str = typer.Argument("", help="Only keys starting with this"),
                 if count and seen >= count:
                     return
 
-    run(go())
+    run(go(), long_running=True)

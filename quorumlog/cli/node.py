@@ -24,7 +24,7 @@ def _node(**flags: Any) -> None:
     if inspect.isawaitable(result):  # run_node may be a coroutine function; run it on our loop
         from .common import run
 
-        result = run(result)
+        result = run(result, long_running=True)
     raise typer.Exit(int(result or 0))
 
 

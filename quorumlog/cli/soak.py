@@ -12,9 +12,8 @@ import os
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from .common import EXIT_FAILED, JsonOpt, out_console, print_json, setup_logging, usage
+from .common import EXIT_FAILED, JsonOpt, new_table, out_console, print_json, setup_logging, usage
 
 
 def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (rerun a failing seed with it)"),
@@ -72,7 +71,7 @@ def soak(seed: int = typer.Option(1, "--seed", help="Fixes the fault schedule (r
         out_console.print(f"ops ok={ops['ok']} failed={ops['failed']} unknown={ops['unknown']}  "
                           f"violations={len(figures['violations'])} not_recovered={len(figures['not_recovered'])} "
                           f"failed_leader_kept_leading={len(figures['failed_leader_kept_leading'])}")
-        table = Table("fault kind", "cycles", "median unavailable s", "max unavailable s")
+        table = new_table("fault kind", "cycles", "median unavailable s", "max unavailable s")
         for kind, u in figures["unavailability_s"].items():
             table.add_row(kind, str(u["cycles"]), f"{u['median']:.3f}", f"{u['max']:.3f}")
         out_console.print(table)

@@ -14,7 +14,6 @@ import sys
 from typing import Any, List, Optional
 
 import typer
-from rich.table import Table
 
 from ..client.client import Client
 from ..client.consumer import Consumer, describe_group
@@ -22,7 +21,8 @@ from ..client.kv import META_GROUP
 from ..errors import NoSuchKey
 from ..client.topics import DEFAULT_QUEUES, TopicAdmin, TopicClient, TopicMessage
 from ..doors.rocketmq import metadata as rocketmq_meta
-from .common import ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, out_console, print_json, resolve_target, run, usage
+from .common import (ClusterOpt, JsonOpt, PeersOpt, TimeoutOpt, new_table, out_console, print_json, resolve_target,
+                     run, usage)
 
 topic_app = typer.Typer(help="Create, list, describe or delete topics", no_args_is_help=True)
 consumer_group_app = typer.Typer(help="Consumer groups: create (a RocketMQ retry policy), describe",
@@ -117,7 +117,7 @@ def list_topics(peers: Optional[str] = PeersOpt, cluster: Optional[str] = Cluste
     if json_out:
         print_json({t: {"queues": q} for t, q in topics.items()})
         return
-    table = Table(title="topics")
+    table = new_table(title="topics")
     for col in ("topic", "queues", "groups"):
         table.add_column(col)
     for t, q in topics.items():
@@ -142,7 +142,7 @@ def describe(name: str = typer.Argument(...), peers: Optional[str] = PeersOpt, c
     if json_out:
         print_json({"topic": name, "queues": rows, "message_type": shown_type})
         return
-    table = Table(title=f"topic {name} ({shown_type} messages)")
+    table = new_table(title=f"topic {name} ({shown_type} messages)")
     for col in ("queue_id", "group", "min_offset", "max_offset"):
         table.add_column(col, justify="left" if col == "group" else "right")
     for r in rows:
@@ -196,7 +196,7 @@ def produce(values: Optional[List[str]] = typer.Argument(None, help="Message bod
             sent = await asyncio.gather(*(p.send_batch(topic, q, ms) for q, ms in by_queue.items()))
             return [r for rs in sent for r in rs]
 
-    results = run(go())
+    results = run(go(), long_running=file is not None)
     for r in results:
         if json_out:
             print_json({"topic": r.topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset})
@@ -269,7 +269,7 @@ def consume(topic: str = typer.Option(..., "--topic", help="The topic"),
                     return
 
     try:
-        run(go())
+        run(go(), long_running=True)
     except KeyboardInterrupt:
         pass
 
@@ -291,7 +291,7 @@ def _consume_in_group(topic: str, group: str, start: str, max_messages: int, fol
                 printed += 1
 
     try:
-        run(go())
+        run(go(), long_running=True)
     except KeyboardInterrupt:
         pass
 
@@ -362,7 +362,7 @@ def describe_consumer_group(group: str = typer.Argument(...), peers: Optional[st
                       f"{', '.join(doc['members']) or '-'}; retry policy{' (default)' if rp['default'] else ''}: "
                       f"max attempts {rp['max_attempts']}, {'FIFO' if rp['fifo'] else 'concurrent'}",
                       highlight=False)
-    table = Table()
+    table = new_table()
     for col in ("topic", "queue_id", "owner", "committed_offset", "max_offset", "lag"):
         table.add_column(col, justify="left" if col in ("topic", "owner") else "right")
     for r in doc["queues"]:

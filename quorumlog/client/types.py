@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from ..frozen import frozen
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ONE_MS = timedelta(milliseconds=1)
@@ -16,7 +18,7 @@ UNREACHABLE = "unreachable"  # role of a node that did not answer status
 WRITABLE_ROLES = ("leader", "master")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AppendResult:
     """Where an appended entry landed: its 0-based index and the leader's term that committed it (a
     master/slave group's master epoch); in a master/slave group also its physical offset (where its record
@@ -32,7 +34,7 @@ def datetime_of_ms(timestamp_ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=timestamp_ms)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Entry:
     """One committed entry. `timestamp` is the leader's store time as an aware UTC datetime;
     `timestamp_ms` gives the same instant as integer milliseconds since the epoch."""
@@ -51,7 +53,7 @@ class Entry:
         return cls(index, term, datetime_of_ms(timestamp_ms), body)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeStatus:
     """One member as it reports itself (the node's /status document), or role "unreachable"."""
 

@@ -24,8 +24,9 @@ import importlib
 import logging
 import os
 import struct
-from dataclasses import dataclass
 from typing import Iterator, Sequence
+
+from ..frozen import frozen
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def record_positions(buf):
     return compiled.record_positions(buf) if compiled is not None else None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Records:
     """Raw stored records first_index..last_index, as buffers to send or decode without re-encoding.
 
@@ -141,7 +142,7 @@ class Records:
         return self.last_index - self.first_index + 1
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Entry:
     """One entry as users see it: the body without any producer tag."""
 
@@ -151,7 +152,7 @@ class Entry:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RecordHeader:
     magic: int
     total_size: int
@@ -165,7 +166,7 @@ class RecordHeader:
     body_size: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ProducerTag:
     client_id: int
     seq: int
@@ -233,7 +234,7 @@ def encode_parts_and_units(first_index: int, term: int, bodies: Sequence[bytes],
                                       channel, ends_batch)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class RecordParts:
     """Records as the compiled codec hands them to the kernel: the headers back to back and the caller's
     bodies (plus the producer tag after the last), written by write_record_parts in one pwritev, so a batch

@@ -17,9 +17,9 @@ entry tagged by the reserved producer log_entry.MEMBERSHIP_PRODUCER_ID). Version
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from ..errors import CorruptEntry
+from ..frozen import frozen
 from .log_entry import crc32c
 
 _MAGIC, _VERSION = 0x514C5053, 2  # "QLPS"
@@ -34,7 +34,7 @@ _U32 = struct.Struct(">I")
 State = dict[int, tuple[int, list[tuple[int, int, int]]]]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ProducerSnapshot:
     snapshot_index: int  # the table holds every tagged batch whose last index <= this (and maybe later ones)
     state: State

@@ -22,11 +22,11 @@ from __future__ import annotations
 import bisect
 import struct
 from collections import deque
-from dataclasses import dataclass
 
 from ..codes import ResponseCode
 from ..errors import BadRequest, CorruptEntry, WatchCompacted
 from ..format.log_entry import crc32c
+from ..frozen import frozen
 
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 1 << 20
@@ -45,7 +45,7 @@ _SNAP_CHANGE = struct.Struct(">qqHBI")  # revision, version, key size, has value
 _SNAP_MAGIC, _SNAP_VERSION = 0x514C4B56, 2  # "QLKV"; version 1 had no history
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KeyValue:
     key: str
     value: bytes
@@ -54,7 +54,7 @@ class KeyValue:
     mod_revision: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Change:
     """One applied mutation, for watchers: `value` None and `version` 0 for a delete."""
 
@@ -64,7 +64,7 @@ class Change:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Result:
     code: ResponseCode
     version: int  # the key's version after the command (SUCCESS) or as found (METADATA_VERSION_CONFLICT)

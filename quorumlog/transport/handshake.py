@@ -19,12 +19,12 @@ a node its own bootstrap peers do not name, and only that leader can send it the
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Callable
 
 from ..codes import ResponseCode
 from ..errors import ProtocolError, RemoteProtocolError
+from ..frozen import frozen
 from .frames import FRAME_HEADER
 from .kinds import Kind
 
@@ -59,7 +59,7 @@ class Role(IntEnum):
     PEER = 1
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Hello:
     group: str
     node_id: str
@@ -70,14 +70,14 @@ class Hello:
     address: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HelloOk:
     group: str
     node_id: str
     version: int = PROTOCOL_VERSION
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HelloError:
     code: ResponseCode
     message: str = ""

@@ -7,14 +7,14 @@ in flight on one connection (pipelining).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..codes import ResponseCode
 from ..format.log_entry import Records
+from ..frozen import frozen
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AppendRequest:
     request_id: int
     bodies: tuple[bytes, ...]
@@ -22,7 +22,7 @@ class AppendRequest:
     seq: int = -1  # per-client batch sequence, increasing
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AppendResponse:
     request_id: int
     code: ResponseCode
@@ -36,7 +36,7 @@ class AppendResponse:
     offsets: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadRequest:
     """Committed entries from `start` (≤ end when end ≥ 0), at most max_bytes (at least one entry).
 
@@ -54,7 +54,7 @@ class ReadRequest:
     linearizable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadResponse:
     request_id: int
     code: ResponseCode
@@ -67,25 +67,25 @@ class ReadResponse:
     suggest_slave: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class StatusRequest:
     request_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class StatusResponse:
     request_id: int
     code: ResponseCode
     status_json: bytes = b"{}"  # the same document as HTTP /status
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TransferLeaderRequest:
     request_id: int
     to: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TransferLeaderResponse:
     request_id: int
     code: ResponseCode
@@ -93,7 +93,7 @@ class TransferLeaderResponse:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MemberChangeRequest:
     """Add a learner (with the address its peers reach it at), promote a learner, or remove a member
     (raft/membership.Change values); answered once the new configuration is committed."""
@@ -104,7 +104,7 @@ class MemberChangeRequest:
     address: str = ""  # host:port, for add_learner
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class MemberChangeResponse:
     request_id: int
     code: ResponseCode
@@ -113,7 +113,7 @@ class MemberChangeResponse:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GroupRequest:
     """Node administration of the groups it hosts (sent on a connection opened for the group NODE_LINK):
     op "create" (body {group, peers: {id: address}, preferred_leader_id}), "delete" (body {group}) or "list"
@@ -124,7 +124,7 @@ class GroupRequest:
     body: bytes = b"{}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class GroupResponse:
     request_id: int
     code: ResponseCode
@@ -132,7 +132,7 @@ class GroupResponse:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KvItem:
     """A key as a list or get answers it, or one change as a watch does (value None: deleted)."""
 
@@ -143,7 +143,7 @@ class KvItem:
     mod_revision: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KvRequest:
     """The metadata store (meta/kv.py) of the group the connection named, normally `_meta`. op "get" (key),
     "list" (key = prefix), "put" (key, value, expected_version), "delete" (key, expected_version), "watch"
@@ -163,7 +163,7 @@ class KvRequest:
     seq: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class KvResponse:
     request_id: int
     code: ResponseCode
@@ -175,7 +175,7 @@ class KvResponse:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TopicRequest:
     """Topic messages on a group that runs the topic dispatcher (quorumlog/topic/). op "send": `bodies` are
     encoded messages (topic/message.py; each names its topic and queue, which may differ: `topic` and
@@ -249,7 +249,7 @@ class PackedMessages:
         return f"PackedMessages({list(self)!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TopicResponse:
     request_id: int
     code: ResponseCode
@@ -263,7 +263,7 @@ class TopicResponse:
     suggest_slave: str | None = None  # pull: as ReadResponse's (a master/slave group's master, a consumer far behind)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ConsumerGroupRequest:
     """A consumer group's coordinator, on the `_meta` group's leader (server/services/consumer_groups.py): op "join"
     ({group, member, topics, session_timeout_ms}), "heartbeat" ({group, member, generation}), "commit"
@@ -275,7 +275,7 @@ class ConsumerGroupRequest:
     body: bytes = b"{}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ConsumerGroupResponse:
     request_id: int
     code: ResponseCode
@@ -284,7 +284,7 @@ class ConsumerGroupResponse:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HaControllerRequest:
     """The master/slave groups' controller, on the `_meta` group's leader (server/services/ha_controller.py): op
     "heartbeat" ({group, member, epoch, max_offset, restarted}), "alter_sync_state_set" ({group, master, epoch,
@@ -295,7 +295,7 @@ class HaControllerRequest:
     body: bytes = b"{}"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HaControllerResponse:
     request_id: int
     code: ResponseCode

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ..codes import ResponseCode
+from ..frozen import frozen
 
 ENTRY_HEADER = struct.Struct(">qq")  # last add confirmed when written, ledger length after this entry
 # The largest entry body a ledger takes (config max_ledger_entry_bytes; BookKeeper bounds it by
@@ -43,7 +44,7 @@ class AddEntry:
     recovery: bool = False  # a recovery write-back: goes through the fence
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AddResponse:
     frm: str
     ledger_id: int
@@ -51,7 +52,7 @@ class AddResponse:
     code: ResponseCode
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadEntry:
     to: str
     ledger_id: int
@@ -59,7 +60,7 @@ class ReadEntry:
     fence: bool = False  # recovery reads fence too (BookKeeper #2614)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadResponse:
     frm: str
     ledger_id: int
@@ -68,14 +69,14 @@ class ReadResponse:
     data: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadLac:
     to: str
     ledger_id: int
     fence: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ReadLacResponse:
     frm: str
     ledger_id: int
@@ -198,7 +199,7 @@ def unpack_add_results(data: bytes) -> list[tuple[int, int]]:
     return list(_ADD_RESULT.iter_unpack(data))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BookieOpRequest:
     request_id: int
     op: BookieOp
@@ -209,7 +210,7 @@ class BookieOpRequest:
     data: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class BookieOpResponse:
     request_id: int
     code: ResponseCode

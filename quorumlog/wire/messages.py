@@ -6,11 +6,11 @@ Every peer message names its sender (`frm`), its receiver (`to`) and the sender'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
 
 from ..codes import ResponseCode
 from ..format.log_entry import Records
+from ..frozen import frozen
 
 
 class PushType(IntEnum):
@@ -39,7 +39,7 @@ class VoteResult(IntEnum):
     REJECT_TAKING_LEADERSHIP = 11
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class VoteRequest:
     frm: str
     to: str
@@ -50,7 +50,7 @@ class VoteRequest:
     leadership_transfer: bool = False  # sent on the leader's behalf: voters ignore their leader lease
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class VoteResponse:
     frm: str
     to: str
@@ -63,7 +63,7 @@ class VoteResponse:
         return self.result == VoteResult.ACCEPT
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HeartbeatRequest:
     frm: str
     to: str
@@ -73,7 +73,7 @@ class HeartbeatRequest:
     read_seq: int = 0  # the leader's latest read round (raft/read_index.py), echoed in the answer
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HeartbeatResponse:
     frm: str
     to: str
@@ -82,7 +82,7 @@ class HeartbeatResponse:
     read_seq: int = 0  # the request's, echoed
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PushRequest:
     """One push from a leader's EntryDispatcher to a follower's EntryHandler.
 
@@ -111,7 +111,7 @@ class PushRequest:
         return self.last_index - self.first_index + 1 if self.records is not None else 0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class PushResponse:
     frm: str
     to: str
@@ -123,7 +123,7 @@ class PushResponse:
     begin_index: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TakeLeadershipRequest:
     """Leader → transferee: you are caught up; campaign now (DLedger's leadership transfer)."""
 
@@ -132,7 +132,7 @@ class TakeLeadershipRequest:
     term: int
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HaReport:
     """Slave → master of a master/slave group (RocketMQ's HAClient report): I hold every byte below `offset`."""
 
@@ -143,7 +143,7 @@ class HaReport:
     hello: bool = False  # the first report of a (re)connection: the master starts a new HAConnection for it
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HaTransfer:
     """Master → slave: the log's bytes from physical `offset` (none: a heartbeat, or with `reset` set: drop your
     log and restart at `offset`), and the master's confirm offset (what readers may see)."""
@@ -157,7 +157,7 @@ class HaTransfer:
     reset: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class HaEpochs:
     """Master → slave, the answer to a slave's hello (RocketMQ 5's HA handshake): the master's epoch entries
     `(epoch, start_offset)` and its max offset. The slave truncates to the consistent point they give, then

@@ -306,7 +306,8 @@ def test_a_consumer_generation_reads_as_term_and_number():
 def test_a_command_imports_only_what_it_runs():
     """Start-up is import time: `status` must not load the other commands, the store, the node, the
     certificate library (together they were two thirds of its start-up), nor the peer and bookie frame classes,
-    the `crc32c` package (its import reads its installed metadata) or hashlib (the rest of it but a third)."""
+    the `crc32c` package (its import reads its installed metadata) or hashlib (the rest of it but a third), nor
+    what only --all-groups, a table or a long-running command uses."""
     code = ("import sys; from quorumlog.cli.main import register; register({'status'}); "
             "print(' '.join(sorted(sys.modules)))")
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -316,5 +317,25 @@ def test_a_command_imports_only_what_it_runs():
                   "quorumlog.store.file_store", "quorumlog.server.node", "quorumlog.transport.server",
                   "quorumlog.client.ledgers", "cryptography", "pyspark", "quorumlog.wire.messages",
                   "quorumlog.wire.ledger", "quorumlog.meta.state_machine", "crc32c", "importlib.metadata",
-                  "hashlib"):
+                  "hashlib", "quorumlog.client.groups", "rich", "uvloop"):
         assert heavy not in loaded, heavy
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """The modules a `quorumlog` run (in a process of its own) had loaded when it exited."""
+    code = ("import atexit, sys; "
+            "atexit.register(lambda: sys.__stderr__.write('\\nMODULES ' + ' '.join(sorted(sys.modules)))); "
+            f"from quorumlog.cli.main import main; main({argv!r})")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return set(p.stderr.rsplit("\nMODULES ", 1)[1].split())
+
+
+def test_a_short_command_runs_without_uvloop_and_its_json_without_rich():
+    """Start-up again: a command of a few round trips runs on asyncio's own loop (importing uvloop cost more
+    than it gains there), and rich is imported for a table, never for --json output or an error line."""
+    unreachable = ["status", "--peers", "n0=127.0.0.1:1", "--timeout-ms", "300"]  # (nothing listens on port 1)
+    as_json = _modules_after(unreachable + ["--json"])
+    assert "quorumlog.client.client" in as_json
+    assert not {m for m in as_json if m.split(".")[0] in ("uvloop", "rich")}
+    as_table = _modules_after(unreachable)
+    assert "rich.table" in as_table and "uvloop" not in as_table
