@@ -599,7 +599,11 @@ class Node:
         if self.bookie.storage is not None:
             doc["bookie"] = {**self.bookie.info(), "fragments_replicated": self.auto_recovery.replicated}
         for name, source in self.status_sources.items():
-            doc[name] = source()
+            try:
+                doc[name] = source()
+            except Exception as e:  # noqa: BLE001 - a part's status failing leaves the node's status standing
+                log.exception("status of %s failed", name)
+                doc[name] = {"error": f"{type(e).__name__}: {e}"}
         return doc
 
     def _http_status(self) -> tuple[str, bytes]:

@@ -349,3 +349,21 @@ def test_status_counts_the_group_directory_off_the_loop(tmp_path, monkeypatch):
         await _until(lambda: node.status()["disk"]["store_bytes"] > 0)  # the count arrives for the next status
         await node.stop()
     asyncio.run(main())
+
+
+def test_node_status_carries_what_the_composition_root_adds_and_survives_a_failing_part(tmp_path):
+    """The runtime adds its front doors' status to node_status; a part whose status raises shows its error
+    there, and the node's status still answers."""
+    async def main():
+        node, _, _ = await _started(tmp_path)
+        try:
+            node.status_sources["doors"] = lambda: [{"kind": "kafka", "read_ahead": {"started": 2, "taken": 1}}]
+            node.status_sources["broken"] = lambda: 1 / 0
+            doc = node.node_status()
+            assert doc["doors"] == [{"kind": "kafka", "read_ahead": {"started": 2, "taken": 1}}]
+            assert doc["broken"] == {"error": "ZeroDivisionError: division by zero"}
+            assert doc["id"] == node.config.node_id and doc["groups"]
+            json.dumps(doc)
+        finally:
+            await node.stop()
+    asyncio.run(main())
