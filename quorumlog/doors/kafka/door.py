@@ -752,6 +752,7 @@ class KafkaDoor:
             except QuorumLogError:
                 code = P.REQUEST_TIMED_OUT
             out.append({"name": name, "error_code": code})
+        self._read_ahead.clear()  # (a topic made again under the name starts over at offset 0)
         return {"throttle_time_ms": 0, "responses": out}
 
     async def _describeconfigs(self, req: Any, v: int, h: P.RequestHeader | None = None) -> dict:
