@@ -973,9 +973,8 @@ def _client_id_of(key: tuple) -> int:
 
 def _pulled_size(messages: Any) -> tuple[int, int]:
     """(messages, their stored bytes) of a pull's answer, packed or not."""
-    if hasattr(messages, "blob"):
-        return len(messages.head) // 40, len(messages.blob)
-    return len(messages), sum(len(m.body) for m in messages)
+    size = len(messages.blob) if hasattr(messages, "blob") else sum(len(m.body) for m in messages)
+    return len(messages), size
 
 
 def _next_offset(batch: bytes) -> int:
